@@ -1,0 +1,1 @@
+"""multispec.image_ar: not built yet; see the project's issues."""

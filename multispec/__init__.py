@@ -1,0 +1,22 @@
+"""multispec: speculative generation on one verification core.
+
+    from multispec import speculative_generate
+    out = speculative_generate(target_model, draft_model, input_ids, max_new_tokens=64)
+    out.sequences, out.stats
+"""
+
+from .acceptance import AcceptanceRule, Exact, Greedy, Verdict
+from .drafters import Drafter, ModelDrafter, NGramDrafter
+from .generate import SpeculativeOutput, speculative_generate
+from .metrics import SpeculativeStats, StepStats
+from .sampling import SamplingConfig, classifier_free_guidance
+from .targets import HFCausalLM, register_target_adapter
+from .tree import Chain, DraftTree, DynamicTree, StaticTree
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AcceptanceRule", "Chain", "Drafter", "DraftTree", "DynamicTree", "Exact", "Greedy", "HFCausalLM",
+    "ModelDrafter", "NGramDrafter", "SamplingConfig", "SpeculativeOutput", "SpeculativeStats", "StaticTree",
+    "StepStats", "Verdict", "classifier_free_guidance", "register_target_adapter", "speculative_generate",
+]

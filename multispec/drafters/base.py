@@ -1,0 +1,33 @@
+"""The drafter interface: propose a draft tree for every active row, learn what was committed."""
+
+from __future__ import annotations
+
+import torch
+
+from ..acceptance import Verdict
+from ..sampling import SamplingConfig
+from ..tree import DraftTree, TreeSpec
+
+
+class Drafter:
+    """A source of draft trees.
+
+    Lifecycle: `start(input_ids, attention_mask)` once; then per step `propose(roots, spec, sampling,
+    generator)` -> `DraftTree`, and `commit(draft, verdict)` with the target's verdict; `select(rows)`
+    when rows finish. `roots[b]` is row b's last committed token (not yet seen by the target).
+    """
+
+    vocab_size: int | None = None  # None: the drafter works in token space and fits any vocabulary
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement start()")
+
+    def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
+                generator: torch.Generator | None = None) -> DraftTree:
+        raise NotImplementedError(f"{type(self).__name__} must implement propose()")
+
+    def commit(self, draft: DraftTree, verdict: Verdict) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement commit()")
+
+    def select(self, rows: torch.Tensor) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement select()")

@@ -1,0 +1,96 @@
+"""An independent small `transformers` model of the same vocabulary as the draft source."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from ..acceptance import Verdict
+from ..sampling import SamplingConfig
+from ..targets.hf import HFCausalLM
+from ..tree import DraftTree, TreeSpec, grow_tree
+from .base import Drafter
+
+
+class ModelDrafter(Drafter):
+    """Drafts chains or trees with a small causal LM, keeping its own ragged KV cache.
+
+    Each step feeds the committed tokens the draft model has not seen yet plus the root as one ragged
+    chain, then grows the tree (`multispec.tree.grow_tree`) by feeding new nodes with tree masks. After
+    verification the accepted nodes it already fed stay in its cache; the rest is dropped.
+    """
+
+    def __init__(self, model: PreTrainedModel):
+        self.lm = HFCausalLM(model, name="draft_model")
+        self.vocab_size = self.lm.vocab_size
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        self.lm.start(input_ids, attention_mask)
+        b = input_ids.shape[0]
+        self.unfed = torch.full((b, 0), -1, dtype=torch.long, device=self.lm.device)
+
+    def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
+                generator: torch.Generator | None = None) -> DraftTree:
+        lm, device = self.lm, self.lm.device
+        roots = roots.to(device)
+        b = roots.shape[0]
+        # catch-up chain: [unfed..., root] per row, right-padded with invalid nodes
+        counts = (self.unfed >= 0).sum(dim=1)
+        width = int(counts.max()) + 1 if b else 1
+        idx = torch.arange(width, device=device)[None, :]
+        chain = torch.zeros(b, width, dtype=torch.long, device=device)
+        if self.unfed.shape[1]:
+            chain[:, : self.unfed.shape[1]] = self.unfed.clamp(min=0)
+        chain.scatter_(1, counts[:, None], roots[:, None])
+        valid = idx <= counts[:, None]
+        parents = (idx - 1).expand(b, width).contiguous()
+        logits = lm.forward(chain, parents, valid)
+        root_logits = logits[torch.arange(b, device=device), counts]
+        self._chain_valid, self._root_pending = valid, counts
+        self._fed = torch.full((b, 0), -1, dtype=torch.long, device=device)  # feed id -> pending index
+
+        def feed(ids: torch.Tensor, tokens: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
+            need = int(ids.max()) + 1
+            if need > self._fed.shape[1]:
+                grow = torch.full((b, need - self._fed.shape[1]), -1, dtype=torch.long, device=device)
+                self._fed = torch.cat([self._fed, grow], dim=1)
+            parent_pending = torch.where(
+                parent_ids >= 0, self._fed.gather(1, parent_ids.clamp(min=0)), self._root_pending[:, None])
+            new = lm.num_pending + torch.arange(ids.shape[1], device=device).expand_as(ids)
+            self._fed.scatter_(1, ids, new)
+            return lm.forward(tokens, parent_pending)
+
+        return grow_tree(spec, root_logits, feed, sampling, generator)
+
+    def commit(self, draft: DraftTree, verdict: Verdict) -> None:
+        device = self.lm.device
+        b = verdict.num_accepted.shape[0]
+        # accepted draft nodes (full-tree path minus the root) -> feed ids -> pending indices
+        accepted = verdict.path[:, 1:].to(device)
+        node = (accepted - 1).clamp(min=0)
+        fid = node if draft.feed_ids is None else draft.feed_ids.gather(1, node) if node.numel() else node
+        if self._fed.shape[1] and fid.numel():
+            pend = self._fed.gather(1, fid.clamp(max=self._fed.shape[1] - 1))
+            pend = torch.where(fid < self._fed.shape[1], pend, -1)
+        else:
+            pend = torch.full_like(accepted, -1)
+        pend = torch.where(accepted >= 0, pend, -1)
+        fed = pend >= 0
+        # fed accepted nodes form a prefix of the accepted path (children are only grown from fed nodes)
+        chain_pending = torch.where(self._chain_valid, torch.arange(self._chain_valid.shape[1], device=device), -1)
+        self.lm.commit(torch.cat([chain_pending, torch.where(fed, pend, -1)], dim=1))
+        # the accepted drafts it never fed (at most the last one) are fed at the next step
+        unfed_mask = (accepted >= 0) & ~fed
+        toks = verdict.tokens[:, : accepted.shape[1]].to(device)
+        n = unfed_mask.sum(dim=1)
+        width = int(n.max()) if b else 0
+        self.unfed = torch.full((b, width), -1, dtype=torch.long, device=device)
+        if width:
+            order = torch.sort((~unfed_mask).to(torch.int8), dim=1, stable=True).indices[:, :width]
+            vals = toks.gather(1, order)
+            keep = torch.arange(width, device=device)[None, :] < n[:, None]
+            self.unfed = torch.where(keep, vals, -1)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.lm.select(rows)
+        self.unfed = self.unfed[rows.to(self.lm.device)]

@@ -1,0 +1,88 @@
+"""Sampling transforms shared by targets and drafters.
+
+Speculative sampling is only lossless when the draft distribution q and the target distribution p are
+both produced by *the same* transform of their logits, so every caller goes through `SamplingConfig`.
+The order (guidance, temperature, top-k, top-p) and the tie semantics follow `transformers`' warpers,
+so `do_sample=True` here samples what `generate(do_sample=True, ...)` samples with the same settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+LogitsHook = Callable[[torch.Tensor], torch.Tensor]
+
+
+def classifier_free_guidance(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
+    """Guided logits `uncond + scale * (cond - uncond)` (scale 1 returns `cond`)."""
+    if cond.shape != uncond.shape:
+        raise ValueError(f"uncond: shape {tuple(uncond.shape)} does not match cond {tuple(cond.shape)}")
+    return uncond + scale * (cond - uncond)
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How next-token distributions are derived from logits.
+
+    `top_k=None` and `top_p=None` disable those filters (unlike `transformers.GenerationConfig`, whose
+    default `top_k` is 50). `hooks` run first, in order, on the raw logits: classifier-free guidance and
+    other logits processors go there, and they apply to draft and target alike.
+    """
+
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    hooks: tuple[LogitsHook, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.do_sample, bool):
+            raise TypeError(f"do_sample: expected a bool, got {type(self.do_sample).__name__}")
+        if self.do_sample and not (self.temperature > 0):
+            raise ValueError(f"temperature: must be > 0 when do_sample=True, got {self.temperature}")
+        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
+            raise ValueError(f"top_k: expected a positive int or None, got {self.top_k!r}")
+        if self.top_p is not None and not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p: expected a float in (0, 1] or None, got {self.top_p!r}")
+
+    def process(self, logits: torch.Tensor) -> torch.Tensor:
+        """Float32 logits after hooks, temperature, top-k and top-p (filtered entries are -inf)."""
+        out = logits.float()
+        for hook in self.hooks:
+            out = hook(out)
+        if not self.do_sample:
+            return out
+        if self.temperature != 1.0:
+            out = out / self.temperature
+        if self.top_k is not None and self.top_k < out.shape[-1]:
+            kth = torch.topk(out, self.top_k, dim=-1).values[..., -1:]
+            out = out.masked_fill(out < kth, float("-inf"))
+        if self.top_p is not None and self.top_p < 1.0:
+            sorted_logits, order = torch.sort(out, dim=-1, descending=False)
+            cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+            drop_sorted = cumulative <= (1.0 - self.top_p)
+            drop_sorted[..., -1] = False  # always keep the most likely token
+            drop = drop_sorted.scatter(-1, order, drop_sorted)
+            out = out.masked_fill(drop, float("-inf"))
+        return out
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Float32 next-token distribution (softmax of `process`)."""
+        return torch.softmax(self.process(logits), dim=-1)
+
+    def pick(self, logits: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Choose one token per row: argmax when greedy, else a sample. Returns (tokens, probs or None)."""
+        if not self.do_sample:
+            return nan_safe_argmax(self.process(logits)), None
+        p = self.probs(logits)
+        flat = p.reshape(-1, p.shape[-1])
+        tokens = torch.multinomial(flat, 1, generator=generator).reshape(p.shape[:-1])
+        return tokens, p
+
+
+def nan_safe_argmax(x: torch.Tensor) -> torch.Tensor:
+    """Argmax over the last dim where NaN counts as -inf (torch.argmax would return the NaN's index)."""
+    return torch.nan_to_num(x.float(), nan=float("-inf")).argmax(dim=-1)

@@ -1,0 +1,234 @@
+"""`transformers` causal LMs as speculative targets (and as the engine of model drafters).
+
+`HFCausalLM` keeps a KV cache for a batch of rows whose lengths drift apart as they accept different
+numbers of tokens. Layout per row b: columns [start[b], length[b]) hold its committed tokens (start =
+its left padding); columns [length[b], width) are stale and masked out; nodes fed since the last commit
+("pending" nodes) sit after `width`, in feeding order, and attend to their row's committed prefix plus
+their own ancestors among the pending nodes. A commit copies the accepted path's cache entries to
+[length[b], length[b] + a[b]) and drops every pending column, so a rollback costs one small gather.
+
+Attention masks are additive float 4D masks (a bool mask is silently wrong on the eager path) and
+position ids are the row's committed length + depth, so every row computes exactly what it would
+compute alone. Sliding-window layers get their own mask; the cache keeps full layers for all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+def check_causal_lm(model: object, name: str) -> None:
+    """Raise TypeError unless `model` is a decoder-only `transformers` model we can drive."""
+    if not isinstance(model, PreTrainedModel):
+        raise TypeError(f"{name}: expected a transformers PreTrainedModel, got {type(model).__name__}")
+    config = model.config
+    if getattr(config, "is_encoder_decoder", False):
+        raise TypeError(f"{name}: encoder-decoder models ({type(model).__name__}) are not supported")
+    if getattr(model, "_is_stateful", False):
+        raise TypeError(
+            f"{name}: {type(model).__name__} keeps a recurrent state, not a KV cache; state-space and hybrid "
+            "models are handled by multispec.ssm"
+        )
+    if model.get_output_embeddings() is None:
+        raise TypeError(f"{name}: {type(model).__name__} has no language-model head (use a *ForCausalLM class)")
+
+
+def output_vocab_size(model: PreTrainedModel) -> int:
+    head = model.get_output_embeddings()
+    return int(head.weight.shape[0]) if hasattr(head, "weight") else int(model.config.get_text_config().vocab_size)
+
+
+@dataclass
+class _Pending:
+    """Nodes fed since the last commit, per row."""
+
+    parents: torch.Tensor  # [B, P] pending index of the parent, -1 = committed prefix
+    positions: torch.Tensor  # [B, P] position ids
+    ancestors: torch.Tensor  # [B, P, P] bool, ancestor-or-self
+
+
+class HFCausalLM:
+    """Prefill / score-a-tree / commit adapter over a `transformers` causal LM."""
+
+    def __init__(self, model: PreTrainedModel, name: str = "target"):
+        check_causal_lm(model, name)
+        self.model = model.eval()
+        self.name = name
+        self.vocab_size = output_vocab_size(model)
+        text_config = model.config.get_text_config(decoder=True)
+        self.layer_types: list[str] | None = getattr(text_config, "layer_types", None)
+        self.sliding_window: int | None = getattr(text_config, "sliding_window", None)
+        if self.layer_types is None or "sliding_attention" not in self.layer_types:
+            self.sliding_window = None
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.cache: DynamicCache | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Prefill all prompt tokens but the last one; return the last ones (the first roots) [B]."""
+        b, length = input_ids.shape
+        self.cache = DynamicCache()
+        self.start_col = (attention_mask == 0).sum(dim=1).to(self.device)
+        self.length = torch.full((b,), length - 1, dtype=torch.long, device=self.device)
+        self.width = length - 1
+        self._reset_pending(b)
+        if length > 1:
+            self._prefill(input_ids[:, :-1].to(self.device), attention_mask[:, :-1].to(self.device))
+        return input_ids[:, -1].to(self.device)
+
+    @torch.no_grad()
+    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor) -> None:
+        n = ids.shape[1]
+        pos = (mask2d.long().cumsum(-1) - 1).clamp(min=0)
+        q = torch.arange(n, device=self.device)
+        causal = q[None, :, None] >= q[None, None, :]
+        allowed = causal & mask2d.bool()[:, None, :]
+        # fully padded query rows attend to themselves only (their output is never used)
+        allowed = allowed | torch.eye(n, dtype=torch.bool, device=self.device)[None]
+        masks = self._layer_masks(allowed, pos[:, :, None] - pos[:, None, :])
+        self.model(input_ids=ids, attention_mask=masks, position_ids=pos, past_key_values=self.cache,
+                   use_cache=True, cache_position=q, logits_to_keep=1)
+
+    def _reset_pending(self, b: int) -> None:
+        z = torch.zeros(b, 0, dtype=torch.long, device=self.device)
+        self.pending = _Pending(z, z.clone(), torch.zeros(b, 0, 0, dtype=torch.bool, device=self.device))
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.length.shape[0])
+
+    @property
+    def num_pending(self) -> int:
+        return int(self.pending.parents.shape[1])
+
+    # ---- scoring --------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None,
+                output_hidden_states: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Feed M new nodes per row and return their logits [B, M, V] (float32).
+
+        `parents[b, m]` is the pending index of node m's parent (-1 = the committed prefix); new node m
+        gets pending index `num_pending + m`. Invalid nodes (`valid` False) are fed for shape's sake,
+        attend only to themselves and must never become parents of valid nodes.
+        """
+        b, m = tokens.shape
+        if parents.shape != (b, m):
+            raise ValueError(f"parents: expected shape {(b, m)}, got {tuple(parents.shape)}")
+        if b != self.batch_size:
+            raise ValueError(f"tokens: batch {b} does not match the {self.batch_size} active rows")
+        tokens, parents = tokens.to(self.device), parents.to(self.device)
+        valid = torch.ones(b, m, dtype=torch.bool, device=self.device) if valid is None else valid.to(self.device)
+        p0 = self.num_pending
+        rows = torch.arange(b, device=self.device)
+        # ancestry and positions of the new nodes, one node at a time (parents precede children)
+        anc = torch.zeros(b, p0 + m, p0 + m, dtype=torch.bool, device=self.device)
+        anc[:, :p0, :p0] = self.pending.ancestors
+        pos = torch.cat([self.pending.positions, torch.zeros(b, m, dtype=torch.long, device=self.device)], 1)
+        own_len = self.length - self.start_col
+        for j in range(m):
+            par = parents[:, j]
+            has_parent = (par >= 0) & valid[:, j]
+            if (par >= p0 + j).any():
+                raise ValueError("parents: a node's parent must be fed before it")
+            pidx = par.clamp(min=0)
+            anc[:, p0 + j] = torch.where(has_parent[:, None], anc[rows, pidx], False)
+            anc[:, p0 + j, p0 + j] = True
+            pos[:, p0 + j] = torch.where(has_parent, pos[rows, pidx] + 1, own_len)
+        new_anc = anc[:, p0:]  # [B, M, P0+M]
+        cols = torch.arange(self.width, device=self.device)
+        prefix = (cols[None, :] >= self.start_col[:, None]) & (cols[None, :] < self.length[:, None])
+        prefix = prefix[:, None, :] & valid[:, :, None]  # [B, M, W]
+        allowed = torch.cat([prefix, new_anc], dim=2)
+        new_pos = pos[:, p0:]
+        key_pos = torch.cat([(cols[None, :] - self.start_col[:, None]).expand(b, -1), pos], dim=1)
+        masks = self._layer_masks(allowed, new_pos[:, :, None] - key_pos[:, None, :])
+        cache_position = torch.arange(self.width + p0, self.width + p0 + m, device=self.device)
+        out = self.model(input_ids=tokens, attention_mask=masks, position_ids=new_pos,
+                         past_key_values=self.cache, use_cache=True, cache_position=cache_position,
+                         output_hidden_states=output_hidden_states)
+        self.pending = _Pending(torch.cat([self.pending.parents, parents], 1), pos, anc)
+        logits = out.logits.float()
+        if output_hidden_states:
+            return logits, out.hidden_states[-1]
+        return logits
+
+    def _layer_masks(self, allowed: torch.Tensor, distance: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Additive float masks [B, 1, Q, K]; a dict per layer type when some layers slide."""
+        neg = torch.finfo(self.dtype).min
+        full = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill(~allowed, neg)[:, None]
+        if self.sliding_window is None:
+            return full
+        in_window = allowed & (distance < self.sliding_window)
+        sliding = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill(~in_window, neg)[:, None]
+        return {t: (sliding if t == "sliding_attention" else full) for t in set(self.layer_types)}
+
+    # ---- commit / rollback ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def commit(self, path: torch.Tensor) -> None:
+        """Keep the pending nodes `path[b, :]` (pending indices in order, -1 padded) of each row as
+        committed tokens, drop every other pending node."""
+        b = self.batch_size
+        path = path.to(self.device)
+        if path.dim() != 2 or path.shape[0] != b:
+            raise ValueError(f"path: expected [{b}, A], got shape {tuple(path.shape)}")
+        # left-pack the kept entries so that row b's j-th kept node lands at length[b] + j
+        order = torch.sort((path < 0).to(torch.int8), dim=1, stable=True).indices
+        path = path.gather(1, order)
+        counts = (path >= 0).sum(dim=1)
+        a = int(counts.max()) if b else 0
+        path = path[:, :a]
+        if a and self.cache is not None and self.num_pending:
+            rows = torch.arange(b, device=self.device)[:, None].expand(b, a)
+            dest = self.length[:, None] + torch.arange(a, device=self.device)[None, :]
+            keep = path >= 0
+            # padded slots copy their own (stale, past the new length) column onto itself; they must
+            # not share a destination with a real entry, or index_put may keep the wrong write
+            src = torch.where(keep, self.width + path, dest)
+            for layer in self.cache.layers:
+                if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+                    continue
+                for name in ("keys", "values"):
+                    t = getattr(layer, name)
+                    t[rows, :, dest] = t[rows, :, src]
+        self.length = self.length + counts
+        self.width = int(self.length.max()) if b else 0
+        self._crop(self.width)
+        self._reset_pending(b)
+
+    def discard(self) -> None:
+        """Drop all pending nodes (nothing committed)."""
+        self._crop(self.width)
+        self._reset_pending(self.batch_size)
+
+    def _crop(self, width: int) -> None:
+        if self.cache is None:
+            return
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel() and layer.keys.shape[-2] > width:
+                layer.keys = layer.keys[:, :, :width]
+                layer.values = layer.values[:, :, :width]
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only `rows` (indices into the current batch), e.g. after some rows finished."""
+        rows = rows.to(self.device)
+        if self.num_pending:
+            raise RuntimeError("select: commit or discard pending nodes first")
+        self.start_col, self.length = self.start_col[rows], self.length[rows]
+        if self.cache is not None:
+            for layer in self.cache.layers:
+                if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                    layer.keys, layer.values = layer.keys[rows], layer.values[rows]
+        # the kept rows may all be shorter than the old width: trim the common dead columns
+        lead = int(self.start_col.min()) if len(rows) else 0
+        if lead and self.cache is not None:
+            for layer in self.cache.layers:
+                if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                    layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
+            self.start_col, self.length = self.start_col - lead, self.length - lead
+        self.width = int(self.length.max()) if len(rows) else 0
+        self._crop(self.width)
+        self._reset_pending(len(rows))

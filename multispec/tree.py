@@ -1,0 +1,375 @@
+"""Draft trees: the flattened candidate trees a drafter proposes and a target verifies in one pass.
+
+A `DraftTree` holds N draft nodes per batch row. Node i has a token, a parent (`-1` = the root, i.e.
+the last committed token that the target has not processed yet, otherwise an index < i) and a validity
+flag (rows may carry fewer real nodes than N; invalid nodes are padding). A chain is a tree whose
+parent of node i is i - 1.
+
+Verification always works on the *full* tree of T = N + 1 nodes where node 0 is the root; the derived
+encodings below (`full_parents`, `ancestor_mask`, `depths`, `linked`, `paths`) use that numbering.
+
+Tree shapes are described by specs (`Chain`, `StaticTree`, `DynamicTree`) and grown by `grow_tree`,
+which any drafter can drive by providing a `feed` callback that returns its logits for new nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .sampling import SamplingConfig
+
+
+@dataclass
+class DraftTree:
+    """Draft nodes per row. `draft_probs[b, i]` is the distribution node i's token was drawn from
+    (None when the drafter chose tokens deterministically: verification then treats q as one-hot)."""
+
+    tokens: torch.Tensor  # [B, N] int64
+    parents: torch.Tensor  # [B, N] int64, -1 = root
+    valid: torch.Tensor  # [B, N] bool
+    draft_probs: torch.Tensor | None = None  # [B, N, V] float32
+    is_chain: bool = False
+    # ids the nodes had while the drafter grew the tree (its `feed` callback saw these); lets a drafter
+    # find its own cache entries for accepted nodes after reranking. None = the node index itself.
+    feed_ids: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens.dim() != 2:
+            raise ValueError(f"tokens: expected [batch, nodes], got shape {tuple(self.tokens.shape)}")
+        if self.parents.shape != self.tokens.shape:
+            raise ValueError(f"parents: shape {tuple(self.parents.shape)} != tokens {tuple(self.tokens.shape)}")
+        if self.valid.shape != self.tokens.shape:
+            raise ValueError(f"valid: shape {tuple(self.valid.shape)} != tokens {tuple(self.tokens.shape)}")
+        n = self.tokens.shape[1]
+        if n and (self.parents >= torch.arange(n, device=self.parents.device)).any():
+            raise ValueError("parents: every node's parent must precede it (parents[b, i] < i)")
+        if n and (self.parents < -1).any():
+            raise ValueError("parents: entries must be >= -1")
+        if self.draft_probs is not None and self.draft_probs.shape[:2] != self.tokens.shape:
+            raise ValueError(
+                f"draft_probs: shape {tuple(self.draft_probs.shape)} must start with {tuple(self.tokens.shape)}"
+            )
+
+    @property
+    def batch_size(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def num_nodes(self) -> int:
+        return self.tokens.shape[1]
+
+    @staticmethod
+    def empty(batch_size: int, device: torch.device | str = "cpu") -> "DraftTree":
+        z = torch.zeros(batch_size, 0, dtype=torch.long, device=device)
+        return DraftTree(z, z.clone(), z.bool(), None, is_chain=True)
+
+    @staticmethod
+    def chain(tokens: torch.Tensor, lengths: torch.Tensor | None = None,
+              draft_probs: torch.Tensor | None = None) -> "DraftTree":
+        """A chain per row; `lengths[b]` real drafts in row b (the rest is padding)."""
+        b, k = tokens.shape
+        idx = torch.arange(k, device=tokens.device)
+        parents = (idx - 1).expand(b, k).clone()
+        if lengths is None:
+            valid = torch.ones(b, k, dtype=torch.bool, device=tokens.device)
+        else:
+            if lengths.shape != (b,):
+                raise ValueError(f"lengths: expected shape ({b},), got {tuple(lengths.shape)}")
+            valid = idx[None, :] < lengths[:, None]
+        return DraftTree(tokens.long(), parents, valid, draft_probs, is_chain=True)
+
+    # ---- derived encodings over the full tree (node 0 = root) -------------------------------------
+    def full_parents(self) -> torch.Tensor:
+        """[B, T] parents with the root prepended: root -> -1, draft node i -> parent + 1."""
+        root = torch.full((self.batch_size, 1), -1, dtype=torch.long, device=self.tokens.device)
+        return torch.cat([root, self.parents + 1], dim=1)
+
+    def full_valid(self) -> torch.Tensor:
+        root = torch.ones(self.batch_size, 1, dtype=torch.bool, device=self.tokens.device)
+        return torch.cat([root, self.valid], dim=1)
+
+    def depths(self) -> torch.Tensor:
+        """[B, T] depth of each full-tree node (root 0)."""
+        return depths_from_parents(self.full_parents())
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """[B, T, T] bool: mask[b, i, j] is True when j is i or an ancestor of i."""
+        return ancestor_mask_from_parents(self.full_parents())
+
+    def linked(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """First-child / next-sibling arrays [B, T] (-1 = none) over valid nodes, siblings in index order."""
+        return linked_from_parents(self.full_parents(), self.full_valid())
+
+    def paths(self) -> torch.Tensor:
+        """[B, leaves, max_depth + 1] root-to-leaf node paths of the full tree, padded with -1."""
+        return root_to_leaf_paths(self.full_parents(), self.full_valid())
+
+
+def depths_from_parents(parents: torch.Tensor) -> torch.Tensor:
+    depth = torch.zeros_like(parents)
+    for i in range(parents.shape[1]):
+        p = parents[:, i]
+        depth[:, i] = torch.where(p >= 0, depth.gather(1, p.clamp(min=0)[:, None])[:, 0] + 1, 0)
+    return depth
+
+
+def ancestor_mask_from_parents(parents: torch.Tensor) -> torch.Tensor:
+    b, t = parents.shape
+    mask = torch.zeros(b, t, t, dtype=torch.bool, device=parents.device)
+    rows = torch.arange(b, device=parents.device)
+    for i in range(t):
+        p = parents[:, i]
+        has = p >= 0
+        mask[:, i] = torch.where(has[:, None], mask[rows, p.clamp(min=0)], False)
+        mask[:, i, i] = True
+    return mask
+
+
+def linked_from_parents(parents: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    b, t = parents.shape
+    first_child = torch.full((b, t), -1, dtype=torch.long)
+    next_sibling = torch.full((b, t), -1, dtype=torch.long)
+    par, val = parents.cpu().tolist(), valid.cpu().tolist()
+    for r in range(b):
+        last_child = [-1] * t
+        fc, ns = first_child[r], next_sibling[r]
+        for i in range(1, t):
+            p = par[r][i]
+            if not val[r][i] or p < 0:
+                continue
+            if last_child[p] < 0:
+                fc[p] = i
+            else:
+                ns[last_child[p]] = i
+            last_child[p] = i
+    return first_child.to(parents.device), next_sibling.to(parents.device)
+
+
+def root_to_leaf_paths(parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    b, t = parents.shape
+    par, val = parents.cpu().tolist(), valid.cpu().tolist()
+    all_paths = []
+    for r in range(b):
+        has_child = [False] * t
+        for i in range(1, t):
+            if val[r][i] and par[r][i] >= 0:
+                has_child[par[r][i]] = True
+        paths = []
+        for i in range(t):
+            if val[r][i] and not has_child[i]:
+                path, j = [], i
+                while j >= 0:
+                    path.append(j)
+                    j = par[r][j]
+                paths.append(path[::-1])
+        all_paths.append(paths)
+    leaves = max(len(p) for p in all_paths)
+    depth = max(len(q) for p in all_paths for q in p)
+    out = torch.full((b, leaves, depth), -1, dtype=torch.long)
+    for r, paths in enumerate(all_paths):
+        for li, path in enumerate(paths):
+            out[r, li, : len(path)] = torch.tensor(path)
+    return out.to(parents.device)
+
+
+# ---- tree specs ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Chain:
+    """k drafted tokens in a line."""
+
+    k: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.k, int) or self.k < 0:
+            raise ValueError(f"k: expected an int >= 0, got {self.k!r}")
+
+    @property
+    def max_nodes(self) -> int:
+        return self.k
+
+
+@dataclass(frozen=True)
+class StaticTree:
+    """A fixed tree given as Medusa-style choices: each entry is the path of child ranks from the root,
+    e.g. `[(0,), (1,), (0, 0), (0, 1), (1, 0)]`. Rank r = the r-th most likely token of the parent's draft
+    distribution (when sampling, children are drawn i.i.d. from it instead and ranks only shape the tree)."""
+
+    choices: tuple[tuple[int, ...], ...]
+
+    def __init__(self, choices: Sequence[Sequence[int]]):
+        normalized = tuple(sorted({tuple(int(r) for r in c) for c in choices}, key=lambda c: (len(c), c)))
+        if not normalized or any(len(c) == 0 for c in normalized):
+            raise ValueError("choices: expected a non-empty list of non-empty rank paths")
+        present = set(normalized)
+        for c in normalized:
+            if any(r < 0 for r in c):
+                raise ValueError(f"choices: negative rank in {c}")
+            if len(c) > 1 and c[:-1] not in present:
+                raise ValueError(f"choices: {c} has no parent entry {c[:-1]}")
+        object.__setattr__(self, "choices", normalized)
+
+    @property
+    def max_nodes(self) -> int:
+        return len(self.choices)
+
+    @staticmethod
+    def full(branching: Sequence[int]) -> "StaticTree":
+        """Every node at depth d gets `branching[d]` children."""
+        level: list[tuple[int, ...]] = [()]
+        out = []
+        for width in branching:
+            level = [c + (r,) for c in level for r in range(width)]
+            out += level
+        return StaticTree(out)
+
+
+@dataclass(frozen=True)
+class DynamicTree:
+    """EAGLE-2 dynamic tree: per depth expand the `topk` best frontier nodes (by cumulative draft
+    log-probability) into `topk` children each, then keep the best `total` nodes of all depths."""
+
+    depth: int = 5
+    topk: int = 8
+    total: int = 48
+
+    def __post_init__(self) -> None:
+        for name in ("depth", "topk", "total"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected a positive int, got {v!r}")
+        if self.total > self.topk + (self.depth - 1) * self.topk * self.topk:
+            raise ValueError(
+                f"total: {self.total} exceeds the {self.topk + (self.depth - 1) * self.topk ** 2} candidates "
+                f"that depth={self.depth}, topk={self.topk} produce"
+            )
+
+    @property
+    def max_nodes(self) -> int:
+        return self.total
+
+
+TreeSpec = Chain | StaticTree | DynamicTree
+# feed(ids [B, M], tokens [B, M], parents [B, M]) -> draft logits [B, M, V] for M new nodes. `ids` name
+# the new nodes; `parents` name nodes fed or created earlier (-1 = root).
+FeedFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def as_tree_spec(tree: "TreeSpec | int | None", default_k: int = 4) -> TreeSpec:
+    """Normalise the `tree=` argument: None -> Chain(default_k), int k -> Chain(k)."""
+    if tree is None:
+        return Chain(default_k)
+    if isinstance(tree, bool):
+        raise TypeError("tree: expected None, an int, Chain, StaticTree or DynamicTree, got a bool")
+    if isinstance(tree, int):
+        return Chain(tree)
+    if isinstance(tree, (Chain, StaticTree, DynamicTree)):
+        return tree
+    raise TypeError(f"tree: expected None, an int, Chain, StaticTree or DynamicTree, got {type(tree).__name__}")
+
+
+def grow_tree(spec: TreeSpec, root_logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,
+              generator: torch.Generator | None = None) -> DraftTree:
+    """Grow a draft tree of shape `spec` from the drafter's logits after the root."""
+    if isinstance(spec, Chain):
+        return _grow_chain(spec, root_logits, feed, sampling, generator)
+    if isinstance(spec, StaticTree):
+        return _grow_static(spec, root_logits, feed, sampling, generator)
+    if isinstance(spec, DynamicTree):
+        return _grow_dynamic(spec, root_logits, feed, sampling)
+    raise TypeError(f"spec: unsupported tree spec {type(spec).__name__}")
+
+
+def _grow_chain(spec: Chain, logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,
+                generator: torch.Generator | None) -> DraftTree:
+    b = logits.shape[0]
+    if spec.k == 0:
+        return DraftTree.empty(b, logits.device)
+    tokens, probs = [], []
+    for i in range(spec.k):
+        tok, q = sampling.pick(logits, generator)
+        tokens.append(tok)
+        probs.append(q)
+        if i + 1 < spec.k:
+            ids = torch.full((b, 1), i, dtype=torch.long, device=logits.device)
+            logits = feed(ids, tok[:, None], ids - 1)[:, 0]
+    q = torch.stack(probs, dim=1) if sampling.do_sample else None
+    return DraftTree.chain(torch.stack(tokens, dim=1), draft_probs=q)
+
+
+def _grow_static(spec: StaticTree, root_logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,
+                 generator: torch.Generator | None) -> DraftTree:
+    b, device = root_logits.shape[0], root_logits.device
+    index = {c: i for i, c in enumerate(spec.choices)}
+    parent_of = [index[c[:-1]] if len(c) > 1 else -1 for c in spec.choices]
+    has_child = {index[c[:-1]] for c in spec.choices if len(c) > 1}
+    n = len(spec.choices)
+    tokens = torch.zeros(b, n, dtype=torch.long, device=device)
+    q_all = torch.zeros(b, n, root_logits.shape[-1], device=device) if sampling.do_sample else None
+    node_logits: dict[int, torch.Tensor] = {-1: root_logits}
+    max_depth = max(len(c) for c in spec.choices)
+    for d in range(1, max_depth + 1):
+        level = [i for i, c in enumerate(spec.choices) if len(c) == d]
+        for i in level:
+            parent_logits = node_logits[parent_of[i]]
+            if sampling.do_sample:
+                tok, q = sampling.pick(parent_logits, generator)
+                tokens[:, i], q_all[:, i] = tok, q
+            else:
+                rank = spec.choices[i][-1]
+                proc = torch.nan_to_num(sampling.process(parent_logits), nan=float("-inf"))
+                tokens[:, i] = torch.topk(proc, rank + 1, dim=-1).indices[:, rank]
+        to_feed = [i for i in level if i in has_child]
+        if to_feed:
+            ids = torch.tensor(to_feed, device=device).expand(b, -1).contiguous()
+            parents = torch.tensor([parent_of[i] for i in to_feed], device=device).expand(b, -1).contiguous()
+            out = feed(ids, tokens[:, to_feed], parents)
+            for j, i in enumerate(to_feed):
+                node_logits[i] = out[:, j]
+    parents = torch.tensor(parent_of, device=device).expand(b, n).contiguous()
+    valid = torch.ones(b, n, dtype=torch.bool, device=device)
+    return DraftTree(tokens, parents, valid, q_all)
+
+
+def _grow_dynamic(spec: DynamicTree, root_logits: torch.Tensor, feed: FeedFn,
+                  sampling: SamplingConfig) -> DraftTree:
+    """EAGLE-2 expansion and reranking. Tokens are top-k (deterministic), so q is one-hot."""
+    b, device = root_logits.shape[0], root_logits.device
+    k = spec.topk
+    logp = torch.log_softmax(torch.nan_to_num(sampling.process(root_logits), nan=float("-inf")), dim=-1)
+    top = torch.topk(logp, k, dim=-1)
+    # candidate pool, in creation (depth) order: tokens, parents (pool index, -1 root), cumulative scores
+    pool_tokens, pool_parents, pool_scores = [top.indices], [torch.full((b, k), -1, device=device)], [top.values]
+    frontier = torch.arange(k, device=device).expand(b, k)  # pool indices of the nodes to expand
+    frontier_scores = top.values
+    size = k
+    for _ in range(spec.depth - 1):
+        tok = torch.cat(pool_tokens, 1).gather(1, frontier)
+        par = torch.cat(pool_parents, 1).gather(1, frontier)
+        child_logp = torch.log_softmax(
+            torch.nan_to_num(sampling.process(feed(frontier, tok, par)), nan=float("-inf")), dim=-1)
+        ctop = torch.topk(child_logp, k, dim=-1)  # [B, k, k]
+        scores = (frontier_scores[:, :, None] + ctop.values).reshape(b, k * k)
+        pool_tokens.append(ctop.indices.reshape(b, k * k))
+        pool_parents.append(frontier[:, :, None].expand(b, k, k).reshape(b, k * k))
+        pool_scores.append(scores)
+        best = torch.topk(scores, k, dim=-1)
+        frontier = size + best.indices
+        frontier_scores = best.values
+        size += k * k
+    tokens, parents, scores = torch.cat(pool_tokens, 1), torch.cat(pool_parents, 1), torch.cat(pool_scores, 1)
+    # rerank: a stable descending sort keeps parents (earlier, score >= child's) ahead of their children,
+    # so the best `total` nodes are closed under ancestry.
+    order = torch.sort(torch.nan_to_num(scores, nan=float("-inf")), dim=1, descending=True, stable=True).indices
+    keep = torch.sort(order[:, : spec.total], dim=1).values  # back to creation order: parents first
+    new_index = torch.full((b, size), -1, dtype=torch.long, device=device)
+    new_index.scatter_(1, keep, torch.arange(spec.total, device=device).expand(b, -1).contiguous())
+    kept_parents = parents.gather(1, keep)
+    mapped = torch.where(kept_parents >= 0, new_index.gather(1, kept_parents.clamp(min=0)), -1)
+    if (mapped[kept_parents >= 0] < 0).any():  # cannot happen with finite scores; guard against NaN drafts
+        raise RuntimeError("dynamic tree: a kept node lost its parent (non-finite draft scores?)")
+    valid = torch.ones(b, spec.total, dtype=torch.bool, device=device)
+    return DraftTree(tokens.gather(1, keep), mapped, valid, None, feed_ids=keep)

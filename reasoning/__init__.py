@@ -1,0 +1,1 @@
+"""multispec.reasoning: not built yet; see the project's issues."""

@@ -1,0 +1,1 @@
+"""multispec.ssm: not built yet; see the project's issues."""

@@ -1,0 +1,60 @@
+"""Tiny randomly initialised `transformers` models of real classes, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
+
+VOCAB = 128
+KINDS = ("llama", "qwen2", "gemma3")
+
+
+def make_target(kind: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: int = 3, hidden: int = 64,
+                head_scale: float = 8.0, attn: str = "sdpa") -> torch.nn.Module:
+    """A random causal LM; the LM head is scaled up so argmax ties (and flaky comparisons) are rare."""
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if kind == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    elif kind == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**common))
+    elif kind == "gemma3":
+        # two sliding layers with a tiny window, so the sliding-window masks are exercised
+        types = ["sliding_attention", "sliding_attention", "full_attention"][:layers]
+        model = Gemma3ForCausalLM(Gemma3TextConfig(**common, head_dim=16, sliding_window=6, layer_types=types))
+    else:
+        raise ValueError(kind)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+    model.config._attn_implementation = attn
+    return model.eval()
+
+
+def make_layer_skip_draft(target: torch.nn.Module, layers: int = 1) -> torch.nn.Module:
+    """A draft sharing the target's embeddings, first `layers` blocks and head (so it often agrees)."""
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = config.layer_types[:layers]
+    draft = type(target)(config)
+    draft.load_state_dict(target.state_dict(), strict=False)
+    draft.config._attn_implementation = target.config._attn_implementation
+    return draft.eval()
+
+
+def ragged_prompts(batch: int, seed: int = 0, vocab: int = VOCAB, lengths=(7, 3, 5, 9, 4)):
+    """Left-padded prompts of different lengths (pad id 0)."""
+    g = torch.Generator().manual_seed(seed)
+    lens = [lengths[i % len(lengths)] for i in range(batch)]
+    width = max(lens)
+    ids = torch.zeros(batch, width, dtype=torch.long)
+    mask = torch.zeros(batch, width, dtype=torch.long)
+    for r, n in enumerate(lens):
+        ids[r, width - n:] = torch.randint(3, vocab, (n,), generator=g)
+        mask[r, width - n:] = 1
+    return ids, mask

@@ -1,0 +1,1 @@
+"""multispec.vision: not built yet; see the project's issues."""
