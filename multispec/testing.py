@@ -1,4 +1,5 @@
-"""Tiny randomly initialised `transformers` models of real classes, for tests and benchmarks."""
+"""Tiny randomly initialised `transformers` models of real classes, for tests, benchmarks and examples
+(no download needed)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Speed benchmarks (also run by `multispec bench ...` and the scripts under benchmarks/)."""

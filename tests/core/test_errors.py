@@ -1,0 +1,77 @@
+"""Bad input fails early with a message naming the argument."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from multispec import SamplingConfig, speculative_generate
+from multispec.testing import make_target, ragged_prompts
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target("llama")
+
+
+def test_vocabulary_mismatch(target):
+    other = make_target("llama", vocab=64)
+    with pytest.raises(ValueError, match="drafter: vocabulary size 64"):
+        speculative_generate(target, other, torch.tensor([[3, 4]]), max_new_tokens=4)
+
+
+def test_negative_max_new_tokens(target):
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        speculative_generate(target, "ngram", torch.tensor([[3, 4]]), max_new_tokens=-1)
+    with pytest.raises(TypeError, match="max_new_tokens"):
+        speculative_generate(target, "ngram", torch.tensor([[3, 4]]), max_new_tokens=2.5)
+
+
+def test_shapes(target):
+    with pytest.raises(ValueError, match="attention_mask"):
+        speculative_generate(target, "ngram", torch.tensor([[3, 4]]), attention_mask=torch.ones(1, 3))
+    with pytest.raises(ValueError, match="attention_mask: only left padding"):
+        speculative_generate(target, "ngram", torch.tensor([[3, 4]]), attention_mask=torch.tensor([[1, 0]]))
+    with pytest.raises(TypeError, match="input_ids"):
+        speculative_generate(target, "ngram", torch.tensor([[3.0, 4.0]]))
+    with pytest.raises(ValueError, match="input_ids: token ids"):
+        speculative_generate(target, "ngram", torch.tensor([[3, 999]]))
+
+
+def test_unsupported_models(target):
+    with pytest.raises(TypeError, match="target"):
+        speculative_generate(torch.nn.Linear(2, 2), "ngram", torch.tensor([[1]]))
+    with pytest.raises(TypeError, match="drafter"):
+        speculative_generate(target, 3.5, torch.tensor([[1]]))
+    with pytest.raises(ValueError, match="drafter: unknown"):
+        speculative_generate(target, "medusa", torch.tensor([[1]]))
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+    mamba = Mamba2ForCausalLM(Mamba2Config(vocab_size=128, hidden_size=32, num_hidden_layers=1, num_heads=4,
+                                           head_dim=16, state_size=8, n_groups=1, expand=2))
+    with pytest.raises(TypeError, match="multispec.ssm"):
+        speculative_generate(mamba, "ngram", torch.tensor([[1]]))
+
+
+def test_bad_sampling_arguments(target):
+    with pytest.raises(ValueError, match="temperature"):
+        speculative_generate(target, "ngram", torch.tensor([[1]]), do_sample=True, temperature=0.0)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingConfig(do_sample=True, top_p=1.5)
+    with pytest.raises(ValueError, match="top_k"):
+        SamplingConfig(do_sample=True, top_k=0)
+    with pytest.raises(ValueError, match="rule"):
+        speculative_generate(target, "ngram", torch.tensor([[1]]), do_sample=True, rule="greedy")
+    with pytest.raises(ValueError, match="rule: unknown"):
+        speculative_generate(target, "ngram", torch.tensor([[1]]), rule="lenient")
+
+
+def test_tree_arguments(target):
+    with pytest.raises(TypeError, match="tree"):
+        speculative_generate(target, "ngram", torch.tensor([[1]]), tree="big")
+    from multispec import StaticTree
+    with pytest.raises(TypeError, match="n-gram drafter proposes chains only"):
+        speculative_generate(target, "ngram", torch.tensor([[1]]), tree=StaticTree.full([2]))
+
+
+def test_length_beyond_position_embeddings(target):
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        speculative_generate(target, "ngram", torch.tensor([[1, 2]]), max_new_tokens=600)

@@ -1,0 +1,112 @@
+"""Speculative sampling must reproduce the target's distribution (chi-square, with a negative control)."""
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from multispec import AcceptanceRule, DynamicTree, Exact, SamplingConfig, StaticTree, Verdict, speculative_generate
+from multispec.testing import make_layer_skip_draft, make_target
+
+N = 4000
+SETTINGS = dict(temperature=0.9, top_k=12)
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = make_target("llama", seed=1, head_scale=3.0)
+    return target, make_layer_skip_draft(target, layers=1)
+
+
+def _target_dists(target, prompt, sampling):
+    """Exact distributions of the first token and (marginally) of the second token."""
+    with torch.no_grad():
+        p1 = sampling.probs(target(prompt[None]).logits[0, -1])
+        support = p1.nonzero().flatten()
+        seqs = torch.cat([prompt.expand(len(support), -1), support[:, None]], 1)
+        p2_given = sampling.probs(target(seqs).logits[:, -1])
+        p2 = (p1[support, None] * p2_given).sum(0)
+    return p1.double(), p2.double()
+
+
+def _pvalue(samples, probs):
+    counts = torch.bincount(samples, minlength=probs.numel()).double()
+    expected = probs * samples.numel()
+    big = expected >= 5  # pool the rare tokens into one bin
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    if exp[-1] < 5:
+        obs, exp = obs[:-1], exp[:-1]
+        exp = exp * obs.sum() / exp.sum()
+    return chisquare(obs.numpy(), exp.numpy()).pvalue
+
+
+def _draws(target, drafter, tree, rule=None, seed=0):
+    prompt = torch.tensor([5, 17, 42, 9, 77])
+    ids = prompt.expand(N, -1).contiguous()
+    out = speculative_generate(target, drafter, ids, max_new_tokens=2, do_sample=True, tree=tree, rule=rule,
+                               generator=torch.Generator().manual_seed(seed), eos_token_id=[], pad_token_id=0,
+                               **SETTINGS)
+    return prompt, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tree", [3, StaticTree.full([3, 2]), DynamicTree(depth=2, topk=3, total=6)],
+                         ids=["chain", "static", "dynamic"])
+def test_exact_rule_reproduces_target_distribution(models, tree):
+    target, draft = models
+    prompt, out = _draws(target, draft, tree)
+    p1, p2 = _target_dists(target, prompt, SamplingConfig(do_sample=True, **SETTINGS))
+    first, second = out.sequences[:, -2], out.sequences[:, -1]
+    assert _pvalue(first, p1) > 1e-3
+    assert _pvalue(second, p2) > 1e-3
+    assert out.stats.acceptance_rate > 0.1  # drafts were really accepted, so the rule was exercised
+
+
+class ResidualIsTarget(AcceptanceRule):
+    """The classic bug: after rejecting a sampled draft, resample from p instead of norm(max(p - q, 0))."""
+
+    def accept(self, draft, target_logits, sampling, generator=None):
+        p = sampling.probs(target_logits)
+        q = draft.draft_probs
+        b, k = draft.tokens.shape
+        out = torch.full((b, k + 1), -1, dtype=torch.long)
+        acc = torch.zeros(b, dtype=torch.long)
+        u = torch.rand(b, k, generator=generator)
+        for r in range(b):
+            a = 0
+            while a < k:
+                x = int(draft.tokens[r, a])
+                if u[r, a] * q[r, a, x] < p[r, a, x]:
+                    out[r, a] = x
+                    a += 1
+                else:
+                    break
+            out[r, a] = int(torch.multinomial(p[r, a], 1, generator=generator))
+            acc[r] = a
+        idx = torch.arange(k + 1)[None]
+        return Verdict(out, acc, torch.where(idx <= acc[:, None], idx, -1))
+
+
+@pytest.mark.slow
+def test_negative_control_fails_the_same_test(models):
+    target, draft = models
+    prompt, out = _draws(target, draft, 3, rule=ResidualIsTarget())
+    p1, _ = _target_dists(target, prompt, SamplingConfig(do_sample=True, **SETTINGS))
+    assert _pvalue(out.sequences[:, -2], p1) < 1e-6
+
+
+def test_seeded_sampling_is_reproducible(models):
+    target, draft = models
+    ids = torch.tensor([[5, 17, 42, 9, 77]] * 3)
+    runs = [speculative_generate(target, draft, ids, max_new_tokens=10, do_sample=True, tree=3, top_p=0.9,
+                                 generator=torch.Generator().manual_seed(123), eos_token_id=[], pad_token_id=0)
+            for _ in range(2)]
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+
+
+def test_exact_rule_without_sampling_is_greedy(models):
+    target, draft = models
+    ids = torch.tensor([[5, 17, 42, 9, 77]])
+    a = speculative_generate(target, draft, ids, max_new_tokens=10, rule=Exact(), eos_token_id=[], pad_token_id=0)
+    b = target.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0, eos_token_id=None)
+    assert torch.equal(a.sequences, b)

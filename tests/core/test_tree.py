@@ -1,0 +1,102 @@
+import pytest
+import torch
+
+from multispec.sampling import SamplingConfig
+from multispec.tree import Chain, DraftTree, DynamicTree, StaticTree, as_tree_spec, grow_tree
+
+
+def _tree():
+    # root -> 0 -> 2 ; root -> 1 -> 3 -> 4 ; 0 -> 5
+    parents = torch.tensor([[-1, -1, 0, 1, 3, 0]])
+    return DraftTree(torch.arange(10, 16)[None], parents, torch.ones(1, 6, dtype=torch.bool))
+
+
+def test_derived_encodings():
+    t = _tree()
+    assert t.full_parents().tolist() == [[-1, 0, 0, 1, 2, 4, 1]]
+    assert t.depths().tolist() == [[0, 1, 1, 2, 2, 3, 2]]
+    fc, ns = t.linked()
+    assert fc.tolist() == [[1, 3, 4, -1, 5, -1, -1]]
+    assert ns.tolist() == [[-1, 2, -1, 6, -1, -1, -1]]
+    anc = t.ancestor_mask()[0]
+    assert anc[5].nonzero().flatten().tolist() == [0, 2, 4, 5]
+    assert anc[6].nonzero().flatten().tolist() == [0, 1, 6]
+    paths = t.paths()[0].tolist()
+    assert sorted(paths) == sorted([[0, 1, 3], [0, 2, 4, 5], [0, 1, 6, -1]])
+
+
+def test_invalid_nodes_are_not_linked():
+    t = DraftTree.chain(torch.tensor([[4, 5, 6], [7, 8, 9]]), lengths=torch.tensor([3, 1]))
+    fc, _ = t.linked()
+    assert fc.tolist() == [[1, 2, 3, -1], [1, -1, -1, -1]]
+
+
+def test_bad_parents_rejected():
+    with pytest.raises(ValueError, match="parents"):
+        DraftTree(torch.zeros(1, 2, dtype=torch.long), torch.tensor([[-1, 1]]), torch.ones(1, 2, dtype=torch.bool))
+
+
+def test_static_tree_spec_validation():
+    with pytest.raises(ValueError, match="choices"):
+        StaticTree([(0, 1)])
+    assert StaticTree.full([2, 2]).max_nodes == 6
+    with pytest.raises(TypeError, match="tree"):
+        as_tree_spec("wide")
+    assert as_tree_spec(5) == Chain(5)
+
+
+def _feed_from_table(table):
+    """A fake drafter whose next-token logits depend only on the fed token."""
+    def feed(ids, tokens, parents):
+        return table[tokens]
+    return feed
+
+
+def test_dynamic_tree_keeps_best_nodes_and_is_ancestor_closed():
+    torch.manual_seed(0)
+    v = 11
+    table = torch.randn(v, v) * 3
+    root = table[3][None].repeat(2, 1)
+    spec = DynamicTree(depth=3, topk=3, total=7)
+    tree = grow_tree(spec, root, _feed_from_table(table), SamplingConfig())
+    assert tree.tokens.shape == (2, 7)
+    # brute force: all nodes of the expansion with their cumulative log-probs
+    logp = torch.log_softmax(table, -1)
+    first = torch.topk(logp[3], 3)
+    cands = [((int(t),), float(s)) for t, s in zip(first.indices, first.values)]
+    frontier = cands
+    for _ in range(2):
+        children = []
+        for path, score in frontier:
+            top = torch.topk(logp[path[-1]], 3)
+            children += [(path + (int(t),), score + float(s)) for t, s in zip(top.indices, top.values)]
+        cands += children
+        frontier = sorted(children, key=lambda c: -c[1])[:3]
+    best = sorted(cands, key=lambda c: -c[1])[:7]
+    got = set()
+    par = tree.parents[0].tolist()
+    for i in range(7):
+        path, j = [], i
+        while j >= 0:
+            assert j < i or j == i
+            path.append(int(tree.tokens[0, j]))
+            j = par[j]
+        got.add(tuple(path[::-1]))
+    assert got == {p for p, _ in best}
+
+
+def test_static_tree_uses_ranks():
+    table = torch.arange(6.0).repeat(6, 1)  # token 5 is best, then 4, ...
+    tree = grow_tree(StaticTree([(0,), (1,), (0, 0), (0, 2)]), table[0][None], _feed_from_table(table),
+                     SamplingConfig())
+    assert tree.tokens.tolist() == [[5, 4, 5, 3]]
+    assert tree.parents.tolist() == [[-1, -1, 0, 0]]
+
+
+def test_chain_growth_samples_with_probs():
+    table = torch.randn(7, 7)
+    g = torch.Generator().manual_seed(0)
+    tree = grow_tree(Chain(4), table[0][None].repeat(5, 1), _feed_from_table(table),
+                     SamplingConfig(do_sample=True, temperature=0.7), g)
+    assert tree.is_chain and tree.draft_probs.shape == (5, 4, 7)
+    assert torch.allclose(tree.draft_probs[:, 0], torch.softmax(table[0] / 0.7, -1).expand(5, -1))
