@@ -147,13 +147,21 @@ class HFCausalLM:
         key_pos = torch.cat([(cols[None, :] - self.start_col[:, None]).expand(b, -1), pos], dim=1)
         masks = self._layer_masks(allowed, new_pos[:, :, None] - key_pos[:, None, :])
         cache_position = torch.arange(self.width + p0, self.width + p0 + m, device=self.device)
-        out = self.model(input_ids=tokens, attention_mask=masks, position_ids=new_pos,
-                         past_key_values=self.cache, use_cache=True, cache_position=cache_position,
-                         output_hidden_states=output_hidden_states)
+        captured: list[torch.Tensor] = []
+        hook = None
+        if output_hidden_states:  # the LM head's input: the final (normed) hidden state, for any class
+            hook = self.model.get_output_embeddings().register_forward_hook(
+                lambda _m, args, _out: captured.append(args[0]))
+        try:
+            out = self.model(input_ids=tokens, attention_mask=masks, position_ids=new_pos,
+                             past_key_values=self.cache, use_cache=True, cache_position=cache_position)
+        finally:
+            if hook is not None:
+                hook.remove()
         self.pending = _Pending(torch.cat([self.pending.parents, parents], 1), pos, anc)
         logits = out.logits.float()
         if output_hidden_states:
-            return logits, out.hidden_states[-1]
+            return logits, captured[-1]
         return logits
 
     def _layer_masks(self, allowed: torch.Tensor, distance: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:

