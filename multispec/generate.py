@@ -163,8 +163,13 @@ def _run(target, drafter: Drafter, input_ids, attention_mask, max_new_tokens, sa
          eos, stats, new_tokens, progress) -> None:
     device = target.device
     t0 = time.perf_counter()
-    roots = target.start(input_ids, attention_mask)
-    drafter.start(input_ids, attention_mask)
+    wants = drafter.uses_target_features
+    if wants:
+        roots, features = target.start(input_ids, attention_mask, output_hidden_states=True)
+        drafter.start(input_ids, attention_mask, features=features)
+    else:
+        roots = target.start(input_ids, attention_mask)
+        drafter.start(input_ids, attention_mask)
     _sync(device)
     stats.prefill_s = time.perf_counter() - t0
     active = list(range(input_ids.shape[0]))  # original row of each active row
@@ -175,7 +180,12 @@ def _run(target, drafter: Drafter, input_ids, attention_mask, max_new_tokens, sa
         _sync(device)
         t1 = time.perf_counter()
         tokens = torch.cat([roots[:, None], draft.tokens.to(device)], dim=1)
-        logits = target.forward(tokens, draft.full_parents(), draft.full_valid())
+        features = None
+        if wants:
+            logits, features = target.forward(tokens, draft.full_parents(), draft.full_valid(),
+                                              output_hidden_states=True)
+        else:
+            logits = target.forward(tokens, draft.full_parents(), draft.full_valid())
         verdict = rule.accept(draft, logits, sampling, generator)
         _sync(device)
         t2 = time.perf_counter()
@@ -194,7 +204,7 @@ def _run(target, drafter: Drafter, input_ids, attention_mask, max_new_tokens, sa
             if len(new_tokens[row]) >= max_new_tokens or (toks and toks[-1] in eos):
                 finished.append(i)
         target.commit(verdict.path)
-        drafter.commit(draft, verdict)
+        drafter.commit(draft, verdict, features=features)
         roots = verdict.tokens.gather(1, verdict.num_accepted[:, None].to(verdict.tokens.device))[:, 0].to(device)
         if finished:
             keep = torch.tensor([i for i in range(len(active)) if i not in set(finished)], dtype=torch.long)

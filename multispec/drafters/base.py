@@ -18,15 +18,19 @@ class Drafter:
     """
 
     vocab_size: int | None = None  # None: the drafter works in token space and fits any vocabulary
+    # feature-level drafters (EAGLE) read the target's final hidden states: the loop then passes them to
+    # `start` (prefilled tokens, [B, L-1, H]) and `commit` (every full-tree node of the step, [B, T, H])
+    uses_target_features: bool = False
 
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+              features: torch.Tensor | None = None) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement start()")
 
     def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
         raise NotImplementedError(f"{type(self).__name__} must implement propose()")
 
-    def commit(self, draft: DraftTree, verdict: Verdict) -> None:
+    def commit(self, draft: DraftTree, verdict: Verdict, features: torch.Tensor | None = None) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement commit()")
 
     def select(self, rows: torch.Tensor) -> None:

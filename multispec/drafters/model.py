@@ -24,7 +24,7 @@ class ModelDrafter(Drafter):
         self.lm = HFCausalLM(model, name="draft_model")
         self.vocab_size = self.lm.vocab_size
 
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, features=None) -> None:
         self.lm.start(input_ids, attention_mask)
         b = input_ids.shape[0]
         self.unfed = torch.full((b, 0), -1, dtype=torch.long, device=self.lm.device)
@@ -62,7 +62,7 @@ class ModelDrafter(Drafter):
 
         return grow_tree(spec, root_logits, feed, sampling, generator)
 
-    def commit(self, draft: DraftTree, verdict: Verdict) -> None:
+    def commit(self, draft: DraftTree, verdict: Verdict, features=None) -> None:
         device = self.lm.device
         b = verdict.num_accepted.shape[0]
         # accepted draft nodes (full-tree path minus the root) -> feed ids -> pending indices

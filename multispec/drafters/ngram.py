@@ -25,7 +25,7 @@ class NGramDrafter(Drafter):
             raise ValueError(f"search_window: expected a positive int or None, got {search_window}")
         self.max_ngram, self.min_ngram, self.search_window = max_ngram, min_ngram, search_window
 
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, features=None) -> None:
         self.device = input_ids.device
         self.history = [ids[m.bool()].tolist() for ids, m in zip(input_ids.cpu(), attention_mask.cpu())]
 
@@ -49,7 +49,7 @@ class NGramDrafter(Drafter):
         lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
         return DraftTree.chain(tokens.to(self.device), lengths.to(self.device))
 
-    def commit(self, draft: DraftTree, verdict: Verdict) -> None:
+    def commit(self, draft: DraftTree, verdict: Verdict, features=None) -> None:
         counts = (verdict.num_accepted + 1).tolist()
         for seq, toks, c in zip(self.history, verdict.tokens.tolist(), counts):
             seq.extend(toks[:c])

@@ -68,20 +68,51 @@ class HFCausalLM:
         self.cache: DynamicCache | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------------
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Prefill all prompt tokens but the last one; return the last ones (the first roots) [B]."""
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, output_hidden_states: bool = False,
+              inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Prefill all prompt tokens but the last one; return the last ones (the first roots) [B], and
+        with `output_hidden_states` also the final hidden states of the prefilled tokens [B, L-1, H]."""
         b, length = input_ids.shape
         self.cache = DynamicCache()
         self.start_col = (attention_mask == 0).sum(dim=1).to(self.device)
         self.length = torch.full((b,), length - 1, dtype=torch.long, device=self.device)
         self.width = length - 1
         self._reset_pending(b)
+        hidden = None
         if length > 1:
-            self._prefill(input_ids[:, :-1].to(self.device), attention_mask[:, :-1].to(self.device))
-        return input_ids[:, -1].to(self.device)
+            embeds = None if inputs_embeds is None else inputs_embeds[:, :-1].to(self.device)
+            hidden = self._prefill(input_ids[:, :-1].to(self.device), attention_mask[:, :-1].to(self.device),
+                                   output_hidden_states, embeds)
+        roots = input_ids[:, -1].to(self.device)
+        if output_hidden_states:
+            if hidden is None:
+                hidden = torch.zeros(b, 0, self.hidden_size, dtype=self.dtype, device=self.device)
+            return roots, hidden
+        return roots
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[1])
+
+    def _run(self, output_hidden_states: bool, **kwargs):
+        """Call the model; with `output_hidden_states`, also return the decoder's final (normed) hidden
+        state, i.e. what the LM head reads, captured by a hook so every position is kept even when only
+        the last logits are computed."""
+        captured: list[torch.Tensor] = []
+        hook = None
+        if output_hidden_states:
+            hook = self.model.get_decoder().register_forward_hook(
+                lambda _m, _args, out: captured.append(out[0] if isinstance(out, tuple) else out.last_hidden_state))
+        try:
+            out = self.model(past_key_values=self.cache, use_cache=True, **kwargs)
+        finally:
+            if hook is not None:
+                hook.remove()
+        return out, (captured[-1] if captured else None)
 
     @torch.no_grad()
-    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor) -> None:
+    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, output_hidden_states: bool = False,
+                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | None:
         n = ids.shape[1]
         pos = (mask2d.long().cumsum(-1) - 1).clamp(min=0)
         q = torch.arange(n, device=self.device)
@@ -90,8 +121,10 @@ class HFCausalLM:
         # fully padded query rows attend to themselves only (their output is never used)
         allowed = allowed | torch.eye(n, dtype=torch.bool, device=self.device)[None]
         masks = self._layer_masks(allowed, pos[:, :, None] - pos[:, None, :])
-        self.model(input_ids=ids, attention_mask=masks, position_ids=pos, past_key_values=self.cache,
-                   use_cache=True, cache_position=q, logits_to_keep=1)
+        tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
+        _, hidden = self._run(output_hidden_states, attention_mask=masks, position_ids=pos, cache_position=q,
+                              logits_to_keep=1, **tokens)
+        return hidden
 
     def _reset_pending(self, b: int) -> None:
         z = torch.zeros(b, 0, dtype=torch.long, device=self.device)
@@ -108,7 +141,8 @@ class HFCausalLM:
     # ---- scoring --------------------------------------------------------------------------------------
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                output_hidden_states: bool = False,
+                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Feed M new nodes per row and return their logits [B, M, V] (float32).
 
         `parents[b, m]` is the pending index of node m's parent (-1 = the committed prefix); new node m
@@ -147,22 +181,12 @@ class HFCausalLM:
         key_pos = torch.cat([(cols[None, :] - self.start_col[:, None]).expand(b, -1), pos], dim=1)
         masks = self._layer_masks(allowed, new_pos[:, :, None] - key_pos[:, None, :])
         cache_position = torch.arange(self.width + p0, self.width + p0 + m, device=self.device)
-        captured: list[torch.Tensor] = []
-        hook = None
-        if output_hidden_states:  # the LM head's input: the final (normed) hidden state, for any class
-            hook = self.model.get_output_embeddings().register_forward_hook(
-                lambda _m, args, _out: captured.append(args[0]))
-        try:
-            out = self.model(input_ids=tokens, attention_mask=masks, position_ids=new_pos,
-                             past_key_values=self.cache, use_cache=True, cache_position=cache_position)
-        finally:
-            if hook is not None:
-                hook.remove()
+        inputs = dict(input_ids=tokens) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds.to(self.device))
+        out, hidden = self._run(output_hidden_states, attention_mask=masks, position_ids=new_pos,
+                                cache_position=cache_position, **inputs)
         self.pending = _Pending(torch.cat([self.pending.parents, parents], 1), pos, anc)
         logits = out.logits.float()
-        if output_hidden_states:
-            return logits, captured[-1]
-        return logits
+        return (logits, hidden) if output_hidden_states else logits
 
     def _layer_masks(self, allowed: torch.Tensor, distance: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
         """Additive float masks [B, 1, Q, K]; a dict per layer type when some layers slide."""
