@@ -272,15 +272,38 @@ def as_tree_spec(tree: "TreeSpec | int | None", default_k: int = 4) -> TreeSpec:
 
 
 def grow_tree(spec: TreeSpec, root_logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,
-              generator: torch.Generator | None = None) -> DraftTree:
-    """Grow a draft tree of shape `spec` from the drafter's logits after the root."""
+              generator: torch.Generator | None = None, vocab_map: torch.Tensor | None = None,
+              vocab_size: int | None = None) -> DraftTree:
+    """Grow a draft tree of shape `spec` from the drafter's logits after the root.
+
+    A drafter with a reduced vocabulary (EAGLE-3 style) passes `vocab_map[j]` = the target token id of
+    its j-th logit and the target's `vocab_size`: choices happen in the reduced space, while `feed`, the
+    returned tokens and the returned draft probabilities are in the target's vocabulary.
+    """
+    if vocab_map is not None:
+        if vocab_size is None:
+            raise ValueError("vocab_size: required with vocab_map")
+        inner = feed
+
+        def feed(ids, tokens, parents):  # noqa: F811 - the mapped view of the drafter's callback
+            return inner(ids, vocab_map[tokens], parents)
+
     if isinstance(spec, Chain):
-        return _grow_chain(spec, root_logits, feed, sampling, generator)
-    if isinstance(spec, StaticTree):
-        return _grow_static(spec, root_logits, feed, sampling, generator)
-    if isinstance(spec, DynamicTree):
-        return _grow_dynamic(spec, root_logits, feed, sampling)
-    raise TypeError(f"spec: unsupported tree spec {type(spec).__name__}")
+        tree = _grow_chain(spec, root_logits, feed, sampling, generator)
+    elif isinstance(spec, StaticTree):
+        tree = _grow_static(spec, root_logits, feed, sampling, generator)
+    elif isinstance(spec, DynamicTree):
+        tree = _grow_dynamic(spec, root_logits, feed, sampling)
+    else:
+        raise TypeError(f"spec: unsupported tree spec {type(spec).__name__}")
+    if vocab_map is not None:
+        tree.tokens = vocab_map[tree.tokens]
+        if tree.draft_probs is not None:
+            q = tree.draft_probs
+            full = torch.zeros(*q.shape[:-1], vocab_size, dtype=q.dtype, device=q.device)
+            full[..., vocab_map] = q
+            tree.draft_probs = full
+    return tree
 
 
 def _grow_chain(spec: Chain, logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,

@@ -9,6 +9,7 @@ from transformers import PreTrainedModel
 from .base import Drafter
 from .model import ModelDrafter
 from .ngram import NGramDrafter
+from .eagle import EagleConfig, EagleDrafter, EagleHead
 
 
 def as_drafter(drafter: Any) -> Drafter:
@@ -26,4 +27,4 @@ def as_drafter(drafter: Any) -> Drafter:
     )
 
 
-__all__ = ["Drafter", "ModelDrafter", "NGramDrafter", "as_drafter"]
+__all__ = ["Drafter", "EagleConfig", "EagleDrafter", "EagleHead", "ModelDrafter", "NGramDrafter", "as_drafter"]

@@ -1,0 +1,196 @@
+"""EAGLE-style feature-level drafter.
+
+The draft is one decoder layer that reads, at each position, the target's final hidden state f_t fused
+with the embedding of the next token x_{t+1} (`fc(cat(emb(x_{t+1}), f_t))`, EAGLE-1/2) and predicts
+f_{t+1} and the token after. The target's embeddings are used frozen (not stored with the head), and
+the head speaks a reduced vocabulary (EAGLE-3's trick) mapped to target ids by `d2t`: a full
+262k-row head would cost the draft about as much as the target's own head.
+
+Runtime: the drafter keeps its own ragged KV cache (an `HFCausalLM` over the one-layer decoder fed with
+`inputs_embeds`). Tree nodes are fed with the draft's *predicted* features; after verification only
+entries built from the target's *true* features are kept, and the accepted tokens are re-fed next step
+with their true features, as EAGLE does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+
+from ..acceptance import Verdict
+from ..sampling import SamplingConfig
+from ..targets.hf import HFCausalLM, check_causal_lm, output_vocab_size
+from ..tree import DraftTree, TreeSpec, grow_tree
+from .base import Drafter
+
+
+@dataclass
+class EagleConfig:
+    hidden_size: int  # the target's hidden size
+    draft_vocab_size: int
+    target_vocab_size: int
+    intermediate_size: int = 2048
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 2
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 32768
+    rms_norm_eps: float = 1e-6
+
+
+class EagleHead(nn.Module):
+    """fc + one Llama decoder layer + a reduced-vocabulary head."""
+
+    def __init__(self, config: EagleConfig, d2t: torch.Tensor | None = None):
+        super().__init__()
+        self.config = config
+        h = config.hidden_size
+        self.fc = nn.Linear(2 * h, h, bias=True)
+        llama = LlamaConfig(vocab_size=config.draft_vocab_size, hidden_size=h,
+                            intermediate_size=config.intermediate_size, num_hidden_layers=1,
+                            num_attention_heads=config.num_attention_heads,
+                            num_key_value_heads=config.num_key_value_heads, rope_theta=config.rope_theta,
+                            max_position_embeddings=config.max_position_embeddings,
+                            rms_norm_eps=config.rms_norm_eps, tie_word_embeddings=False)
+        self.decoder = LlamaForCausalLM(llama)
+        self.decoder.model.embed_tokens = nn.Embedding(1, h)  # inputs come as embeddings; keep no table
+        if d2t is None:
+            d2t = torch.arange(config.draft_vocab_size)
+        if d2t.shape != (config.draft_vocab_size,):
+            raise ValueError(f"d2t: expected shape ({config.draft_vocab_size},), got {tuple(d2t.shape)}")
+        self.register_buffer("d2t", d2t.long().clone())
+
+    def fuse(self, token_embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Decoder inputs from next-token embeddings and the preceding positions' features."""
+        return self.fc(torch.cat([token_embeds.to(self.fc.weight.dtype), features.to(self.fc.weight.dtype)], -1))
+
+    def forward(self, inputs_embeds: torch.Tensor, **kwargs):
+        """Teacher-forced pass (training): returns (draft logits [B, S, Vd], predicted features [B, S, H])."""
+        out = self.decoder.model(inputs_embeds=inputs_embeds, **kwargs)
+        hidden = out.last_hidden_state
+        return self.decoder.lm_head(hidden), hidden
+
+    # ---- persistence ------------------------------------------------------------------------------------
+    def save(self, folder: str | Path, dtype: torch.dtype = torch.float16) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in self.state_dict().items()}
+        save_file(tensors, str(folder / "eagle.safetensors"))
+        (folder / "eagle_config.json").write_text(json.dumps(asdict(self.config), indent=2))
+
+    @staticmethod
+    def load(folder: str | Path, dtype: torch.dtype = torch.float32) -> "EagleHead":
+        folder = Path(folder)
+        if not (folder / "eagle_config.json").exists():
+            raise FileNotFoundError(f"folder: no eagle_config.json in {folder}")
+        config = EagleConfig(**json.loads((folder / "eagle_config.json").read_text()))
+        tensors = load_file(str(folder / "eagle.safetensors"))
+        head = EagleHead(config, tensors["d2t"])
+        head.load_state_dict({k: (v.to(dtype) if v.is_floating_point() else v) for k, v in tensors.items()})
+        return head.to(dtype).eval()
+
+
+class EagleDrafter(Drafter):
+    """Drafts chains or trees with an `EagleHead` over a target's features."""
+
+    uses_target_features = True
+
+    def __init__(self, head: EagleHead, target: PreTrainedModel):
+        check_causal_lm(target, "target")
+        self.head = head.eval()
+        self.embed = target.get_input_embeddings()
+        self.vocab_size = output_vocab_size(target)
+        if head.config.target_vocab_size != self.vocab_size:
+            raise ValueError(f"head: trained for a vocabulary of {head.config.target_vocab_size}, the target has "
+                             f"{self.vocab_size}")
+        if head.config.hidden_size != self.embed.weight.shape[1]:
+            raise ValueError(f"head: hidden size {head.config.hidden_size} does not match the target's "
+                             f"{self.embed.weight.shape[1]}")
+        self.lm = HFCausalLM(head.decoder, name="eagle_head")
+        self.device = self.lm.device
+
+    @torch.no_grad()
+    def _embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        return self.head.fuse(self.embed(tokens.to(self.embed.weight.device)).to(self.device), features.to(self.device))
+
+    @torch.no_grad()
+    def start(self, input_ids, attention_mask, features=None) -> None:
+        if features is None:
+            raise ValueError("features: the EAGLE drafter needs the target's prefill hidden states")
+        b, length = input_ids.shape
+        # draft entry j pairs token x_{j+1} with the target feature f_j; the root x_{L-1} pairs with f_{L-2}
+        feats = torch.zeros(b, length - 1, features.shape[-1], device=self.device, dtype=features.dtype)
+        feats[:, : features.shape[1]] = features.to(self.device)
+        feats = feats * attention_mask[:, :-1, None].to(feats)  # zero features at padding
+        if length > 1:
+            tokens, mask = input_ids[:, 1:], attention_mask[:, 1:]
+            self.lm.start(tokens, mask, inputs_embeds=self._embeds(tokens, feats))
+            self._pending_features = feats[:, -1:]  # the root's (possibly zero) feature
+        else:  # a one-token prompt: nothing to pair yet; the root gets a zero feature
+            self.lm.start(input_ids[:, :0].new_zeros(b, 1), attention_mask.new_zeros(b, 1) + 1)
+            self._pending_features = torch.zeros(b, 1, self.head.config.hidden_size, device=self.device)
+        self._pending_tokens = input_ids[:, -1:].to(self.device)
+
+    @torch.no_grad()
+    def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
+                generator: torch.Generator | None = None) -> DraftTree:
+        lm, device = self.lm, self.device
+        b = roots.shape[0]
+        tokens, feats = self._pending_tokens, self._pending_features  # [B, U], [B, U, H]; -1 = padding
+        counts = (tokens >= 0).sum(dim=1)
+        width = tokens.shape[1]
+        idx = torch.arange(width, device=device)[None, :]
+        valid = idx < counts[:, None]
+        safe = tokens.clamp(min=0)
+        logits, hidden = lm.forward(safe, (idx - 1).expand(b, width).contiguous(), valid, output_hidden_states=True,
+                                    inputs_embeds=self._embeds(safe, feats))
+        rows = torch.arange(b, device=device)
+        last = counts - 1
+        self._chain_valid = valid
+        node_hidden = [hidden]  # predicted features by pending index
+        root_pending = last
+        fed = torch.full((b, 0), -1, dtype=torch.long, device=device)
+
+        def feed(ids: torch.Tensor, toks: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
+            nonlocal fed
+            need = int(ids.max()) + 1
+            if need > fed.shape[1]:
+                fed = torch.cat([fed, torch.full((b, need - fed.shape[1]), -1, dtype=torch.long, device=device)], 1)
+            parent_pending = torch.where(parent_ids >= 0, fed.gather(1, parent_ids.clamp(min=0)), root_pending[:, None])
+            all_hidden = torch.cat(node_hidden, dim=1)
+            parent_feat = all_hidden.gather(1, parent_pending[..., None].expand(-1, -1, all_hidden.shape[-1]))
+            new = lm.num_pending + torch.arange(ids.shape[1], device=device).expand_as(ids)
+            fed.scatter_(1, ids, new)
+            out_logits, out_hidden = lm.forward(toks, parent_pending, output_hidden_states=True,
+                                                inputs_embeds=self._embeds(toks, parent_feat))
+            node_hidden.append(out_hidden)
+            return out_logits
+
+        tree = grow_tree(spec, logits[rows, last], feed, sampling, generator, vocab_map=self.head.d2t,
+                         vocab_size=self.vocab_size)
+        return tree
+
+    @torch.no_grad()
+    def commit(self, draft: DraftTree, verdict: Verdict, features: torch.Tensor | None = None) -> None:
+        if features is None:
+            raise ValueError("features: the EAGLE drafter needs the target's hidden states at every tree node")
+        device = self.device
+        width = self._chain_valid.shape[1]
+        # keep the catch-up entries (built from true features); drop every tree node (predicted features)
+        self.lm.commit(torch.where(self._chain_valid, torch.arange(width, device=device), -1))
+        # next step re-feeds the accepted tokens and the new root, each with the true feature before it
+        path = verdict.path.to(device)
+        keep = path >= 0
+        feats = features.to(device).gather(1, path.clamp(min=0)[..., None].expand(-1, -1, features.shape[-1]))
+        self._pending_features = feats * keep[..., None]
+        self._pending_tokens = torch.where(keep, verdict.tokens.to(device), -1)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.lm.select(rows)
+        rows = rows.to(self.device)
+        self._pending_tokens, self._pending_features = self._pending_tokens[rows], self._pending_features[rows]
