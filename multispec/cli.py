@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 
@@ -10,23 +11,56 @@ def _bench(args: argparse.Namespace) -> int:
     if args.suite == "core":
         from .bench.core import run
         run(quick=args.quick, max_new_tokens=args.max_new_tokens, json_path=args.json, threads=args.threads)
+    else:
+        from .bench.text import run
+        run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature, threads=args.threads)
+    return 0
+
+
+def _zoo(args: argparse.Namespace) -> int:
+    from . import zoo
+    if args.action == "list":
+        for name in zoo.names():
+            e = zoo.entry(name)
+            shipped = "shipped" if any(zoo.path(name).glob("**/*.safetensors")) else "not trained"
+            extra = f" [needs pip extra '{e.requires}']" if e.requires else ""
+            print(f"{name:20s} {shipped:12s} {e.description}{extra}")
         return 0
-    print(f"multispec bench: unknown suite {args.suite!r}", file=sys.stderr)
-    return 2
+    if not args.name:
+        print(f"multispec zoo {args.action}: NAME is required", file=sys.stderr)
+        return 2
+    if args.action == "path":
+        print(zoo.path(args.name))
+        return 0
+    report = zoo.train(args.name, args.out)
+    print(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2, default=str))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="multispec", description="Speculative generation beyond plain text.")
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="speed benchmarks against plain decoding and transformers")
-    bench.add_argument("suite", choices=["core"], help="which benchmark to run")
-    bench.add_argument("--quick", action="store_true", help="a smaller run (about a minute on 2 CPU cores)")
+    bench.add_argument("suite", choices=["core", "text"], help="core: random-weight pair; text: a zoo pair")
+    bench.add_argument("--quick", action="store_true", help="a smaller run")
+    bench.add_argument("--pair", default="gemma3-270m-eagle", help="zoo pair for `text` (default %(default)s)")
     bench.add_argument("--max-new-tokens", type=int, default=None)
+    bench.add_argument("--temperature", type=float, default=0.8, help="for the sampling rows of `text`")
     bench.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     bench.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
     bench.set_defaults(func=_bench)
+    zoo = sub.add_parser("zoo", help="the model zoo: list, locate or retrain pairs")
+    zoo.add_argument("action", choices=["list", "path", "train"])
+    zoo.add_argument("name", nargs="?", default=None)
+    zoo.add_argument("--out", default=None, help="where `train` writes (default ~/.cache/multispec/zoo/NAME)")
+    zoo.set_defaults(func=_zoo)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, ImportError) as err:
+        print(f"multispec: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

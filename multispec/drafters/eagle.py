@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers import PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from ..acceptance import Verdict
 from ..sampling import SamplingConfig
@@ -41,23 +41,28 @@ class EagleConfig:
     rope_theta: float = 10000.0
     max_position_embeddings: int = 32768
     rms_norm_eps: float = 1e-6
+    # attend only to the last `sliding_window` positions: keeps every relative distance the head sees at
+    # inference inside what training showed it (RoPE does not extrapolate); None = full attention
+    sliding_window: int | None = None
 
 
 class EagleHead(nn.Module):
-    """fc + one Llama decoder layer + a reduced-vocabulary head."""
+    """fc + one decoder layer (Qwen2-style, optionally sliding-window) + a reduced-vocabulary head."""
 
     def __init__(self, config: EagleConfig, d2t: torch.Tensor | None = None):
         super().__init__()
         self.config = config
         h = config.hidden_size
         self.fc = nn.Linear(2 * h, h, bias=True)
-        llama = LlamaConfig(vocab_size=config.draft_vocab_size, hidden_size=h,
-                            intermediate_size=config.intermediate_size, num_hidden_layers=1,
-                            num_attention_heads=config.num_attention_heads,
-                            num_key_value_heads=config.num_key_value_heads, rope_theta=config.rope_theta,
-                            max_position_embeddings=config.max_position_embeddings,
-                            rms_norm_eps=config.rms_norm_eps, tie_word_embeddings=False)
-        self.decoder = LlamaForCausalLM(llama)
+        window = config.sliding_window
+        decoder_config = Qwen2Config(
+            vocab_size=config.draft_vocab_size, hidden_size=h, intermediate_size=config.intermediate_size,
+            num_hidden_layers=1, num_attention_heads=config.num_attention_heads,
+            num_key_value_heads=config.num_key_value_heads, rope_theta=config.rope_theta,
+            max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.rms_norm_eps,
+            tie_word_embeddings=False, use_sliding_window=window is not None, sliding_window=window,
+            max_window_layers=0, layer_types=["sliding_attention" if window else "full_attention"])
+        self.decoder = Qwen2ForCausalLM(decoder_config)
         self.decoder.model.embed_tokens = nn.Embedding(1, h)  # inputs come as embeddings; keep no table
         if d2t is None:
             d2t = torch.arange(config.draft_vocab_size)

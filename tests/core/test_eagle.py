@@ -79,3 +79,19 @@ def test_mismatched_head_is_refused(trained):
         EagleDrafter(wrong, target)
     with pytest.raises(FileNotFoundError, match="folder"):
         EagleHead.load("/nonexistent")
+
+
+def test_sliding_window_head_is_lossless_past_its_window():
+    """A head attending to its last 6 positions only (as the zoo heads do) over 40+ token sequences."""
+    target = make_target("llama")
+    torch.manual_seed(1)
+    head = EagleHead(EagleConfig(hidden_size=64, draft_vocab_size=128, target_vocab_size=128, intermediate_size=128,
+                                 num_attention_heads=4, num_key_value_heads=2, sliding_window=6))
+    assert head.decoder.config.layer_types == ["sliding_attention"]
+    ids, mask = ragged_prompts(3, seed=2)
+    expected = target.generate(ids, attention_mask=mask, max_new_tokens=40, do_sample=False, pad_token_id=0,
+                               eos_token_id=None)
+    for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
+        out = speculative_generate(target, EagleDrafter(head, target), ids, mask, max_new_tokens=40, tree=tree,
+                                   eos_token_id=[], pad_token_id=0)
+        assert torch.equal(out.sequences, expected)

@@ -1,0 +1,166 @@
+"""Text speed benchmark on a zoo pair (`multispec bench text`).
+
+Same prompts for every method: held-out CPython stdlib files (never trained on) and natural-language
+prompts. Greedy: plain decoding, `transformers` prompt lookup, our n-gram drafter, our EAGLE drafter
+as a chain and as a dynamic tree; each output is compared with plain greedy, and a differing token is
+classified as a floating-point near-tie when the target's top-2 logit gap there is below 1e-4.
+Sampling (temperature 0.8): speed and acceptance only (correctness is the core's chi-square tests).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+from .. import DynamicTree, NGramDrafter, speculative_generate
+from .. import zoo
+from ..zoo.data import read_source, stdlib_files
+
+NATURAL = [
+    "The history of the printing press begins in the fifteenth century, when",
+    "To make a good cup of tea, first",
+    "Photosynthesis is the process by which plants",
+    "Dear committee members, I am writing to",
+]
+NEAR_TIE = 1e-4
+
+
+def prompts(tokenizer, quick: bool) -> list[tuple[str, torch.Tensor]]:
+    files = stdlib_files("heldout")[: 2 if quick else 6]
+    out = []
+    for f in files:
+        text = read_source(f)
+        out.append((f"stdlib:{f.name}", text[:1200]))
+    out += [(f"natural:{i}", t) for i, t in enumerate(NATURAL[: 1 if quick else 4])]
+    return [(name, tokenizer(text, return_tensors="pt")["input_ids"]) for name, text in out]
+
+
+@torch.no_grad()
+def _classify(target, reference: torch.Tensor, other: torch.Tensor, prompt_len: int) -> str:
+    """'identical', 'near-tie' (first difference at a target top-2 gap < 1e-4) or 'mismatch'."""
+    if torch.equal(reference, other):
+        return "identical"
+    n = min(reference.shape[1], other.shape[1])
+    diff = (reference[0, :n] != other[0, :n]).nonzero()
+    if len(diff) == 0:
+        return "mismatch"  # one is a prefix of the other: lengths differ
+    pos = int(diff[0])
+    logits = target(reference[:, :pos]).logits[0, -1].float()
+    top2 = torch.topk(logits, 2).values
+    return "near-tie" if float(top2[0] - top2[1]) < NEAR_TIE else "mismatch"
+
+
+def _time(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: str | None = None,
+        max_new_tokens: int | None = None, temperature: float = 0.8, threads: int | None = None,
+        chain_k: int = 4, tree: DynamicTree | None = None) -> dict:
+    if threads:
+        torch.set_num_threads(threads)
+    pair = zoo.load(pair_name)
+    target, eagle, tok = pair.target, pair.drafter, pair.tokenizer
+    tree = tree or DynamicTree(depth=5, topk=6, total=24)
+    n = max_new_tokens or (48 if quick else 128)
+    ps = prompts(tok, quick)
+    no_eos = dict(eos_token_id=[], pad_token_id=0)
+    hf_no_eos = dict(eos_token_id=None, pad_token_id=0)
+
+    greedy = {
+        "plain": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False, **hf_no_eos),
+        "hf_prompt_lookup": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False,
+                                                        prompt_lookup_num_tokens=5, **hf_no_eos),
+        "ngram_chain": lambda ids: speculative_generate(target, NGramDrafter(), ids, max_new_tokens=n, tree=5,
+                                                        **no_eos),
+        f"eagle_chain_k{chain_k}": lambda ids: speculative_generate(target, eagle, ids, max_new_tokens=n,
+                                                                    tree=chain_k, **no_eos),
+        "eagle_dynamic_tree": lambda ids: speculative_generate(target, eagle, ids, max_new_tokens=n, tree=tree,
+                                                               **no_eos),
+    }
+    target.generate(ps[0][1][:, :8], max_new_tokens=4, do_sample=False, **hf_no_eos)  # warm-up
+    results: dict[str, dict] = {"pair": pair_name, "max_new_tokens": n, "prompts": [p for p, _ in ps],
+                                "threads": torch.get_num_threads(), "greedy": {}, "sampling": {}}
+    reference: list[torch.Tensor] = []
+    counts = {"identical": 0, "near-tie": 0, "mismatch": 0}
+    for name, fn in greedy.items():
+        secs, toks, committed, forwards, verdicts = 0.0, 0, 0, 0, []
+        for i, (_, ids) in enumerate(ps):
+            out, dt = _time(lambda: fn(ids))
+            seq = out.sequences if hasattr(out, "stats") else out
+            if name == "plain":
+                reference.append(seq)
+            else:
+                verdicts.append(_classify(target, reference[i], seq, ids.shape[1]))
+            secs += dt
+            toks += seq.shape[1] - ids.shape[1]
+            if hasattr(out, "stats"):
+                committed += out.stats.committed
+                forwards += sum(s.rows for s in out.stats.steps)
+        for v in verdicts:
+            counts[v] += 1
+        results["greedy"][name] = {"tokens_per_s": round(toks / secs, 3), "seconds": round(secs, 2), "tokens": toks,
+                                   "mean_accepted_length": round(committed / forwards, 3) if forwards else None,
+                                   "outputs": {v: verdicts.count(v) for v in set(verdicts)}}
+    base = results["greedy"]["plain"]["tokens_per_s"]
+    for r in results["greedy"].values():
+        r["speedup_vs_ar"] = round(r["tokens_per_s"] / base, 3)
+    lookup = results["greedy"]["hf_prompt_lookup"]["tokens_per_s"]
+    for r in results["greedy"].values():
+        r["speedup_vs_hf_prompt_lookup"] = round(r["tokens_per_s"] / lookup, 3)
+
+    g = torch.Generator().manual_seed(0)
+    sampling = {
+        "plain": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=True, temperature=temperature,
+                                             top_k=0, **hf_no_eos),
+        f"eagle_chain_k{chain_k}": lambda ids: speculative_generate(
+            target, eagle, ids, max_new_tokens=n, tree=chain_k, do_sample=True, temperature=temperature,
+            generator=g, **no_eos),
+        "eagle_dynamic_tree": lambda ids: speculative_generate(
+            target, eagle, ids, max_new_tokens=n, tree=tree, do_sample=True, temperature=temperature, generator=g,
+            **no_eos),
+    }
+    torch.manual_seed(0)
+    for name, fn in sampling.items():
+        secs, toks, committed, forwards = 0.0, 0, 0, 0
+        for _, ids in ps:
+            out, dt = _time(lambda: fn(ids))
+            seq = out.sequences if hasattr(out, "stats") else out
+            secs += dt
+            toks += seq.shape[1] - ids.shape[1]
+            if hasattr(out, "stats"):
+                committed += out.stats.committed
+                forwards += sum(s.rows for s in out.stats.steps)
+        results["sampling"][name] = {"tokens_per_s": round(toks / secs, 3), "seconds": round(secs, 2),
+                                     "mean_accepted_length": round(committed / forwards, 3) if forwards else None}
+    sbase = results["sampling"]["plain"]["tokens_per_s"]
+    for r in results["sampling"].values():
+        r["speedup_vs_ar"] = round(r["tokens_per_s"] / sbase, 3)
+    results["outputs_identical"] = counts["mismatch"] == 0 and counts["near-tie"] == 0
+    results["near_ties"] = counts["near-tie"]
+    results["mismatches"] = counts["mismatch"]
+    _print(results, temperature)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+def _print(results: dict, temperature: float) -> None:
+    print(f"pair {results['pair']}: {len(results['prompts'])} prompts x {results['max_new_tokens']} new tokens, "
+          f"{results['threads']} threads")
+    print(f"{'greedy':24s} {'tok/s':>8s} {'vs AR':>7s} {'vs HF PLD':>9s} {'acc. len':>8s}  outputs")
+    for name, r in results["greedy"].items():
+        mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
+        print(f"{name:24s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {r['speedup_vs_hf_prompt_lookup']:8.2f}x "
+              f"{mal:>8s}  {r['outputs'] or 'reference'}")
+    print(f"{f'sampling T={temperature}':24s} {'tok/s':>8s} {'vs AR':>7s} {'acc. len':>8s}")
+    for name, r in results["sampling"].items():
+        mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
+        print(f"{name:24s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {mal:>8s}")
+    print(f"outputs_identical={results['outputs_identical']} near_ties={results['near_ties']} "
+          f"mismatches={results['mismatches']}")

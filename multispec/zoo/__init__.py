@@ -1,0 +1,121 @@
+"""The model zoo: named target/draft pairs, their shipped weights, and how to retrain them.
+
+    from multispec import zoo
+    pair = zoo.load("stdlib-bytes")          # target, drafter, tokenizer
+    zoo.names(); zoo.path("gemma3-270m-eagle")
+
+CLI: `multispec zoo list | path NAME | train NAME [--out DIR]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+WEIGHTS = Path(__file__).parent / "weights"
+
+
+@dataclass
+class ZooPair:
+    target: Any  # a transformers causal LM
+    drafter: Any  # a multispec Drafter
+    tokenizer: Any  # callable(text, return_tensors="pt") and .decode(ids)
+    name: str
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    description: str
+    requires: str | None  # the pip extra it needs beyond the base install, if any
+    loader: Callable[[Path], ZooPair]
+    trainer: Callable[[Path], dict]
+
+
+def _load_bytes(folder: Path) -> ZooPair:
+    from transformers import LlamaForCausalLM
+
+    from ..drafters.eagle import EagleDrafter, EagleHead
+    from .bytes_lm import ByteTokenizer
+
+    if not (folder / "target" / "config.json").exists():
+        raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train stdlib-bytes`")
+    target = LlamaForCausalLM.from_pretrained(folder / "target", dtype=torch.float32).eval()
+    return ZooPair(target, EagleDrafter(EagleHead.load(folder / "eagle"), target), ByteTokenizer(), "stdlib-bytes")
+
+
+def _train_bytes(folder: Path) -> dict:
+    from transformers import LlamaForCausalLM
+
+    from .bytes_lm import ByteTokenizer, eagle_train_config, train_target
+    from .train_eagle import train_eagle
+
+    report = {"target": train_target(folder / "target")}
+    target = LlamaForCausalLM.from_pretrained(folder / "target", dtype=torch.float32).eval()
+    report["eagle"] = train_eagle(target, ByteTokenizer().encode, folder / "eagle", train_chars=600_000,
+                                  vocab_chars=100_000, draft_vocab=256, intermediate_size=512, num_heads=4,
+                                  kv_heads=2, train=eagle_train_config(), generated=256,
+                                  sliding_window=128)
+    return report
+
+
+def _load_gemma(folder: Path) -> ZooPair:
+    from ..drafters.eagle import EagleDrafter, EagleHead
+    from .gemma import load_gemma
+
+    if not (folder / "eagle_config.json").exists():
+        raise FileNotFoundError(f"{folder}: no trained head; run `multispec zoo train gemma3-270m-eagle`")
+    target, tokenizer = load_gemma()
+    return ZooPair(target, EagleDrafter(EagleHead.load(folder), target), tokenizer, "gemma3-270m-eagle")
+
+
+def _train_gemma(folder: Path) -> dict:
+    from .gemma import load_gemma
+    from .gemma_recipe import train_gemma_eagle
+
+    target, tokenizer = load_gemma()
+    return train_gemma_eagle(target, tokenizer, folder)
+
+
+ENTRIES: dict[str, ZooEntry] = {
+    e.name: e for e in [
+        ZooEntry("stdlib-bytes", "byte-level Llama (4 layers, 1.7M params) trained on CPython's stdlib + EAGLE head; "
+                 "fully local, used by the tests", None, _load_bytes, _train_bytes),
+        ZooEntry("gemma3-270m-eagle", "Gemma 3 270M (GGUF from PyPI, dequantized to fp32) + EAGLE head with an "
+                 "8192-token draft vocabulary, trained on CPython's stdlib", "gemma", _load_gemma, _train_gemma),
+    ]
+}
+
+
+def names() -> list[str]:
+    return list(ENTRIES)
+
+
+def entry(name: str) -> ZooEntry:
+    if name not in ENTRIES:
+        raise ValueError(f"name: unknown zoo entry {name!r}; available: {', '.join(ENTRIES)}")
+    return ENTRIES[name]
+
+
+def path(name: str) -> Path:
+    """The folder holding the entry's shipped weights."""
+    entry(name)
+    return WEIGHTS / name
+
+
+def load(name: str, weights: str | Path | None = None) -> ZooPair:
+    """Load a pair from its shipped weights (or from `weights`, e.g. the output of `train`)."""
+    return entry(name).loader(Path(weights) if weights is not None else path(name))
+
+
+def train(name: str, out: str | Path | None = None) -> dict:
+    """Retrain an entry from scratch with its fixed seeds; writes into `out` (default: the cache)."""
+    import os
+
+    folder = Path(out) if out is not None else Path(os.environ.get("MULTISPEC_CACHE", Path.home() / ".cache" /
+                                                                    "multispec")) / "zoo" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return entry(name).trainer(folder)

@@ -1,0 +1,82 @@
+"""The fully local zoo pair: a byte-level Llama trained on stdlib source, and an EAGLE head for it.
+
+Bytes need no tokenizer files, so the pair loads anywhere; it is small enough for the test suite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from ..drafters.eagle_train import EagleTrainConfig, chunk_tokens
+from .data import corpus_text
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as token ids 0..255."""
+
+    vocab_size = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids) -> str:
+        ids = ids.tolist() if hasattr(ids, "tolist") else ids
+        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
+
+    def __call__(self, text: str, return_tensors: str | None = None):
+        ids = self.encode(text)
+        return {"input_ids": torch.tensor([ids]) if return_tensors == "pt" else ids}
+
+
+def target_config() -> LlamaConfig:
+    return LlamaConfig(vocab_size=256, hidden_size=192, intermediate_size=512, num_hidden_layers=4,
+                       num_attention_heads=6, num_key_value_heads=3, max_position_embeddings=4096,
+                       tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0)
+
+
+def train_target(out_dir: str | Path, steps: int = 800, seq_len: int = 256, batch_size: int = 8,
+                 lr: float = 3e-3, chars: int = 3_000_000, seed: int = 0) -> dict:
+    """Train the byte-level target from scratch (fixed seed) and save it as a `transformers` checkpoint."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    start = time.time()
+    ids = torch.tensor(ByteTokenizer().encode(corpus_text("train", max_chars=chars, seed=seed)), dtype=torch.long)
+    chunks = torch.stack(chunk_tokens(ids, seq_len + 1))
+    model = LlamaForCausalLM(target_config())
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    warm = 50
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / warm if s < warm else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - warm) / (steps - warm))))
+    losses = []
+    bar = tqdm(range(steps), desc="byte target", unit="step")
+    for _ in bar:
+        sel = torch.tensor([rng.randrange(len(chunks)) for _ in range(batch_size)])
+        batch = chunks[sel]
+        loss = model(input_ids=batch, labels=batch).loss  # the model shifts labels itself
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+    model.eval()
+    out_dir = Path(out_dir)
+    model.to(torch.float16).save_pretrained(out_dir)
+    report = {"steps": steps, "tokens": steps * batch_size * seq_len, "final_loss": sum(losses[-50:]) / 50,
+              "seconds": round(time.time() - start)}
+    (out_dir / "training_report.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
+def eagle_train_config() -> EagleTrainConfig:
+    return EagleTrainConfig(seq_len=256, batch_size=16, epochs=4, lr=2e-3, warmup_steps=20, feature_batch=16)

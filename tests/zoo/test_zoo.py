@@ -1,0 +1,43 @@
+"""The zoo's fully local pair loads offline and speculates losslessly with real acceptance."""
+
+import pytest
+import torch
+
+from multispec import DynamicTree, speculative_generate, zoo
+from multispec.cli import main
+from multispec.zoo.data import HELD_OUT, read_source, stdlib_files
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return zoo.load("stdlib-bytes")
+
+
+def test_registry_and_cli(capsys):
+    assert {"stdlib-bytes", "gemma3-270m-eagle"} <= set(zoo.names())
+    with pytest.raises(ValueError, match="name: unknown zoo entry"):
+        zoo.path("gpt-17")
+    assert main(["zoo", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "stdlib-bytes" in listed and "shipped" in listed
+    assert main(["zoo", "path", "stdlib-bytes"]) == 0
+    assert capsys.readouterr().out.strip().endswith("stdlib-bytes")
+    assert main(["zoo", "train"]) == 2
+
+
+def test_held_out_files_are_not_trained_on():
+    train = set(stdlib_files("train"))
+    held = stdlib_files("heldout")
+    assert len(held) >= 5 and not train & set(held)
+    assert all(str(p).endswith(HELD_OUT) for p in held)
+
+
+@pytest.mark.parametrize("tree", [4, DynamicTree(depth=4, topk=4, total=16)], ids=["chain", "dynamic"])
+def test_local_pair_is_lossless_and_accepts(pair, tree):
+    prompt = read_source(stdlib_files("heldout")[0])[:400]
+    ids = pair.tokenizer(prompt, return_tensors="pt")["input_ids"]
+    expected = pair.target.generate(ids, max_new_tokens=64, do_sample=False, pad_token_id=0)
+    out = speculative_generate(pair.target, pair.drafter, ids, max_new_tokens=64, tree=tree, pad_token_id=0)
+    assert torch.equal(out.sequences, expected)
+    assert out.stats.mean_accepted_length > 1.8  # a trained pair: most steps accept drafts
+    assert isinstance(pair.tokenizer.decode(out.sequences[0, ids.shape[1]:]), str)
