@@ -6,7 +6,7 @@
 """
 
 from .acceptance import AcceptanceRule, Exact, Greedy, Verdict
-from .drafters import Drafter, ModelDrafter, NGramDrafter
+from .drafters import Drafter, EagleDrafter, HybridDrafter, ModelDrafter, NGramDrafter
 from .generate import SpeculativeOutput, speculative_generate
 from .metrics import SpeculativeStats, StepStats
 from .sampling import SamplingConfig, classifier_free_guidance
@@ -17,6 +17,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AcceptanceRule", "Chain", "Drafter", "DraftTree", "DynamicTree", "Exact", "Greedy", "HFCausalLM",
-    "ModelDrafter", "NGramDrafter", "SamplingConfig", "SpeculativeOutput", "SpeculativeStats", "StaticTree",
+    "EagleDrafter", "HybridDrafter", "ModelDrafter", "NGramDrafter", "SamplingConfig", "SpeculativeOutput", "SpeculativeStats", "StaticTree",
     "StepStats", "Verdict", "classifier_free_guidance", "register_target_adapter", "speculative_generate",
 ]

@@ -2,7 +2,7 @@
 
 Same prompts for every method: held-out CPython stdlib files (never trained on) and natural-language
 prompts. Greedy: plain decoding, `transformers` prompt lookup, our n-gram drafter, our EAGLE drafter
-as a chain and as a dynamic tree; each output is compared with plain greedy, and a differing token is
+as a chain and as a dynamic tree, and the hybrid (prompt lookup when it matches, EAGLE otherwise); each output is compared with plain greedy, and a differing token is
 classified as a floating-point near-tie when the target's top-2 logit gap there is below 1e-4.
 Sampling (temperature 0.8): speed and acceptance only (correctness is the core's chi-square tests).
 """
@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from .. import DynamicTree, NGramDrafter, speculative_generate
+from .. import DynamicTree, HybridDrafter, NGramDrafter, speculative_generate
 from .. import zoo
 from ..zoo.data import read_source, stdlib_files
 
@@ -81,6 +81,10 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
                                                                     tree=chain_k, **no_eos),
         "eagle_dynamic_tree": lambda ids: speculative_generate(target, eagle, ids, max_new_tokens=n, tree=tree,
                                                                **no_eos),
+        f"hybrid_chain_k{chain_k}": lambda ids: speculative_generate(target, HybridDrafter(eagle), ids,
+                                                                     max_new_tokens=n, tree=chain_k, **no_eos),
+        "hybrid_dynamic_tree": lambda ids: speculative_generate(target, HybridDrafter(eagle), ids, max_new_tokens=n,
+                                                                tree=tree, **no_eos),
     }
     target.generate(ps[0][1][:, :8], max_new_tokens=4, do_sample=False, **hf_no_eos)  # warm-up
     results: dict[str, dict] = {"pair": pair_name, "max_new_tokens": n, "prompts": [p for p, _ in ps],
@@ -123,6 +127,9 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
         "eagle_dynamic_tree": lambda ids: speculative_generate(
             target, eagle, ids, max_new_tokens=n, tree=tree, do_sample=True, temperature=temperature, generator=g,
             **no_eos),
+        f"hybrid_chain_k{chain_k}": lambda ids: speculative_generate(
+            target, HybridDrafter(eagle), ids, max_new_tokens=n, tree=chain_k, do_sample=True,
+            temperature=temperature, generator=g, **no_eos),
     }
     torch.manual_seed(0)
     for name, fn in sampling.items():

@@ -10,6 +10,7 @@ from .base import Drafter
 from .model import ModelDrafter
 from .ngram import NGramDrafter
 from .eagle import EagleConfig, EagleDrafter, EagleHead
+from .hybrid import HybridDrafter
 
 
 def as_drafter(drafter: Any) -> Drafter:
@@ -27,4 +28,4 @@ def as_drafter(drafter: Any) -> Drafter:
     )
 
 
-__all__ = ["Drafter", "EagleConfig", "EagleDrafter", "EagleHead", "ModelDrafter", "NGramDrafter", "as_drafter"]
+__all__ = ["Drafter", "EagleConfig", "EagleDrafter", "EagleHead", "HybridDrafter", "ModelDrafter", "NGramDrafter", "as_drafter"]

@@ -104,6 +104,7 @@ class EagleDrafter(Drafter):
     """Drafts chains or trees with an `EagleHead` over a target's features."""
 
     uses_target_features = True
+    supports_skipped_steps = True  # `commit` after a step it did not draft queues the committed tokens
 
     def __init__(self, head: EagleHead, target: PreTrainedModel):
         check_causal_lm(target, "target")
@@ -140,6 +141,7 @@ class EagleDrafter(Drafter):
             self.lm.start(input_ids[:, :0].new_zeros(b, 1), attention_mask.new_zeros(b, 1) + 1)
             self._pending_features = torch.zeros(b, 1, self.head.config.hidden_size, device=self.device)
         self._pending_tokens = input_ids[:, -1:].to(self.device)
+        self._proposed = False
 
     @torch.no_grad()
     def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
@@ -178,6 +180,7 @@ class EagleDrafter(Drafter):
 
         tree = grow_tree(spec, logits[rows, last], feed, sampling, generator, vocab_map=self.head.d2t,
                          vocab_size=self.vocab_size)
+        self._proposed = True
         return tree
 
     @torch.no_grad()
@@ -185,15 +188,28 @@ class EagleDrafter(Drafter):
         if features is None:
             raise ValueError("features: the EAGLE drafter needs the target's hidden states at every tree node")
         device = self.device
+        path = verdict.path.to(device)
+        keep = path >= 0
+        feats = features.to(device).gather(1, path.clamp(min=0)[..., None].expand(-1, -1, features.shape[-1]))
+        feats = feats * keep[..., None]
+        tokens = torch.where(keep, verdict.tokens.to(device), -1)
+        if not self._proposed:
+            # another drafter drafted this step (e.g. prompt lookup in a HybridDrafter): nothing was fed,
+            # so queue the step's tokens behind the ones still waiting, left-packed per row
+            tokens = torch.cat([self._pending_tokens, tokens], dim=1)
+            feats = torch.cat([self._pending_features, feats], dim=1)
+            order = torch.sort((tokens < 0).to(torch.int8), dim=1, stable=True).indices
+            width = int((tokens >= 0).sum(dim=1).max())
+            order = order[:, :width]
+            self._pending_tokens = tokens.gather(1, order)
+            self._pending_features = feats.gather(1, order[..., None].expand(-1, -1, feats.shape[-1]))
+            return
         width = self._chain_valid.shape[1]
         # keep the catch-up entries (built from true features); drop every tree node (predicted features)
         self.lm.commit(torch.where(self._chain_valid, torch.arange(width, device=device), -1))
         # next step re-feeds the accepted tokens and the new root, each with the true feature before it
-        path = verdict.path.to(device)
-        keep = path >= 0
-        feats = features.to(device).gather(1, path.clamp(min=0)[..., None].expand(-1, -1, features.shape[-1]))
-        self._pending_features = feats * keep[..., None]
-        self._pending_tokens = torch.where(keep, verdict.tokens.to(device), -1)
+        self._pending_features, self._pending_tokens = feats, tokens
+        self._proposed = False
 
     def select(self, rows: torch.Tensor) -> None:
         self.lm.select(rows)

@@ -36,30 +36,41 @@ class ByteTokenizer:
         return {"input_ids": torch.tensor([ids]) if return_tensors == "pt" else ids}
 
 
+# The target is trained on sequences this long; beyond it its hidden states (and text) degrade, and so
+# would any drafter reading them. Bench prompts (1200 bytes + new tokens) stay inside it.
+TRAINED_CONTEXT = 1536
+
+
 def target_config() -> LlamaConfig:
     return LlamaConfig(vocab_size=256, hidden_size=192, intermediate_size=512, num_hidden_layers=4,
-                       num_attention_heads=6, num_key_value_heads=3, max_position_embeddings=4096,
+                       num_attention_heads=6, num_key_value_heads=3, max_position_embeddings=TRAINED_CONTEXT,
                        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0)
 
 
 def train_target(out_dir: str | Path, steps: int = 800, seq_len: int = 256, batch_size: int = 8,
-                 lr: float = 3e-3, chars: int = 3_000_000, seed: int = 0) -> dict:
-    """Train the byte-level target from scratch (fixed seed) and save it as a `transformers` checkpoint."""
+                 long_steps: int = 300, long_batch_size: int = 2, lr: float = 3e-3, chars: int = 3_000_000,
+                 seed: int = 0) -> dict:
+    """Train the byte-level target from scratch (fixed seed) and save it as a `transformers` checkpoint.
+
+    `steps` on short chunks learn the language cheaply; the last `long_steps` on chunks of
+    `TRAINED_CONTEXT` teach it long positions (without them its text degrades past `seq_len`)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     start = time.time()
     ids = torch.tensor(ByteTokenizer().encode(corpus_text("train", max_chars=chars, seed=seed)), dtype=torch.long)
-    chunks = torch.stack(chunk_tokens(ids, seq_len + 1))
+    short = torch.stack(chunk_tokens(ids, seq_len + 1))
+    long = torch.stack(chunk_tokens(ids, TRAINED_CONTEXT))
     model = LlamaForCausalLM(target_config())
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    warm = 50
+    warm, total = 50, steps + long_steps
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - warm) / (steps - warm))))
+        opt, lambda s: (s + 1) / warm if s < warm else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm))))
     losses = []
-    bar = tqdm(range(steps), desc="byte target", unit="step")
-    for _ in bar:
-        sel = torch.tensor([rng.randrange(len(chunks)) for _ in range(batch_size)])
+    bar = tqdm(range(total), desc="byte target", unit="step")
+    for step in bar:
+        chunks, bs = (short, batch_size) if step < steps else (long, long_batch_size)
+        sel = torch.tensor([rng.randrange(len(chunks)) for _ in range(bs)])
         batch = chunks[sel]
         loss = model(input_ids=batch, labels=batch).loss  # the model shifts labels itself
         opt.zero_grad(set_to_none=True)
@@ -72,7 +83,8 @@ def train_target(out_dir: str | Path, steps: int = 800, seq_len: int = 256, batc
     model.eval()
     out_dir = Path(out_dir)
     model.to(torch.float16).save_pretrained(out_dir)
-    report = {"steps": steps, "tokens": steps * batch_size * seq_len, "final_loss": sum(losses[-50:]) / 50,
+    report = {"steps": steps, "long_steps": long_steps,
+              "tokens": steps * batch_size * seq_len + long_steps * long_batch_size * TRAINED_CONTEXT, "final_loss": sum(losses[-50:]) / 50,
               "seconds": round(time.time() - start)}
     (out_dir / "training_report.json").write_text(json.dumps(report, indent=2))
     return report

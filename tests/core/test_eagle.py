@@ -95,3 +95,59 @@ def test_sliding_window_head_is_lossless_past_its_window():
         out = speculative_generate(target, EagleDrafter(head, target), ids, mask, max_new_tokens=40, tree=tree,
                                    eos_token_id=[], pad_token_id=0)
         assert torch.equal(out.sequences, expected)
+
+
+def test_skipped_steps_catch_up_to_a_fresh_start(trained):
+    """After steps drafted by someone else, the head's state equals one started on the whole text."""
+    from multispec import Chain, DraftTree, Greedy, HFCausalLM
+
+    target, head, _ = trained
+    ids = torch.tensor([[7, 21, 33, 5, 90, 12, 64]])
+    mask = torch.ones_like(ids)
+    full = target.generate(ids, max_new_tokens=9, do_sample=False, pad_token_id=0, eos_token_id=None)
+    greedy = SamplingConfig()
+    tgt, skipping = HFCausalLM(target), EagleDrafter(head, target)
+    roots, feats = tgt.start(ids, mask, output_hidden_states=True)
+    skipping.start(ids, mask, features=feats)
+    done = ids.shape[1]
+    for k in (3, 2):  # two steps whose drafts come from elsewhere (the target's own continuation)
+        draft = DraftTree.chain(full[:, done:done + k])
+        logits, step_feats = tgt.forward(torch.cat([roots[:, None], draft.tokens], 1), draft.full_parents(),
+                                         draft.full_valid(), output_hidden_states=True)
+        verdict = Greedy().accept(draft, logits, greedy)
+        assert int(verdict.num_accepted) == k
+        tgt.commit(verdict.path)
+        skipping.commit(draft, verdict, features=step_feats)
+        roots = verdict.tokens[:, k]
+        done += k + 1
+    fresh_target, fresh = HFCausalLM(target), EagleDrafter(head, target)
+    prefix = full[:, :done]  # the prompt, every committed token and the pending root
+    _, fresh_feats = fresh_target.start(prefix, torch.ones_like(prefix), output_hidden_states=True)
+    fresh.start(prefix, torch.ones_like(prefix), features=fresh_feats)
+    assert torch.equal(roots, prefix[:, -1])
+    sample = SamplingConfig(do_sample=True)
+    a = skipping.propose(roots, Chain(4), sample, torch.Generator().manual_seed(5))
+    b = fresh.propose(roots, Chain(4), sample, torch.Generator().manual_seed(5))
+    assert torch.equal(a.tokens, b.tokens)
+    assert torch.allclose(a.draft_probs, b.draft_probs, atol=1e-4)
+
+
+def test_hybrid_drafter_is_lossless_and_uses_both_sources(trained):
+    from multispec import HybridDrafter, NGramDrafter
+
+    target, head, _ = trained
+    ids, mask = ragged_prompts(3, seed=4)
+    ids = torch.cat([ids, ids[:, -6:], ids[:, -6:]], 1)  # repeated text: lookup finds matches
+    mask = torch.cat([mask, torch.ones(3, 12, dtype=mask.dtype)], 1)
+    expected = target.generate(ids, attention_mask=mask, max_new_tokens=30, do_sample=False, pad_token_id=0,
+                               eos_token_id=None)
+    for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
+        hybrid = HybridDrafter(EagleDrafter(head, target), lookup_k=4, min_ngram=1)
+        out = speculative_generate(target, hybrid, ids, mask, max_new_tokens=30, tree=tree, eos_token_id=[],
+                                   pad_token_id=0)
+        assert torch.equal(out.sequences, expected)
+        assert hybrid.lookup_steps > 0 and hybrid.model_steps > 0
+    with pytest.raises(TypeError, match="model: NGramDrafter cannot skip steps"):
+        HybridDrafter(NGramDrafter())
+    with pytest.raises(ValueError, match="min_draft"):
+        HybridDrafter(EagleDrafter(head, target), lookup_k=2, min_draft=3)

@@ -1,0 +1,69 @@
+"""Prompt lookup when the text repeats itself, a model drafter otherwise.
+
+Code and documents copy from their own context (names, signatures, repeated blocks): there a prompt-
+lookup chain is free and often long, while a small learned drafter guesses token by token. Elsewhere the
+learned drafter wins. `HybridDrafter` asks the lookup first each step and falls back to the model.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..acceptance import Verdict
+from ..sampling import SamplingConfig
+from ..tree import Chain, DraftTree, TreeSpec
+from .base import Drafter
+from .ngram import NGramDrafter
+
+
+class HybridDrafter(Drafter):
+    """Each step: if prompt lookup finds, for every active row, a match of at least `min_ngram` tokens
+    continuing for at least `min_draft` tokens, draft that chain (up to `lookup_k` tokens); otherwise
+    let `model` draft with the step's tree spec. Lossless like any drafter: verification decides.
+
+    `model` must support skipped steps (`supports_skipped_steps`, e.g. `EagleDrafter`): on a lookup
+    step it drafts nothing and catches up on the committed tokens at its next draft.
+    """
+
+    def __init__(self, model: Drafter, lookup_k: int = 8, min_ngram: int = 2, max_ngram: int = 4,
+                 min_draft: int = 2):
+        if not isinstance(model, Drafter):
+            raise TypeError(f"model: expected a Drafter, got {type(model).__name__}")
+        if not getattr(model, "supports_skipped_steps", False):
+            raise TypeError(f"model: {type(model).__name__} cannot skip steps; use a drafter with "
+                            "supports_skipped_steps (EagleDrafter)")
+        for name, value in (("lookup_k", lookup_k), ("min_draft", min_draft)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        if min_draft > lookup_k:
+            raise ValueError(f"min_draft: {min_draft} exceeds lookup_k={lookup_k}")
+        self.model = model
+        self.lookup = NGramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
+        self.lookup_k, self.min_draft = lookup_k, min_draft
+        self.vocab_size = model.vocab_size
+        self.uses_target_features = model.uses_target_features
+        self.lookup_steps = 0  # steps drafted by lookup since `start`
+        self.model_steps = 0
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+              features: torch.Tensor | None = None) -> None:
+        self.lookup.start(input_ids, attention_mask)
+        self.model.start(input_ids, attention_mask, features=features)
+        self.lookup_steps = self.model_steps = 0
+
+    def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
+                generator: torch.Generator | None = None) -> DraftTree:
+        draft = self.lookup.propose(roots, Chain(self.lookup_k), sampling, generator)
+        if bool((draft.valid.sum(dim=1) >= self.min_draft).all()):
+            self.lookup_steps += 1
+            return draft
+        self.model_steps += 1
+        return self.model.propose(roots, spec, sampling, generator)
+
+    def commit(self, draft: DraftTree, verdict: Verdict, features: torch.Tensor | None = None) -> None:
+        self.lookup.commit(draft, verdict)
+        self.model.commit(draft, verdict, features=features)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.lookup.select(rows)
+        self.model.select(rows)
