@@ -14,8 +14,20 @@ def _bench(args: argparse.Namespace) -> int:
     else:
         from .bench.text import run
         run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature, threads=args.threads)
+            temperature=args.temperature, threads=args.threads, chain_k=args.chain_k,
+            tree=_parse_tree(args.tree))
     return 0
+
+
+def _parse_tree(text: str | None):
+    from .tree import DynamicTree
+    if text is None:
+        return None
+    try:
+        depth, topk, total = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--tree: expected DEPTH/TOPK/TOTAL, e.g. 4/4/15; got {text!r}") from None
+    return DynamicTree(depth=depth, topk=topk, total=total)
 
 
 def _zoo(args: argparse.Namespace) -> int:
@@ -48,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--max-new-tokens", type=int, default=None)
     bench.add_argument("--temperature", type=float, default=0.8, help="for the sampling rows of `text`")
     bench.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    bench.add_argument("--chain-k", type=int, default=4, help="draft length of the chain rows of `text`")
+    bench.add_argument("--tree", default=None, metavar="D/K/N",
+                       help="dynamic tree of `text`: depth/top-k/total nodes (default 4/4/15)")
     bench.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
     bench.set_defaults(func=_bench)
     zoo = sub.add_parser("zoo", help="the model zoo: list, locate or retrain pairs")

@@ -176,7 +176,7 @@ def _run(target, drafter: Drafter, input_ids, attention_mask, max_new_tokens, sa
     bar = tqdm(total=max_new_tokens * len(active), disable=not progress, desc="speculative", unit="tok")
     while active:
         t0 = time.perf_counter()
-        draft = drafter.propose(roots, spec, sampling, generator)
+        draft = drafter.propose(roots, spec, sampling, generator).trimmed()
         _sync(device)
         t1 = time.perf_counter()
         tokens = torch.cat([roots[:, None], draft.tokens.to(device)], dim=1)

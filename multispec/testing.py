@@ -36,6 +36,25 @@ def make_target(kind: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: 
     return model.eval()
 
 
+def make_mamba2(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int = 64, head_scale: float = 8.0,
+                state: int = 16, groups: int = 2) -> torch.nn.Module:
+    """A random `Mamba2ForCausalLM` (2 groups, 8 heads of 16, conv width 4); runs its PyTorch path on CPU.
+    Decays are drawn wider than the default init so that the state carries information across steps."""
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Mamba2Config(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_heads=hidden * 2 // 16,
+                          head_dim=16, state_size=state, n_groups=groups, conv_kernel=4, chunk_size=16,
+                          tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = Mamba2ForCausalLM(config)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+        for layer in model.backbone.layers:
+            layer.mixer.A_log.uniform_(-2.0, 1.0)
+            layer.mixer.dt_bias.uniform_(-3.0, 0.5)
+    return model.eval()
+
+
 def make_layer_skip_draft(target: torch.nn.Module, layers: int = 1) -> torch.nn.Module:
     """A draft sharing the target's embeddings, first `layers` blocks and head (so it often agrees)."""
     config = copy.deepcopy(target.config)

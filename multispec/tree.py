@@ -81,6 +81,19 @@ class DraftTree:
             valid = idx[None, :] < lengths[:, None]
         return DraftTree(tokens.long(), parents, valid, draft_probs, is_chain=True)
 
+    def trimmed(self) -> "DraftTree":
+        """This tree without its trailing nodes that are invalid in every row (node indices unchanged).
+
+        Drafters pad rows to a common width (a lookup that found 2 of k tokens, a row with no match);
+        verifying the padding would cost target compute for nothing."""
+        used = self.valid.any(dim=0).nonzero()
+        n = int(used.max()) + 1 if used.numel() else 0
+        if n == self.num_nodes:
+            return self
+        cut = lambda t: None if t is None else t[:, :n]  # noqa: E731
+        return DraftTree(self.tokens[:, :n], self.parents[:, :n], self.valid[:, :n], cut(self.draft_probs),
+                         self.is_chain, cut(self.feed_ids))
+
     # ---- derived encodings over the full tree (node 0 = root) -------------------------------------
     def full_parents(self) -> torch.Tensor:
         """[B, T] parents with the root prepended: root -> -1, draft node i -> parent + 1."""

@@ -25,7 +25,7 @@ class HybridDrafter(Drafter):
     step it drafts nothing and catches up on the committed tokens at its next draft.
     """
 
-    def __init__(self, model: Drafter, lookup_k: int = 8, min_ngram: int = 2, max_ngram: int = 4,
+    def __init__(self, model: Drafter, lookup_k: int = 5, min_ngram: int = 2, max_ngram: int = 4,
                  min_draft: int = 2):
         if not isinstance(model, Drafter):
             raise TypeError(f"model: expected a Drafter, got {type(model).__name__}")

@@ -100,3 +100,18 @@ def test_chain_growth_samples_with_probs():
                      SamplingConfig(do_sample=True, temperature=0.7), g)
     assert tree.is_chain and tree.draft_probs.shape == (5, 4, 7)
     assert torch.allclose(tree.draft_probs[:, 0], torch.softmax(table[0] / 0.7, -1).expand(5, -1))
+
+
+def test_trimmed_drops_only_columns_invalid_in_every_row():
+    tokens = torch.tensor([[4, 5, 6, 7], [8, 9, 1, 2]])
+    tree = DraftTree.chain(tokens, torch.tensor([2, 1]), draft_probs=torch.rand(2, 4, 10))
+    cut = tree.trimmed()
+    assert cut.num_nodes == 2 and torch.equal(cut.tokens, tokens[:, :2])
+    assert torch.equal(cut.valid, tree.valid[:, :2]) and cut.draft_probs.shape == (2, 2, 10)
+    assert DraftTree.chain(tokens, torch.tensor([0, 0])).trimmed().num_nodes == 0
+    full = DraftTree.chain(tokens)
+    assert full.trimmed() is full
+    # an invalid node in the middle stays: indices of later nodes must not move
+    mid = DraftTree(tokens, torch.tensor([[-1, -1, 0, 0], [-1, -1, 0, 0]]),
+                    torch.tensor([[True, False, True, False], [True, False, False, False]]))
+    assert mid.trimmed().num_nodes == 3

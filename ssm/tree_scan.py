@@ -1,0 +1,109 @@
+"""Mamba-2 (SSD) over a token tree in one pass, and the state after any node in closed form.
+
+Per head, Mamba-2 is the linear recurrence h_t = exp(a_t) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t
+with a scalar decay a_t = dt_t * A. Along one root-to-node path this is an ordinary recurrence, so with
+the ancestor-or-self mask L and the path-summed decay Acum_t = sum_s L[t, s] a_s, every node t gets
+
+    y_t = exp(Acum_t) C_t . h0 + sum_s L[t, s] exp(Acum_t - Acum_s) dt_s (C_t . B_s) x_s + D x_t
+    h_t = exp(Acum_t) h0 + sum_s L[t, s] exp(Acum_t - Acum_s) dt_s x_s B_s^T
+
+(the SSD "semiseparable" form with the causal mask replaced by the tree mask). Shapes, per batch row b:
+x [B, T, H, P], dt [B, T, H] (already softplus-ed and clamped), A [H] (negative), B/C [B, T, G, N] with
+H divisible by G, initial state h0 [B, H, P, N], ancestors [B, T, T] bool (ancestor-or-self).
+
+`tree_ssd` needs no particular node order; `tree_state` and the conv helpers assume the usual
+topological order (every parent index below its child's), which `multispec.DraftTree` guarantees.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def path_decay(dt: torch.Tensor, A: torch.Tensor, ancestors: torch.Tensor) -> torch.Tensor:
+    """Acum [B, T, H]: the sum of dt_s * A over node t's ancestors-or-self s."""
+    return torch.einsum("bts,bsh->bth", ancestors.float(), dt.float() * A.float())
+
+
+def _heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """[B, T, G, N] -> [B, T, H, N] (each group serves H / G consecutive heads)."""
+    g = t.shape[2]
+    return t.float().repeat_interleave(heads // g, dim=2)
+
+
+def tree_ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+             D: torch.Tensor | None, ancestors: torch.Tensor, initial_state: torch.Tensor) -> torch.Tensor:
+    """Outputs y [B, T, H, P] (float32) of every tree node, each as if its path were run alone."""
+    heads = x.shape[2]
+    if heads % B.shape[2]:
+        raise ValueError(f"B: {B.shape[2]} groups do not divide {heads} heads")
+    acum = path_decay(dt, A, ancestors)  # [B, T, H]
+    Bh, Ch = _heads(B, heads), _heads(C, heads)
+    # exp(Acum_t - Acum_s) only where s is on t's path: elsewhere the exponent could overflow
+    diff = acum[:, :, None, :] - acum[:, None, :, :]  # [B, T(t), T(s), H]
+    mask = ancestors[..., None]
+    decay = torch.where(mask, torch.exp(torch.where(mask, diff, torch.zeros_like(diff))), torch.zeros_like(diff))
+    cb = torch.einsum("bthn,bshn->btsh", Ch, Bh)
+    weights = cb * decay * dt.float()[:, None, :, :]  # [B, T, S, H]
+    y = torch.einsum("btsh,bshp->bthp", weights, x.float())
+    y = y + torch.exp(acum)[..., None] * torch.einsum("bthn,bhpn->bthp", Ch, initial_state.float())
+    if D is not None:
+        y = y + D.float()[None, None, :, None] * x.float()
+    return y
+
+
+def tree_state(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, path: torch.Tensor,
+               initial_state: torch.Tensor) -> torch.Tensor:
+    """The state [B, H, P, N] after the last node of `path` ([B, T] bool: the nodes of a root-to-node
+    path, e.g. a row of the ancestor mask); an empty path returns `initial_state`. One weighted
+    (P x T)(T x N) product per head: cheaper than replaying T recurrent steps."""
+    heads = x.shape[2]
+    a = dt.float() * A.float() * path[..., None]  # [B, T, H]
+    total = a.sum(dim=1)  # Acum of the last path node
+    before = torch.cumsum(a, dim=1)  # along the path (off-path nodes add 0) ... Acum_s for path nodes s
+    w = torch.where(path[..., None], torch.exp(total[:, None, :] - before) * dt.float(), torch.zeros_like(a))
+    Bh = _heads(B, heads)
+    state = torch.exp(total)[:, :, None, None] * initial_state.float()
+    return state + torch.einsum("bth,bthp,bthn->bhpn", w, x.float(), Bh)
+
+
+def ancestor_at(parents: torch.Tensor, steps: int) -> torch.Tensor:
+    """[steps, B, T]: entry k is node t's k-th ancestor (k = 0: t itself), -1 past the root."""
+    b, t = parents.shape
+    cur = torch.arange(t, device=parents.device).expand(b, t)
+    out = [cur]
+    for _ in range(steps - 1):
+        cur = torch.where(cur >= 0, parents.gather(1, cur.clamp(min=0)), -1)
+        out.append(cur)
+    return torch.stack(out)
+
+
+def tree_conv_windows(xbc: torch.Tensor, conv_state: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+    """The causal-conv input window [B, T, C, K] of every node: the last K entries of
+    [conv_state ; xbc along the node's root path] (oldest first). `conv_state` [B, C, K] holds the
+    last K committed pre-conv inputs, newest last; `parents` [B, T] are tree indices, -1 = the root's."""
+    k = conv_state.shape[-1]
+    b, t, c = xbc.shape
+    up = ancestor_at(parents, k)  # [K, B, T]; up[j] = j-th ancestor
+    depth = (ancestor_at(parents, t + 1) >= 0).sum(0) - 1 if t else torch.zeros(b, 0, dtype=torch.long)
+    windows = []
+    for j in range(k - 1, -1, -1):  # oldest slot first: the (K-1)-th ancestor ... the node itself
+        node = up[j]
+        from_tree = xbc.gather(1, node.clamp(min=0)[..., None].expand(-1, -1, c))  # [B, T, C]
+        # past the root: conv_state column K - (j - depth) (j - depth >= 1 here)
+        col = (k - (j - depth)).clamp(min=0, max=k - 1)
+        from_state = conv_state.gather(2, col[:, None, :].expand(-1, c, -1)).transpose(1, 2)
+        windows.append(torch.where((node >= 0)[..., None], from_tree, from_state.to(from_tree.dtype)))
+    return torch.stack(windows, dim=-1)
+
+
+def tree_conv1d(xbc: torch.Tensor, conv_state: torch.Tensor, parents: torch.Tensor, weight: torch.Tensor,
+                bias: torch.Tensor | None) -> torch.Tensor:
+    """Depthwise causal conv of every node along its path, before the activation: [B, T, C]."""
+    return conv_from_windows(tree_conv_windows(xbc, conv_state, parents), weight, bias)
+
+
+def conv_from_windows(windows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Depthwise conv [B, T, C] of windows [B, T, C, K] with weight [C, K] (and bias [C])."""
+    out = (windows * weight.to(windows.dtype)[None, None]).sum(-1)
+    return out if bias is None else out + bias.to(out.dtype)

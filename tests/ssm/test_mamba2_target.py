@@ -1,0 +1,144 @@
+"""Mamba-2 targets: tree logits equal per-path decoding; speculative output equals greedy decoding."""
+
+import pytest
+import torch
+
+from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate
+from multispec.ssm import Mamba2Target
+from multispec.testing import make_mamba2, make_target, ragged_prompts
+
+from test_tree_scan import path_of, random_parents
+
+
+@pytest.fixture(scope="module")
+def mamba():
+    return make_mamba2()
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_tree_logits_equal_each_path_decoded_alone(mamba, batch):
+    ids, mask = ragged_prompts(batch, seed=batch)
+    t = 8
+    parents = random_parents(batch, t, seed=11)
+    g = torch.Generator().manual_seed(5)
+    tree_tokens = torch.randint(3, 128, (batch, t), generator=g)
+    target = Mamba2Target(mamba)
+    roots = target.start(ids, mask)
+    tree_tokens[:, 0] = roots
+    logits = target.forward(tree_tokens, parents)
+    with torch.no_grad():
+        for r in range(batch):
+            prompt = ids[r, mask[r].bool()]
+            for node in range(t):
+                seq = torch.cat([prompt[:-1], tree_tokens[r, path_of(parents[r], node)]])
+                want = mamba(seq[None]).logits[0, -1]
+                assert torch.allclose(logits[r, node], want, atol=1e-4, rtol=1e-4), (r, node)
+
+
+def test_commit_equals_decoding_the_accepted_path(mamba):
+    ids, mask = ragged_prompts(2, seed=4)
+    parents = torch.tensor([[-1, 0, 0, 1, 2, 3], [-1, 0, 1, 1, 3, 4]])
+    tokens = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(2))
+    target = Mamba2Target(mamba)
+    tokens[:, 0] = target.start(ids, mask)
+    target.forward(tokens, parents)
+    path = torch.tensor([[0, 2, 4, -1], [0, 1, 3, 4]])  # accepted: node 4 in row 0, node 4 in row 1
+    target.commit(path)
+    nxt = torch.tensor([[17, 23], [5, 9]])  # two more tokens as a chain after the accepted nodes
+    after = target.forward(nxt, torch.tensor([[-1, 0], [-1, 0]]))
+    with torch.no_grad():
+        for r in range(2):
+            prompt = ids[r, mask[r].bool()]
+            seq = torch.cat([prompt[:-1], tokens[r, [p for p in path[r].tolist() if p >= 0]], nxt[r]])
+            want = mamba(seq[None]).logits[0, -2:]
+            assert torch.allclose(after[r], want, atol=1e-4, rtol=1e-4), r
+
+
+CASES = [("ngram", 3), ("llama", 3), ("llama", StaticTree.full([2, 2])),
+         ("llama", DynamicTree(depth=3, topk=2, total=6))]
+
+
+def _reference(mamba, ids, mask, n):
+    rows = []
+    with torch.no_grad():
+        for r in range(ids.shape[0]):
+            prompt = ids[r, mask[r].bool()][None]
+            # an explicit mask: the repeated tail may contain the pad id, which generate() would mask out
+            rows.append(mamba.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
+                                       do_sample=False, pad_token_id=0, eos_token_id=None)[0, -n:])
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("drafter_kind,tree", CASES, ids=["ngram-chain", "llama-chain", "llama-static", "llama-dynamic"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_greedy_speculation_equals_greedy_decoding(mamba, drafter_kind, tree, batch):
+    ids, mask = ragged_prompts(batch, seed=7)
+    ids = torch.cat([ids, ids[:, -4:], ids[:, -4:]], 1)  # repetition, so lookup drafts get accepted
+    mask = torch.cat([mask, torch.ones(batch, 8, dtype=mask.dtype)], 1)
+    drafter = NGramDrafter() if drafter_kind == "ngram" else make_target("llama", seed=3)
+    out = speculative_generate(mamba, drafter, ids, mask, max_new_tokens=20, tree=tree, eos_token_id=[],
+                               pad_token_id=0)
+    assert torch.equal(out.sequences[:, -20:], _reference(mamba, ids, mask, 20))
+
+
+class OracleTreeDrafter(Drafter):
+    """Trees whose nodes are random decoys except one branch that follows the known greedy output for a
+    random number of tokens: every step accepts a path of random depth at a random place in the tree."""
+
+    def __init__(self, expected: torch.Tensor, prompt_lengths: torch.Tensor, seed: int = 0):
+        self.expected, self.g = expected, torch.Generator().manual_seed(seed)
+        self.done = torch.zeros(expected.shape[0], dtype=torch.long)
+        self.rows = torch.arange(expected.shape[0])
+
+    def start(self, input_ids, attention_mask, features=None):
+        pass
+
+    def propose(self, roots, spec, sampling, generator=None):
+        b, n = len(self.rows), 7
+        parents = torch.stack([torch.tensor([-1] + [int(torch.randint(-1, i, (1,), generator=self.g))
+                                                     for i in range(1, n)]) for _ in range(b)])
+        tokens = torch.randint(3, 128, (b, n), generator=self.g)
+        for r in range(b):  # overwrite one random root-to-node path with the true continuation
+            node = int(torch.randint(0, n, (1,), generator=self.g))
+            path = []
+            while node >= 0:
+                path.append(node)
+                node = int(parents[r, node])
+            truth = self.expected[self.rows[r], self.done[self.rows[r]]:]
+            for depth, node in enumerate(reversed(path)):
+                if depth < len(truth) and bool(torch.rand(1, generator=self.g) < 0.85):
+                    tokens[r, node] = truth[depth]
+                else:
+                    break
+        return DraftTree(tokens, parents, torch.ones(b, n, dtype=torch.bool))
+
+    def commit(self, draft, verdict, features=None):
+        self.done[self.rows] += verdict.num_accepted + 1
+
+    def select(self, rows):
+        self.rows = self.rows[rows]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_deep_accepted_paths_commit_the_right_state(mamba, batch):
+    ids, mask = ragged_prompts(batch, seed=8)
+    n = 30
+    expected = _reference(mamba, ids, mask, n)
+    drafter = OracleTreeDrafter(expected, mask.sum(1), seed=batch)
+    out = speculative_generate(mamba, drafter, ids, mask, max_new_tokens=n, tree=3, eos_token_id=[], pad_token_id=0)
+    assert torch.equal(out.sequences[:, -n:], expected)
+    assert out.stats.mean_accepted_length > 2.0  # deep paths were accepted and committed
+
+
+def test_bad_use_is_refused(mamba):
+    with pytest.raises(TypeError, match="model: expected a transformers Mamba2ForCausalLM"):
+        Mamba2Target(make_target("llama"))
+    target = Mamba2Target(mamba)
+    ids, mask = ragged_prompts(1)
+    roots = target.start(ids, mask)
+    target.forward(roots[:, None], torch.tensor([[-1]]))
+    with pytest.raises(RuntimeError, match="forward: commit or discard"):
+        target.forward(roots[:, None], torch.tensor([[-1]]))
+    target.discard()
+    with pytest.raises(ValueError, match="parents: a node's parent must come before it"):
+        target.forward(torch.tensor([[5, 6]]), torch.tensor([[-1, 1]]))
