@@ -19,7 +19,8 @@ from transformers import PreTrainedModel
 
 from multispec.tree import ancestor_mask_from_parents
 
-from .tree_scan import conv_from_windows, tree_conv_windows, tree_ssd, tree_state
+from .kernels import tree_conv1d_dispatch, tree_ssd_dispatch
+from .tree_scan import tree_conv_windows, tree_state
 
 
 def is_mamba2(model: object) -> bool:
@@ -30,7 +31,7 @@ def is_mamba2(model: object) -> bool:
 class _LayerStep:
     """What a tree forward keeps per layer for the commit."""
 
-    windows: torch.Tensor  # [B, T, C, K] each node's conv window: the conv state after it
+    xbc: torch.Tensor  # [B, T, C] pre-conv inputs (the conv state after a node is its conv window)
     x: torch.Tensor  # [B, T, H, P]
     dt: torch.Tensor  # [B, T, H] discretised step
     B: torch.Tensor  # [B, T, G, N]
@@ -106,6 +107,7 @@ class Mamba2Target:
         if t and (parents >= torch.arange(t, device=self.device)).any():
             raise ValueError("parents: a node's parent must come before it")
         ancestors = ancestor_mask_from_parents(parents)
+        self._parents = parents
         hidden = self.backbone.embeddings(tokens)
         self._step = []
         for i, block in enumerate(self.backbone.layers):
@@ -122,8 +124,8 @@ class Mamba2Target:
         dtype = h.dtype
         proj = mixer.in_proj(h)
         gate, xbc, dt = proj.split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
-        windows = tree_conv_windows(xbc, self.conv[layer], parents)
-        conv = mixer.act(conv_from_windows(windows, mixer.conv1d.weight.squeeze(1), mixer.conv1d.bias)).to(dtype)
+        conv = mixer.act(tree_conv1d_dispatch(xbc, self.conv[layer], parents, mixer.conv1d.weight.squeeze(1),
+                                              mixer.conv1d.bias)).to(dtype)
         gn = mixer.n_groups * mixer.ssm_state_size
         x, B, C = conv.split([mixer.intermediate_size, gn, gn], dim=-1)
         dt = F.softplus(dt + mixer.dt_bias)
@@ -133,9 +135,9 @@ class Mamba2Target:
         x = x.reshape(b, t, mixer.num_heads, mixer.head_dim)
         B = B.reshape(b, t, mixer.n_groups, mixer.ssm_state_size)
         C = C.reshape(b, t, mixer.n_groups, mixer.ssm_state_size)
-        y = tree_ssd(x, dt, A, B, C, mixer.D, ancestors, self.ssm[layer])
+        y = tree_ssd_dispatch(x, dt, A, B, C, mixer.D, ancestors, self.ssm[layer])
         y = mixer.norm(y.reshape(b, t, -1).to(dtype), gate)
-        return mixer.out_proj(y.to(dtype)), _LayerStep(windows, x, dt, B)
+        return mixer.out_proj(y.to(dtype)), _LayerStep(xbc, x, dt, B)
 
     # ---- commit ---------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -158,7 +160,7 @@ class Mamba2Target:
         for i, s in enumerate(self._step):
             new_ssm = tree_state(s.x, s.dt, -torch.exp(self.backbone.layers[i].mixer.A_log.float()), s.B, on_path,
                                  self.ssm[i])
-            window = s.windows[rows, last]
+            window = tree_conv_windows(s.xbc, self.conv[i], self._parents)[rows, last]
             self.ssm[i] = torch.where(has[:, None, None, None], new_ssm, self.ssm[i])
             self.conv[i] = torch.where(has[:, None, None], window.to(self.conv[i].dtype), self.conv[i])
         self._step = None

@@ -78,23 +78,30 @@ def ancestor_at(parents: torch.Tensor, steps: int) -> torch.Tensor:
     return torch.stack(out)
 
 
+def conv_sources(parents: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, T, K]: where each node's conv window reads from, oldest first: a tree node index (>= 0) or
+    conv-state column c encoded as -1 - c. The window is the last K entries of [conv state ; the node's
+    root path], so slots older than the root come from state columns K + depth - j (j-th ancestor)."""
+    b, t = parents.shape
+    up = ancestor_at(parents, width)  # [K, B, T]
+    depth = (ancestor_at(parents, t + 1) >= 0).sum(0) - 1 if t else parents.new_zeros(b, 0)
+    cols = []
+    for j in range(width - 1, -1, -1):
+        col = (width + depth - j).clamp(min=0, max=width - 1)
+        cols.append(torch.where(up[j] >= 0, up[j], -1 - col))
+    return torch.stack(cols, dim=-1)
+
+
 def tree_conv_windows(xbc: torch.Tensor, conv_state: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
-    """The causal-conv input window [B, T, C, K] of every node: the last K entries of
-    [conv_state ; xbc along the node's root path] (oldest first). `conv_state` [B, C, K] holds the
-    last K committed pre-conv inputs, newest last; `parents` [B, T] are tree indices, -1 = the root's."""
-    k = conv_state.shape[-1]
+    """The causal-conv input window [B, T, C, K] of every node (oldest first). `conv_state` [B, C, K] holds
+    the last K committed pre-conv inputs, newest last; `parents` [B, T] are tree indices, -1 = root."""
     b, t, c = xbc.shape
-    up = ancestor_at(parents, k)  # [K, B, T]; up[j] = j-th ancestor
-    depth = (ancestor_at(parents, t + 1) >= 0).sum(0) - 1 if t else torch.zeros(b, 0, dtype=torch.long)
-    windows = []
-    for j in range(k - 1, -1, -1):  # oldest slot first: the (K-1)-th ancestor ... the node itself
-        node = up[j]
-        from_tree = xbc.gather(1, node.clamp(min=0)[..., None].expand(-1, -1, c))  # [B, T, C]
-        # past the root: conv_state column K - (j - depth) (j - depth >= 1 here)
-        col = (k - (j - depth)).clamp(min=0, max=k - 1)
-        from_state = conv_state.gather(2, col[:, None, :].expand(-1, c, -1)).transpose(1, 2)
-        windows.append(torch.where((node >= 0)[..., None], from_tree, from_state.to(from_tree.dtype)))
-    return torch.stack(windows, dim=-1)
+    k = conv_state.shape[-1]
+    src = conv_sources(parents, k).reshape(b, t * k)
+    from_tree = xbc.gather(1, src.clamp(min=0)[..., None].expand(-1, -1, c))  # [B, T*K, C]
+    from_state = conv_state.transpose(1, 2).gather(1, (-1 - src).clamp(min=0)[..., None].expand(-1, -1, c))
+    windows = torch.where((src >= 0)[..., None], from_tree, from_state.to(from_tree.dtype))
+    return windows.reshape(b, t, k, c).transpose(2, 3)
 
 
 def tree_conv1d(xbc: torch.Tensor, conv_state: torch.Tensor, parents: torch.Tensor, weight: torch.Tensor,

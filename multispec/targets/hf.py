@@ -29,8 +29,8 @@ def check_causal_lm(model: object, name: str) -> None:
         raise TypeError(f"{name}: encoder-decoder models ({type(model).__name__}) are not supported")
     if getattr(model, "_is_stateful", False):
         raise TypeError(
-            f"{name}: {type(model).__name__} keeps a recurrent state, not a KV cache; state-space and hybrid "
-            "models are handled by multispec.ssm"
+            f"{name}: {type(model).__name__} keeps a recurrent state, not a KV cache, and multispec.ssm has no "
+            "adapter for it (supported there: Mamba2ForCausalLM)"
         )
     if model.get_output_embeddings() is None:
         raise TypeError(f"{name}: {type(model).__name__} has no language-model head (use a *ForCausalLM class)")

@@ -15,8 +15,9 @@ def mamba():
     return make_mamba2()
 
 
-@pytest.mark.parametrize("batch", [1, 3])
-def test_tree_logits_equal_each_path_decoded_alone(mamba, batch):
+@pytest.mark.parametrize("batch,backend", [(1, "torch"), (3, "torch"), (3, "triton")])
+def test_tree_logits_equal_each_path_decoded_alone(mamba, batch, backend, monkeypatch):
+    monkeypatch.setenv("MULTISPEC_KERNELS", backend)  # triton: the kernels through the interpreter
     ids, mask = ragged_prompts(batch, seed=batch)
     t = 8
     parents = random_parents(batch, t, seed=11)
