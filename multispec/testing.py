@@ -55,6 +55,21 @@ def make_mamba2(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int 
     return model.eval()
 
 
+def make_mamba(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int = 64, head_scale: float = 8.0,
+               state: int = 8) -> torch.nn.Module:
+    """A random `MambaForCausalLM` (Mamba-1, conv width 4); runs its PyTorch path on CPU."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    torch.manual_seed(seed)
+    config = MambaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, state_size=state,
+                         expand=2, conv_kernel=4, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=0)
+    model = MambaForCausalLM(config)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+    return model.eval()
+
+
 def make_layer_skip_draft(target: torch.nn.Module, layers: int = 1) -> torch.nn.Module:
     """A draft sharing the target's embeddings, first `layers` blocks and head (so it often agrees)."""
     config = copy.deepcopy(target.config)

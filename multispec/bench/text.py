@@ -13,6 +13,7 @@ import json
 import time
 
 import torch
+from tqdm.auto import tqdm
 
 from .. import DynamicTree, HybridDrafter, NGramDrafter, speculative_generate
 from .. import zoo
@@ -90,27 +91,32 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
     target.generate(ps[0][1][:, :8], max_new_tokens=4, do_sample=False, **hf_no_eos)  # warm-up
     results: dict[str, dict] = {"pair": pair_name, "max_new_tokens": n, "prompts": [p for p, _ in ps],
                                 "threads": torch.get_num_threads(), "greedy": {}, "sampling": {}}
-    reference: list[torch.Tensor] = []
     counts = {"identical": 0, "near-tie": 0, "mismatch": 0}
-    for name, fn in greedy.items():
-        secs, toks, committed, forwards, verdicts = 0.0, 0, 0, 0, []
-        for i, (_, ids) in enumerate(ps):
+    acc = {name: {"secs": 0.0, "toks": 0, "committed": 0, "forwards": 0, "verdicts": []} for name in greedy}
+    # prompts outer, methods inner: a machine whose speed drifts during the run (shared CPUs do) then
+    # slows every method alike instead of whichever happened to run during the slow minutes
+    for i, (_, ids) in enumerate(tqdm(ps, desc="greedy", unit="prompt")):
+        reference = None
+        for name, fn in greedy.items():
             out, dt = _time(lambda: fn(ids))
             seq = out.sequences if hasattr(out, "stats") else out
+            a = acc[name]
             if name == "plain":
-                reference.append(seq)
+                reference = seq
             else:
-                verdicts.append(_classify(target, reference[i], seq, ids.shape[1]))
-            secs += dt
-            toks += seq.shape[1] - ids.shape[1]
+                a["verdicts"].append(_classify(target, reference, seq, ids.shape[1]))
+            a["secs"] += dt
+            a["toks"] += seq.shape[1] - ids.shape[1]
             if hasattr(out, "stats"):
-                committed += out.stats.committed
-                forwards += sum(s.rows for s in out.stats.steps)
-        for v in verdicts:
+                a["committed"] += out.stats.committed
+                a["forwards"] += sum(st.rows for st in out.stats.steps)
+    for name, a in acc.items():
+        for v in a["verdicts"]:
             counts[v] += 1
-        results["greedy"][name] = {"tokens_per_s": round(toks / secs, 3), "seconds": round(secs, 2), "tokens": toks,
-                                   "mean_accepted_length": round(committed / forwards, 3) if forwards else None,
-                                   "outputs": {v: verdicts.count(v) for v in set(verdicts)}}
+        results["greedy"][name] = {
+            "tokens_per_s": round(a["toks"] / a["secs"], 3), "seconds": round(a["secs"], 2), "tokens": a["toks"],
+            "mean_accepted_length": round(a["committed"] / a["forwards"], 3) if a["forwards"] else None,
+            "outputs": {v: a["verdicts"].count(v) for v in set(a["verdicts"])}}
     base = results["greedy"]["plain"]["tokens_per_s"]
     for r in results["greedy"].values():
         r["speedup_vs_ar"] = round(r["tokens_per_s"] / base, 3)
@@ -133,18 +139,21 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
             temperature=temperature, generator=g, **no_eos),
     }
     torch.manual_seed(0)
-    for name, fn in sampling.items():
-        secs, toks, committed, forwards = 0.0, 0, 0, 0
-        for _, ids in ps:
+    sacc = {name: {"secs": 0.0, "toks": 0, "committed": 0, "forwards": 0} for name in sampling}
+    for _, ids in tqdm(ps, desc="sampling", unit="prompt"):
+        for name, fn in sampling.items():
             out, dt = _time(lambda: fn(ids))
             seq = out.sequences if hasattr(out, "stats") else out
-            secs += dt
-            toks += seq.shape[1] - ids.shape[1]
+            a = sacc[name]
+            a["secs"] += dt
+            a["toks"] += seq.shape[1] - ids.shape[1]
             if hasattr(out, "stats"):
-                committed += out.stats.committed
-                forwards += sum(s.rows for s in out.stats.steps)
-        results["sampling"][name] = {"tokens_per_s": round(toks / secs, 3), "seconds": round(secs, 2),
-                                     "mean_accepted_length": round(committed / forwards, 3) if forwards else None}
+                a["committed"] += out.stats.committed
+                a["forwards"] += sum(st.rows for st in out.stats.steps)
+    for name, a in sacc.items():
+        results["sampling"][name] = {
+            "tokens_per_s": round(a["toks"] / a["secs"], 3), "seconds": round(a["secs"], 2),
+            "mean_accepted_length": round(a["committed"] / a["forwards"], 3) if a["forwards"] else None}
     sbase = results["sampling"]["plain"]["tokens_per_s"]
     for r in results["sampling"].values():
         r["speedup_vs_ar"] = round(r["tokens_per_s"] / sbase, 3)

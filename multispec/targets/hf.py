@@ -30,7 +30,7 @@ def check_causal_lm(model: object, name: str) -> None:
     if getattr(model, "_is_stateful", False):
         raise TypeError(
             f"{name}: {type(model).__name__} keeps a recurrent state, not a KV cache, and multispec.ssm has no "
-            "adapter for it (supported there: Mamba2ForCausalLM)"
+            "adapter for it (supported there: Mamba2ForCausalLM, MambaForCausalLM)"
         )
     if model.get_output_embeddings() is None:
         raise TypeError(f"{name}: {type(model).__name__} has no language-model head (use a *ForCausalLM class)")

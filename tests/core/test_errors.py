@@ -44,9 +44,10 @@ def test_unsupported_models(target):
         speculative_generate(target, 3.5, torch.tensor([[1]]))
     with pytest.raises(ValueError, match="drafter: unknown"):
         speculative_generate(target, "medusa", torch.tensor([[1]]))
-    from transformers import MambaConfig, MambaForCausalLM
-    mamba = MambaForCausalLM(MambaConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1, state_size=8))
-    with pytest.raises(TypeError, match="multispec.ssm"):  # stateful, and no SSM adapter for Mamba-1 (yet)
+    from transformers import FalconMambaConfig, FalconMambaForCausalLM
+    mamba = FalconMambaForCausalLM(FalconMambaConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1,
+                                                     state_size=8))
+    with pytest.raises(TypeError, match="multispec.ssm"):  # stateful, and no SSM adapter for it (yet)
         speculative_generate(mamba, "ngram", torch.tensor([[1]]))
 
 

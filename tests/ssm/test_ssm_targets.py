@@ -1,18 +1,26 @@
-"""Mamba-2 targets: tree logits equal per-path decoding; speculative output equals greedy decoding."""
+"""SSM targets (Mamba-2, Mamba-1): tree logits equal per-path decoding; speculative output equals greedy
+decoding; deep accepted paths commit the right states."""
 
 import pytest
 import torch
 
 from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate
-from multispec.ssm import Mamba2Target
-from multispec.testing import make_mamba2, make_target, ragged_prompts
+from multispec.ssm import Mamba2Target, MambaTarget
+from multispec.testing import make_mamba, make_mamba2, make_target, ragged_prompts
 
 from test_tree_scan import path_of, random_parents
 
 
-@pytest.fixture(scope="module")
-def mamba():
-    return make_mamba2()
+ADAPTERS = {"mamba2": Mamba2Target, "mamba": MambaTarget}
+
+
+@pytest.fixture(scope="module", params=["mamba2", "mamba"])
+def mamba(request):
+    return make_mamba2() if request.param == "mamba2" else make_mamba()
+
+
+def adapter(model):
+    return ADAPTERS[model.config.model_type](model)
 
 
 @pytest.mark.parametrize("batch,backend", [(1, "torch"), (3, "torch"), (3, "triton")])
@@ -23,7 +31,7 @@ def test_tree_logits_equal_each_path_decoded_alone(mamba, batch, backend, monkey
     parents = random_parents(batch, t, seed=11)
     g = torch.Generator().manual_seed(5)
     tree_tokens = torch.randint(3, 128, (batch, t), generator=g)
-    target = Mamba2Target(mamba)
+    target = adapter(mamba)
     roots = target.start(ids, mask)
     tree_tokens[:, 0] = roots
     logits = target.forward(tree_tokens, parents)
@@ -40,7 +48,7 @@ def test_commit_equals_decoding_the_accepted_path(mamba):
     ids, mask = ragged_prompts(2, seed=4)
     parents = torch.tensor([[-1, 0, 0, 1, 2, 3], [-1, 0, 1, 1, 3, 4]])
     tokens = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(2))
-    target = Mamba2Target(mamba)
+    target = adapter(mamba)
     tokens[:, 0] = target.start(ids, mask)
     target.forward(tokens, parents)
     path = torch.tensor([[0, 2, 4, -1], [0, 1, 3, 4]])  # accepted: node 4 in row 0, node 4 in row 1
@@ -132,9 +140,11 @@ def test_deep_accepted_paths_commit_the_right_state(mamba, batch):
 
 
 def test_bad_use_is_refused(mamba):
-    with pytest.raises(TypeError, match="model: expected a transformers Mamba2ForCausalLM"):
+    with pytest.raises(TypeError, match="model: expected a transformers mamba2 causal LM"):
         Mamba2Target(make_target("llama"))
-    target = Mamba2Target(mamba)
+    with pytest.raises(TypeError, match="model: expected a transformers mamba causal LM"):
+        MambaTarget(make_mamba2())
+    target = adapter(mamba)
     ids, mask = ragged_prompts(1)
     roots = target.start(ids, mask)
     target.forward(roots[:, None], torch.tensor([[-1]]))
