@@ -11,11 +11,16 @@ def _bench(args: argparse.Namespace) -> int:
     if args.suite == "core":
         from .bench.core import run
         run(quick=args.quick, max_new_tokens=args.max_new_tokens, json_path=args.json, threads=args.threads)
-    else:
+    elif args.suite == "text":
         from .bench.text import run
-        run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature, threads=args.threads, chain_k=args.chain_k,
-            tree=_parse_tree(args.tree))
+        run(pair_name=args.pair or "gemma3-270m-eagle", quick=args.quick, json_path=args.json,
+            max_new_tokens=args.max_new_tokens, temperature=0.8 if args.temperature is None else args.temperature,
+            threads=args.threads, chain_k=args.chain_k, tree=_parse_tree(args.tree))
+    else:
+        from .bench.ssm import run
+        run(pair_name=args.pair or "stdlib-mamba2", quick=args.quick, json_path=args.json,
+            max_new_tokens=args.max_new_tokens, temperature=1.0 if args.temperature is None else args.temperature,
+            threads=args.threads, chain_k=args.chain_k, tree=_parse_tree(args.tree))
     return 0
 
 
@@ -54,15 +59,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="multispec", description="Speculative generation beyond plain text.")
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="speed benchmarks against plain decoding and transformers")
-    bench.add_argument("suite", choices=["core", "text"], help="core: random-weight pair; text: a zoo pair")
+    bench.add_argument("suite", choices=["core", "text", "ssm"],
+                       help="core: random-weight pair; text: a zoo text pair; ssm: a zoo SSM/hybrid pair (STree)")
     bench.add_argument("--quick", action="store_true", help="a smaller run")
-    bench.add_argument("--pair", default="gemma3-270m-eagle", help="zoo pair for `text` (default %(default)s)")
+    bench.add_argument("--pair", default=None,
+                       help="zoo pair (default: gemma3-270m-eagle for text, stdlib-mamba2 for ssm)")
     bench.add_argument("--max-new-tokens", type=int, default=None)
-    bench.add_argument("--temperature", type=float, default=0.8, help="for the sampling rows of `text`")
+    bench.add_argument("--temperature", type=float, default=None,
+                       help="for the sampling rows (default 0.8 for text, 1.0 for ssm)")
     bench.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    bench.add_argument("--chain-k", type=int, default=4, help="draft length of the chain rows of `text`")
+    bench.add_argument("--chain-k", type=int, default=4, help="draft length of the chain rows")
     bench.add_argument("--tree", default=None, metavar="D/K/N",
-                       help="dynamic tree of `text`: depth/top-k/total nodes (default 4/4/15)")
+                       help="dynamic tree: depth/top-k/total nodes (default 4/4/15 text, 5/3/12 ssm)")
     bench.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
     bench.set_defaults(func=_bench)
     zoo = sub.add_parser("zoo", help="the model zoo: list, locate or retrain pairs")

@@ -23,6 +23,34 @@ class _Mamba2Step:
     B: torch.Tensor  # [B, T, G, N]
 
 
+def mamba2_tree_mix(mixer, h: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor,
+                    parents: torch.Tensor, ancestors: torch.Tensor) -> tuple[torch.Tensor, _Mamba2Step]:
+    """A Mamba-2 mixer (`transformers`' Mamba2Mixer, or a hybrid's, e.g. BambaMixer: same parameter names)
+    over a whole tree: output [B, T, hidden] of every node as if its path were decoded alone, and what the
+    commit needs."""
+    b, t, _ = h.shape
+    dtype = h.dtype
+    gate, xbc, dt = mixer.in_proj(h).split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
+    conv = mixer.act(tree_conv1d_dispatch(xbc, conv_state, parents, mixer.conv1d.weight.squeeze(1),
+                                          mixer.conv1d.bias)).to(dtype)
+    gn = mixer.n_groups * mixer.ssm_state_size
+    x, B, C = conv.split([mixer.intermediate_size, gn, gn], dim=-1)
+    lo, hi = mixer.time_step_limit
+    dt = F.softplus(dt + mixer.dt_bias).clamp(min=lo, max=hi)
+    A = -torch.exp(mixer.A_log.float())
+    x = x.reshape(b, t, mixer.num_heads, mixer.head_dim)
+    B = B.reshape(b, t, mixer.n_groups, mixer.ssm_state_size)
+    C = C.reshape(b, t, mixer.n_groups, mixer.ssm_state_size)
+    y = tree_ssd_dispatch(x, dt, A, B, C, mixer.D, ancestors, ssm_state)
+    y = mixer.norm(y.reshape(b, t, -1).to(dtype), gate)
+    return mixer.out_proj(y.to(dtype)), _Mamba2Step(xbc, x, dt, B)
+
+
+def mamba2_committed_state(mixer, step: _Mamba2Step, on_path: torch.Tensor, ssm_state: torch.Tensor) -> torch.Tensor:
+    """The SSM state after the accepted nodes (`on_path` [B, T]), in closed form."""
+    return tree_state(step.x, step.dt, -torch.exp(mixer.A_log.float()), step.B, on_path, ssm_state)
+
+
 class Mamba2Target(SSMTarget):
     """Target adapter for `Mamba2ForCausalLM`."""
 
@@ -32,23 +60,7 @@ class Mamba2Target(SSMTarget):
         return (mixer.num_heads, mixer.head_dim, mixer.ssm_state_size)
 
     def _mixer(self, mixer, h, layer, parents, ancestors):
-        b, t, _ = h.shape
-        dtype = h.dtype
-        gate, xbc, dt = mixer.in_proj(h).split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
-        conv = mixer.act(tree_conv1d_dispatch(xbc, self.conv[layer], parents, mixer.conv1d.weight.squeeze(1),
-                                              mixer.conv1d.bias)).to(dtype)
-        gn = mixer.n_groups * mixer.ssm_state_size
-        x, B, C = conv.split([mixer.intermediate_size, gn, gn], dim=-1)
-        lo, hi = mixer.time_step_limit
-        dt = F.softplus(dt + mixer.dt_bias).clamp(min=lo, max=hi)
-        A = -torch.exp(mixer.A_log.float())
-        x = x.reshape(b, t, mixer.num_heads, mixer.head_dim)
-        B = B.reshape(b, t, mixer.n_groups, mixer.ssm_state_size)
-        C = C.reshape(b, t, mixer.n_groups, mixer.ssm_state_size)
-        y = tree_ssd_dispatch(x, dt, A, B, C, mixer.D, ancestors, self.ssm[layer])
-        y = mixer.norm(y.reshape(b, t, -1).to(dtype), gate)
-        return mixer.out_proj(y.to(dtype)), _Mamba2Step(xbc, x, dt, B)
+        return mamba2_tree_mix(mixer, h, self.conv[layer], self.ssm[layer], parents, ancestors)
 
     def _committed_state(self, layer, saved, on_path, last):
-        A = -torch.exp(self.backbone.layers[layer].mixer.A_log.float())
-        return tree_state(saved.x, saved.dt, A, saved.B, on_path, self.ssm[layer])
+        return mamba2_committed_state(self.backbone.layers[layer].mixer, saved, on_path, self.ssm[layer])

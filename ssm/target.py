@@ -21,6 +21,31 @@ from multispec.tree import ancestor_mask_from_parents
 
 from .tree_scan import tree_conv_windows
 
+def accepted_nodes(path: torch.Tensor, batch: int, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """From accepted paths [B, A] (tree indices, -1 padded) over a T-node tree: the on-path mask [B, T],
+    whether a row accepted anything [B], and its last (deepest) accepted node [B] (0 where none)."""
+    if path.dim() != 2 or path.shape[0] != batch:
+        raise ValueError(f"path: expected [{batch}, A], got shape {tuple(path.shape)}")
+    if (path >= t).any():
+        raise ValueError(f"path: node index out of range for a {t}-node tree")
+    on_path = torch.zeros(batch, t + 1, dtype=torch.bool, device=path.device)
+    on_path.scatter_(1, torch.where(path >= 0, path, t), True)
+    on_path = on_path[:, :t]
+    last = torch.where(path >= 0, path, -1).amax(dim=1).clamp(min=0)  # topological order: the deepest
+    return on_path, on_path.any(dim=1), last
+
+
+def commit_layer_states(conv: torch.Tensor, ssm: torch.Tensor, new_ssm: torch.Tensor, xbc: torch.Tensor,
+                        parents: torch.Tensor, has: torch.Tensor, last: torch.Tensor):
+    """One layer's (conv state, SSM state) after the accepted nodes: the conv state becomes the last
+    accepted node's conv window, the SSM state `new_ssm`; rows that accepted nothing keep theirs."""
+    rows = torch.arange(conv.shape[0], device=conv.device)
+    window = tree_conv_windows(xbc, conv, parents)[rows, last]
+    shape = (-1,) + (1,) * (new_ssm.dim() - 1)
+    return (torch.where(has[:, None, None], window.to(conv.dtype), conv),
+            torch.where(has.view(shape), new_ssm, ssm))
+
+
 NO_FEATURES = "output_hidden_states: feature-level drafters are not supported for SSM targets yet"
 
 
@@ -30,7 +55,10 @@ class SSMTarget:
 
     model_type = ""  # config.model_type this adapter serves
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel, replay: bool = False):
+        """`replay=True` is the baseline STree compares with ("vanilla" speculative decoding for SSMs): the
+        commit forgets the verification pass and re-runs the accepted tokens from the step's initial
+        states (one more pass over the layers, without the LM head) instead of using the closed form."""
         if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) == self.model_type):
             raise TypeError(f"model: expected a transformers {self.model_type} causal LM, got {type(model).__name__}")
         if model.get_output_embeddings() is None:
@@ -42,8 +70,10 @@ class SSMTarget:
         self.dtype = next(model.parameters()).dtype
         self.conv: list[torch.Tensor] = []
         self.ssm: list[torch.Tensor] = []
+        self.replay = bool(replay)
         self._step: list[Any] | None = None
         self._parents: torch.Tensor | None = None
+        self._tokens: torch.Tensor | None = None
 
     # ---- what a mixer family provides ------------------------------------------------------------------
     def _ssm_state_shape(self, mixer) -> tuple[int, ...]:
@@ -108,6 +138,13 @@ class SSMTarget:
         parents = torch.where(valid, parents, -1)
         if t and (parents >= torch.arange(t, device=self.device)).any():
             raise ValueError("parents: a node's parent must come before it")
+        hidden = self._layers(tokens, parents)
+        self._tokens = tokens
+        hidden = self.backbone.norm_f(hidden)
+        return self.model.lm_head(hidden.to(self.model.lm_head.weight.dtype)).float()
+
+    def _layers(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+        """Run every block over the tree; keep what the commit needs in `_step`."""
         ancestors = ancestor_mask_from_parents(parents)
         self._parents = parents
         hidden = self.backbone.embeddings(tokens)
@@ -118,8 +155,7 @@ class SSMTarget:
             h, saved = self._mixer(block.mixer, h, i, parents, ancestors)
             self._step.append(saved)
             hidden = residual + h
-        hidden = self.backbone.norm_f(hidden)
-        return self.model.lm_head(hidden.to(self.model.lm_head.weight.dtype)).float()
+        return hidden
 
     # ---- commit ---------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -129,23 +165,25 @@ class SSMTarget:
         if self._step is None:
             raise RuntimeError("commit: no tree was scored since the last commit")
         path = path.to(self.device)
-        b = self.batch_size
-        if path.dim() != 2 or path.shape[0] != b:
-            raise ValueError(f"path: expected [{b}, A], got shape {tuple(path.shape)}")
-        t = self.num_pending
-        on_path = torch.zeros(b, t + 1, dtype=torch.bool, device=self.device)
-        on_path.scatter_(1, torch.where(path >= 0, path, t), True)
-        on_path = on_path[:, :t]
-        has = on_path.any(dim=1)
-        last = torch.where(path >= 0, path, -1).amax(dim=1).clamp(min=0)  # topological order: the deepest
-        rows = torch.arange(b, device=self.device)
+        on_path, has, last = accepted_nodes(path, self.batch_size, self.num_pending)
+        if self.replay:
+            path, on_path, last = self._replay(path, has)
         for i, saved in enumerate(self._step):
             new_ssm = self._committed_state(i, saved, on_path, last)
-            window = tree_conv_windows(saved.xbc, self.conv[i], self._parents)[rows, last]
-            shape = (-1,) + (1,) * (new_ssm.dim() - 1)
-            self.ssm[i] = torch.where(has.view(shape), new_ssm, self.ssm[i])
-            self.conv[i] = torch.where(has[:, None, None], window.to(self.conv[i].dtype), self.conv[i])
+            self.conv[i], self.ssm[i] = commit_layer_states(self.conv[i], self.ssm[i], new_ssm, saved.xbc,
+                                                            self._parents, has, last)
         self._step = None
+
+    def _replay(self, path: torch.Tensor, has: torch.Tensor):
+        """Re-run the accepted tokens (left-packed, as a chain) from the step's initial states."""
+        order = torch.sort((path < 0).to(torch.int8), dim=1, stable=True).indices
+        path = path.gather(1, order)
+        keep = path >= 0
+        tokens = self._tokens.gather(1, path.clamp(min=0))
+        a = path.shape[1]
+        chain = torch.arange(-1, a - 1, device=self.device).expand(path.shape[0], a)
+        self._layers(tokens, torch.where(keep, chain, -1))
+        return path, keep, (keep.sum(dim=1) - 1).clamp(min=0)
 
     def discard(self) -> None:
         self._step = None

@@ -19,18 +19,21 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from .lm_head import tall_lm_head
 
-def check_causal_lm(model: object, name: str) -> None:
-    """Raise TypeError unless `model` is a decoder-only `transformers` model we can drive."""
+
+def check_causal_lm(model: object, name: str, allow_stateful: bool = False) -> None:
+    """Raise TypeError unless `model` is a decoder-only `transformers` model we can drive (a stateful one,
+    e.g. a hybrid SSM/attention model, only when the caller handles its state: `allow_stateful`)."""
     if not isinstance(model, PreTrainedModel):
         raise TypeError(f"{name}: expected a transformers PreTrainedModel, got {type(model).__name__}")
     config = model.config
     if getattr(config, "is_encoder_decoder", False):
         raise TypeError(f"{name}: encoder-decoder models ({type(model).__name__}) are not supported")
-    if getattr(model, "_is_stateful", False):
+    if getattr(model, "_is_stateful", False) and not allow_stateful:
         raise TypeError(
             f"{name}: {type(model).__name__} keeps a recurrent state, not a KV cache, and multispec.ssm has no "
-            "adapter for it (supported there: Mamba2ForCausalLM, MambaForCausalLM)"
+            "adapter for it (supported there: Mamba2ForCausalLM, MambaForCausalLM, BambaForCausalLM)"
         )
     if model.get_output_embeddings() is None:
         raise TypeError(f"{name}: {type(model).__name__} has no language-model head (use a *ForCausalLM class)")
@@ -53,8 +56,10 @@ class _Pending:
 class HFCausalLM:
     """Prefill / score-a-tree / commit adapter over a `transformers` causal LM."""
 
+    stateful = False  # subclasses that keep a model's recurrent state themselves set this
+
     def __init__(self, model: PreTrainedModel, name: str = "target"):
-        check_causal_lm(model, name)
+        check_causal_lm(model, name, allow_stateful=self.stateful)
         self.model = model.eval()
         self.name = name
         self.vocab_size = output_vocab_size(model)
@@ -73,7 +78,7 @@ class HFCausalLM:
         """Prefill all prompt tokens but the last one; return the last ones (the first roots) [B], and
         with `output_hidden_states` also the final hidden states of the prefilled tokens [B, L-1, H]."""
         b, length = input_ids.shape
-        self.cache = DynamicCache()
+        self.cache = self._new_cache()
         self.start_col = (attention_mask == 0).sum(dim=1).to(self.device)
         self.length = torch.full((b,), length - 1, dtype=torch.long, device=self.device)
         self.width = length - 1
@@ -90,6 +95,9 @@ class HFCausalLM:
             return roots, hidden
         return roots
 
+    def _new_cache(self) -> DynamicCache:
+        return DynamicCache()
+
     @property
     def hidden_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[1])
@@ -104,7 +112,8 @@ class HFCausalLM:
             hook = self.model.get_decoder().register_forward_hook(
                 lambda _m, _args, out: captured.append(out[0] if isinstance(out, tuple) else out.last_hidden_state))
         try:
-            out = self.model(past_key_values=self.cache, use_cache=True, **kwargs)
+            with tall_lm_head(self.model):
+                out = self.model(past_key_values=self.cache, use_cache=True, **kwargs)
         finally:
             if hook is not None:
                 hook.remove()
@@ -182,11 +191,19 @@ class HFCausalLM:
         masks = self._layer_masks(allowed, new_pos[:, :, None] - key_pos[:, None, :])
         cache_position = torch.arange(self.width + p0, self.width + p0 + m, device=self.device)
         inputs = dict(input_ids=tokens) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds.to(self.device))
-        out, hidden = self._run(output_hidden_states, attention_mask=masks, position_ids=new_pos,
-                                cache_position=cache_position, **inputs)
+        logits, hidden = self._score(inputs, masks, new_pos, cache_position, output_hidden_states,
+                                     torch.where(valid, parents, -1))
         self.pending = _Pending(torch.cat([self.pending.parents, parents], 1), pos, anc)
-        logits = out.logits.float()
         return (logits, hidden) if output_hidden_states else logits
+
+    def _score(self, inputs: dict, masks, positions: torch.Tensor, cache_position: torch.Tensor,
+               output_hidden_states: bool, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Run the model over the new nodes (their K/V appended to the cache after `width`): float32 logits
+        and, if asked, final hidden states. `parents`: pending parent indices, -1 for roots and invalid
+        nodes (adapters that mix attention with recurrent layers need the tree itself)."""
+        out, hidden = self._run(output_hidden_states, attention_mask=masks, position_ids=positions,
+                                cache_position=cache_position, **inputs)
+        return out.logits.float(), hidden
 
     def _layer_masks(self, allowed: torch.Tensor, distance: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
         """Additive float masks [B, 1, Q, K]; a dict per layer type when some layers slide."""

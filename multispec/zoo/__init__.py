@@ -62,6 +62,41 @@ def _train_bytes(folder: Path) -> dict:
     return report
 
 
+def _ssm_loader(name: str, cls_name: str):
+    """SSM zoo pairs: a byte-level SSM (or hybrid) target drafted by the stdlib-bytes Llama, a model with
+    the same 256-byte vocabulary trained on the same corpus (`ModelDrafter`)."""
+
+    def load_pair(folder: Path) -> ZooPair:
+        import transformers
+        from transformers import LlamaForCausalLM
+
+        from ..drafters.model import ModelDrafter
+        from .bytes_lm import ByteTokenizer
+
+        if not (folder / "target" / "config.json").exists():
+            raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {name}`")
+        target = getattr(transformers, cls_name).from_pretrained(folder / "target", dtype=torch.float32).eval()
+        draft = LlamaForCausalLM.from_pretrained(path("stdlib-bytes") / "target", dtype=torch.float32).eval()
+        return ZooPair(target, ModelDrafter(draft), ByteTokenizer(), name)
+
+    return load_pair
+
+
+def _ssm_trainer(config_fn_name: str, cls_name: str):
+    def train_pair(folder: Path) -> dict:
+        import transformers
+
+        from . import bytes_lm
+
+        config = getattr(bytes_lm, config_fn_name)()
+        # Fewer steps than the Llama target: the SSMs' PyTorch scan trains at ~1 s/step on 2 CPU cores.
+        return {"target": bytes_lm.train_target(folder / "target", steps=500, long_steps=150,
+                                                make_model=lambda: getattr(transformers, cls_name)(config),
+                                                desc=config.model_type)}
+
+    return train_pair
+
+
 def _load_gemma(folder: Path) -> ZooPair:
     from ..drafters.eagle import EagleDrafter, EagleHead
     from .gemma import load_gemma
@@ -84,6 +119,12 @@ ENTRIES: dict[str, ZooEntry] = {
     e.name: e for e in [
         ZooEntry("stdlib-bytes", "byte-level Llama (4 layers, 1.7M params) trained on CPython's stdlib + EAGLE head; "
                  "fully local, used by the tests", None, _load_bytes, _train_bytes),
+        ZooEntry("stdlib-mamba2", "byte-level Mamba-2 (8 layers, hidden 256) trained on CPython's stdlib, drafted by "
+                 "the stdlib-bytes Llama; the SSM pair (multispec.ssm)", None,
+                 _ssm_loader("stdlib-mamba2", "Mamba2ForCausalLM"), _ssm_trainer("mamba2_config", "Mamba2ForCausalLM")),
+        ZooEntry("stdlib-bamba", "byte-level Bamba hybrid (6 Mamba-2 + 2 attention layers, hidden 256) trained on "
+                 "CPython's stdlib, drafted by the stdlib-bytes Llama", None,
+                 _ssm_loader("stdlib-bamba", "BambaForCausalLM"), _ssm_trainer("bamba_config", "BambaForCausalLM")),
         ZooEntry("gemma3-270m-eagle", "Gemma 3 270M (GGUF from PyPI, dequantized to fp32) + EAGLE head with an "
                  "8192-token draft vocabulary, trained on CPython's stdlib", "gemma", _load_gemma, _train_gemma),
     ]

@@ -47,10 +47,32 @@ def target_config() -> LlamaConfig:
                        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0)
 
 
+def mamba2_config():
+    """The SSM zoo target: a byte-level Mamba-2, 8 layers, hidden 256 (4.3M parameters)."""
+    from transformers import Mamba2Config
+
+    return Mamba2Config(vocab_size=256, hidden_size=256, num_hidden_layers=8, num_heads=16, head_dim=32, expand=2,
+                        state_size=32, n_groups=1, conv_kernel=4, chunk_size=64, tie_word_embeddings=False,
+                        bos_token_id=None, eos_token_id=None, pad_token_id=0)
+
+
+def bamba_config():
+    """The hybrid zoo target: the Mamba-2 above with layers 3 and 7 (of 8) full attention instead."""
+    from transformers import BambaConfig
+
+    return BambaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=8,
+                       num_attention_heads=8, num_key_value_heads=4, attn_layer_indices=[3, 7], mamba_n_heads=16,
+                       mamba_d_head=32, mamba_n_groups=1, mamba_d_state=32, mamba_d_conv=4, mamba_chunk_size=64,
+                       max_position_embeddings=TRAINED_CONTEXT, tie_word_embeddings=False, bos_token_id=None,
+                       eos_token_id=None, pad_token_id=0)
+
+
 def train_target(out_dir: str | Path, steps: int = 800, seq_len: int = 256, batch_size: int = 8,
                  long_steps: int = 300, long_batch_size: int = 2, lr: float = 3e-3, chars: int = 3_000_000,
-                 seed: int = 0) -> dict:
-    """Train the byte-level target from scratch (fixed seed) and save it as a `transformers` checkpoint.
+                 seed: int = 0, make_model=None, desc: str = "byte target") -> dict:
+    """Train a byte-level target from scratch (fixed seed) and save it as a `transformers` checkpoint:
+    `make_model()` builds the fresh causal LM of vocabulary 256 (after seeding; default the Llama of
+    `target_config`).
 
     `steps` on short chunks learn the language cheaply; the last `long_steps` on chunks of
     `TRAINED_CONTEXT` teach it long positions (without them its text degrades past `seq_len`)."""
@@ -60,14 +82,14 @@ def train_target(out_dir: str | Path, steps: int = 800, seq_len: int = 256, batc
     ids = torch.tensor(ByteTokenizer().encode(corpus_text("train", max_chars=chars, seed=seed)), dtype=torch.long)
     short = torch.stack(chunk_tokens(ids, seq_len + 1))
     long = torch.stack(chunk_tokens(ids, TRAINED_CONTEXT))
-    model = LlamaForCausalLM(target_config())
+    model = make_model() if make_model is not None else LlamaForCausalLM(target_config())
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     warm, total = 50, steps + long_steps
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm))))
     losses = []
-    bar = tqdm(range(total), desc="byte target", unit="step")
+    bar = tqdm(range(total), desc=desc, unit="step")
     for step in bar:
         chunks, bs = (short, batch_size) if step < steps else (long, long_batch_size)
         sel = torch.tensor([rng.randrange(len(chunks)) for _ in range(bs)])

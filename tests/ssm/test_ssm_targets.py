@@ -1,25 +1,40 @@
-"""SSM targets (Mamba-2, Mamba-1): tree logits equal per-path decoding; speculative output equals greedy
+"""SSM targets (Mamba-2, Mamba-1, the Bamba hybrid): tree logits equal per-path decoding; speculative output equals greedy
 decoding; deep accepted paths commit the right states."""
+
+import functools
 
 import pytest
 import torch
 
 from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate
-from multispec.ssm import Mamba2Target, MambaTarget
-from multispec.testing import make_mamba, make_mamba2, make_target, ragged_prompts
+from multispec.ssm import BambaTarget, Mamba2Target, MambaTarget
+from multispec.testing import make_bamba, make_mamba, make_mamba2, make_target, ragged_prompts
 
 from test_tree_scan import path_of, random_parents
 
 
-ADAPTERS = {"mamba2": Mamba2Target, "mamba": MambaTarget}
+ADAPTERS = {"mamba2": Mamba2Target, "mamba": MambaTarget, "bamba": BambaTarget}
+MAKERS = {"mamba2": make_mamba2, "mamba": make_mamba, "bamba": make_bamba}
 
 
-@pytest.fixture(scope="module", params=["mamba2", "mamba"])
+# Commit strategies per family: the replay baseline exists for the pure SSM targets only.
+COMMITS = [(kind, False) for kind in MAKERS] + [("mamba2", True), ("mamba", True)]
+COMMIT_IDS = [f"{kind}-{'replay' if replay else 'closed-form'}" for kind, replay in COMMITS]
+
+
+@functools.cache
+def model_of(kind):
+    return MAKERS[kind]()
+
+
+@pytest.fixture(scope="module", params=list(MAKERS))
 def mamba(request):
-    return make_mamba2() if request.param == "mamba2" else make_mamba()
+    return model_of(request.param)
 
 
-def adapter(model):
+def adapter(model, replay=False):
+    if replay:
+        return ADAPTERS[model.config.model_type](model, replay=True)
     return ADAPTERS[model.config.model_type](model)
 
 
@@ -44,11 +59,13 @@ def test_tree_logits_equal_each_path_decoded_alone(mamba, batch, backend, monkey
                 assert torch.allclose(logits[r, node], want, atol=1e-4, rtol=1e-4), (r, node)
 
 
-def test_commit_equals_decoding_the_accepted_path(mamba):
+@pytest.mark.parametrize("kind,replay", COMMITS, ids=COMMIT_IDS)
+def test_commit_equals_decoding_the_accepted_path(kind, replay):
+    mamba = model_of(kind)
     ids, mask = ragged_prompts(2, seed=4)
     parents = torch.tensor([[-1, 0, 0, 1, 2, 3], [-1, 0, 1, 1, 3, 4]])
     tokens = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(2))
-    target = adapter(mamba)
+    target = adapter(mamba, replay)
     tokens[:, 0] = target.start(ids, mask)
     target.forward(tokens, parents)
     path = torch.tensor([[0, 2, 4, -1], [0, 1, 3, 4]])  # accepted: node 4 in row 0, node 4 in row 1
@@ -129,12 +146,14 @@ class OracleTreeDrafter(Drafter):
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-def test_deep_accepted_paths_commit_the_right_state(mamba, batch):
+@pytest.mark.parametrize("kind,replay", COMMITS, ids=COMMIT_IDS)
+def test_deep_accepted_paths_commit_the_right_state(kind, batch, replay):
+    mamba = model_of(kind)
     ids, mask = ragged_prompts(batch, seed=8)
     n = 30
     expected = _reference(mamba, ids, mask, n)
     drafter = OracleTreeDrafter(expected, mask.sum(1), seed=batch)
-    out = speculative_generate(mamba, drafter, ids, mask, max_new_tokens=n, tree=3, eos_token_id=[], pad_token_id=0)
+    out = speculative_generate(adapter(mamba, replay), drafter, ids, mask, max_new_tokens=n, tree=3, eos_token_id=[], pad_token_id=0)
     assert torch.equal(out.sequences[:, -n:], expected)
     assert out.stats.mean_accepted_length > 2.0  # deep paths were accepted and committed
 
@@ -144,6 +163,8 @@ def test_bad_use_is_refused(mamba):
         Mamba2Target(make_target("llama"))
     with pytest.raises(TypeError, match="model: expected a transformers mamba causal LM"):
         MambaTarget(make_mamba2())
+    with pytest.raises(TypeError, match="model: expected a transformers bamba causal LM"):
+        BambaTarget(make_mamba2())
     target = adapter(mamba)
     ids, mask = ragged_prompts(1)
     roots = target.start(ids, mask)
@@ -151,5 +172,21 @@ def test_bad_use_is_refused(mamba):
     with pytest.raises(RuntimeError, match="forward: commit or discard"):
         target.forward(roots[:, None], torch.tensor([[-1]]))
     target.discard()
-    with pytest.raises(ValueError, match="parents: a node's parent must come before it"):
+    with pytest.raises(ValueError, match="parents: a node's parent must (come|be fed) before it"):
         target.forward(torch.tensor([[5, 6]]), torch.tensor([[-1, 1]]))
+
+
+def test_rows_that_stop_early_leave_the_others_exact(mamba):
+    """EOS in one row drops it from the batch (`select`): the other rows' states must follow."""
+    ids, mask = ragged_prompts(3, seed=9)
+    n = 16
+    free = _reference(mamba, ids, mask, n)
+    eos = int(free[1, 4])  # row 1 stops at its 5th token; others stop wherever that token appears
+    out = speculative_generate(mamba, make_target("llama", seed=3), ids, mask, max_new_tokens=n, tree=3,
+                               eos_token_id=eos, pad_token_id=0)
+    new = out.sequences[:, ids.shape[1]:]
+    for r in range(3):
+        hits = (free[r] == eos).nonzero()
+        stop = int(hits[0]) + 1 if len(hits) else n
+        assert torch.equal(new[r, :stop], free[r, :stop]), r
+        assert (new[r, stop:] == 0).all(), r

@@ -41,3 +41,23 @@ def test_local_pair_is_lossless_and_accepts(pair, tree):
     assert torch.equal(out.sequences, expected)
     assert out.stats.mean_accepted_length > 1.8  # a trained pair: most steps accept drafts
     assert isinstance(pair.tokenizer.decode(out.sequences[0, ids.shape[1]:]), str)
+
+
+@pytest.mark.parametrize("name", ["stdlib-mamba2", "stdlib-bamba"])
+def test_ssm_pairs_are_lossless_and_accept(name):
+    """The SSM zoo pairs (byte-level Mamba-2 and Bamba targets, drafted by the byte Llama): STree output
+    equals the target's own greedy generate, and the trained pair agrees often."""
+    pair = zoo.load(name)
+    prompt = read_source(stdlib_files("heldout")[1])[:300]
+    ids = pair.tokenizer(prompt, return_tensors="pt")["input_ids"]
+    expected = pair.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40, do_sample=False,
+                                    pad_token_id=0)
+    out = speculative_generate(pair.target, pair.drafter, ids, max_new_tokens=40,
+                               tree=DynamicTree(depth=4, topk=3, total=10), pad_token_id=0)
+    assert torch.equal(out.sequences, expected)
+    assert out.stats.mean_accepted_length > 1.5
+
+
+def test_untrained_entry_names_the_train_command(tmp_path):
+    with pytest.raises(FileNotFoundError, match="multispec zoo train stdlib-mamba2"):
+        zoo.load("stdlib-mamba2", weights=tmp_path)

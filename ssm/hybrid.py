@@ -1,0 +1,110 @@
+"""Hybrid SSM/attention models as speculative targets: `transformers`' `BambaForCausalLM` (Mamba-2 mixers
+interleaved with full-attention layers, as in IBM's Bamba and Granite 4.0-H).
+
+One forward scores the whole draft tree: Mamba-2 layers run the STree tree scan and tree conv
+(`mamba2_tree_mix`), attention layers read the committed KV cache plus the tree through the core's
+ancestor mask with position ids = committed length + depth (the KV layout and its gather-on-commit are
+`HFCausalLM`'s). The commit moves both to the same accepted path: KV entries of the path's nodes are
+gathered into place, SSM states set in closed form and conv states to the last accepted node's window.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from multispec.targets import HFCausalLM
+from multispec.tree import ancestor_mask_from_parents
+
+from .mamba2 import _Mamba2Step, mamba2_committed_state, mamba2_tree_mix
+from .target import accepted_nodes, commit_layer_states
+
+MAMBA = "linear_attention"  # Bamba's name for its Mamba-2 layers in config.layers_block_type
+
+
+class BambaTarget(HFCausalLM):
+    """Target adapter for `BambaForCausalLM` (one draft tree per step; chains are trees)."""
+
+    stateful = True
+    model_type = "bamba"
+
+    def __init__(self, model: PreTrainedModel):
+        if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) == self.model_type):
+            raise TypeError(f"model: expected a transformers {self.model_type} causal LM, got {type(model).__name__}")
+        super().__init__(model, name="model")
+        self.decoder = model.model
+        self.mamba_layers = [i for i, kind in enumerate(model.config.layers_block_type) if kind == MAMBA]
+        self.conv: dict[int, torch.Tensor] = {}
+        self.ssm: dict[int, torch.Tensor] = {}
+        self._step: dict[int, _Mamba2Step] | None = None
+        self._parents: torch.Tensor | None = None
+
+    def _new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.model.config)  # typed layers: KV for attention, states for Mamba
+
+    @torch.no_grad()
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, output_hidden_states: bool = False,
+              inputs_embeds: torch.Tensor | None = None):
+        b = input_ids.shape[0]
+        for i in self.mamba_layers:  # a one-token prompt prefills nothing: zero states
+            mixer = self.decoder.layers[i].mamba
+            self.conv[i] = torch.zeros(b, mixer.conv_dim, mixer.conv_kernel_size, dtype=self.dtype, device=self.device)
+            self.ssm[i] = torch.zeros(b, mixer.num_heads, mixer.head_dim, mixer.ssm_state_size, device=self.device)
+        self._step = None
+        return super().start(input_ids, attention_mask, output_hidden_states, inputs_embeds)
+
+    @torch.no_grad()
+    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, output_hidden_states: bool = False,
+                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | None:
+        # the model's own forward (its chunked scan) over the left-padded prompts; positions count real tokens
+        pos = (mask2d.long().cumsum(-1) - 1).clamp(min=0)
+        tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
+        out = self.decoder(attention_mask=mask2d, position_ids=pos, past_key_values=self.cache, use_cache=True,
+                           **tokens)
+        for i in self.mamba_layers:
+            self.conv[i] = self.cache.get_conv_state(i).clone()
+            self.ssm[i] = self.cache.get_recurrent_state(i).float().clone()
+        return out.last_hidden_state if output_hidden_states else None
+
+    def _score(self, inputs, masks, positions, cache_position, output_hidden_states, parents):
+        if self.num_pending:
+            raise RuntimeError("forward: commit or discard the previous tree first (one tree per step)")
+        ancestors = ancestor_mask_from_parents(parents)
+        hidden = inputs["inputs_embeds"] if "inputs_embeds" in inputs else self.decoder.embed_tokens(inputs["input_ids"])
+        rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
+        step: dict[int, _Mamba2Step] = {}
+        for i, layer in enumerate(self.decoder.layers):
+            h = layer.input_layernorm(hidden)
+            if i in self.conv:
+                h, step[i] = mamba2_tree_mix(layer.mamba, h, self.conv[i], self.ssm[i], parents, ancestors)
+            else:  # K/V of the tree nodes are appended after the committed columns; the mask does the rest
+                h, _ = layer.self_attn(hidden_states=h, position_embeddings=rotary, attention_mask=masks,
+                                       past_key_values=self.cache)
+            hidden = hidden + h
+            hidden = hidden + layer.feed_forward(layer.pre_ff_layernorm(hidden))
+        hidden = self.decoder.final_layernorm(hidden)
+        self._step, self._parents = step, parents
+        return self.model.lm_head(hidden).float(), (hidden if output_hidden_states else None)
+
+    @torch.no_grad()
+    def commit(self, path: torch.Tensor) -> None:
+        if self._step is None:
+            raise RuntimeError("commit: no tree was scored since the last commit")
+        path = path.to(self.device)
+        on_path, has, last = accepted_nodes(path, self.batch_size, self.num_pending)
+        for i, saved in self._step.items():
+            new_ssm = mamba2_committed_state(self.decoder.layers[i].mamba, saved, on_path, self.ssm[i])
+            self.conv[i], self.ssm[i] = commit_layer_states(self.conv[i], self.ssm[i], new_ssm, saved.xbc,
+                                                            self._parents, has, last)
+        super().commit(path)  # the attention layers' KV entries of the same path
+        self._step = None
+
+    def discard(self) -> None:
+        super().discard()
+        self._step = None
+
+    def select(self, rows: torch.Tensor) -> None:
+        super().select(rows)
+        rows = rows.to(self.device)
+        self.conv = {i: c[rows] for i, c in self.conv.items()}
+        self.ssm = {i: s[rows] for i, s in self.ssm.items()}
