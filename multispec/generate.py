@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
-from .acceptance import AcceptanceRule, resolve_rule
+from .acceptance import AcceptanceRule, Verdict, resolve_rule
 from .drafters import Drafter, as_drafter
 from .metrics import SpeculativeStats, StepStats
 from .sampling import SamplingConfig
 from .targets import as_target
-from .tree import TreeSpec, as_tree_spec
+from .tree import DraftTree, TreeSpec, as_tree_spec
 
 
 @dataclass
@@ -101,6 +101,7 @@ def speculative_generate(
     pad_token_id: int | None = None,
     sampling: SamplingConfig | None = None,
     progress: bool = False,
+    on_step: Callable[[DraftTree, Verdict, list[int]], None] | None = None,
 ) -> SpeculativeOutput:
     """Generate with speculative decoding; lossless with the default rules.
 
@@ -116,6 +117,8 @@ def speculative_generate(
         eos_token_id / pad_token_id: default to the target's generation config, as `generate` does.
         sampling: a full `SamplingConfig` (e.g. with logits hooks) instead of the four arguments.
         progress: show a progress bar over generated tokens.
+        on_step: called after each verification with the draft tree, the verdict and the original batch
+            rows they cover (e.g. `multispec.trace.StepRecorder`, which the demos render).
 
     Returns `SpeculativeOutput(sequences, stats, num_new_tokens)`.
     """
@@ -149,7 +152,7 @@ def speculative_generate(
     new_tokens: list[list[int]] = [[] for _ in range(b)]
     if max_new_tokens > 0:
         _run(target, drafter, input_ids, attention_mask, max_new_tokens, sampling, spec, rule, generator, eos,
-             stats, new_tokens, progress)
+             stats, new_tokens, progress, on_step)
     width = max(len(t) for t in new_tokens)
     tail = torch.full((b, width), pad_token_id, dtype=torch.long)
     for r, toks in enumerate(new_tokens):
@@ -160,7 +163,7 @@ def speculative_generate(
 
 @torch.no_grad()
 def _run(target, drafter: Drafter, input_ids, attention_mask, max_new_tokens, sampling, spec, rule, generator,
-         eos, stats, new_tokens, progress) -> None:
+         eos, stats, new_tokens, progress, on_step=None) -> None:
     device = target.device
     t0 = time.perf_counter()
     wants = drafter.uses_target_features
@@ -189,6 +192,8 @@ def _run(target, drafter: Drafter, input_ids, attention_mask, max_new_tokens, sa
         verdict = rule.accept(draft, logits, sampling, generator)
         _sync(device)
         t2 = time.perf_counter()
+        if on_step is not None:
+            on_step(draft, verdict, list(active))
         counts = (verdict.num_accepted + 1).tolist()
         emitted = verdict.tokens.tolist()
         finished, committed = [], 0

@@ -1,0 +1,35 @@
+"""multispec demos: `python demos/app.py [--port N] [--share]` (needs `pip install -e ".[demo]"`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from demos import ssm_tab, text_tab  # noqa: E402
+
+
+def build():
+    import gradio as gr
+
+    with gr.Blocks(title="multispec") as app:
+        gr.Markdown("# multispec: speculative generation beyond plain text")
+        with gr.Tab("Text (EAGLE, hybrid)"):
+            text_tab.build()
+        with gr.Tab("State-space models (STree)"):
+            ssm_tab.build()
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--share", action="store_true")
+    args = parser.parse_args()
+    build().launch(server_port=args.port, share=args.share)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""The demo tabs' logic on the shipped zoo pairs (the Gradio layout is built too, not launched)."""
+
+import pytest
+
+from demos import app, compare, ssm_tab, text_tab
+from multispec import DynamicTree, zoo
+from multispec.drafters.model import ModelDrafter
+from multispec.testing import make_mamba2
+
+
+def test_text_tab_rows_match_plain_and_show_traces():
+    table, completion, chain_html, tree_html = text_tab.run("stdlib-bytes", "def parse(self, text):\n",
+                                                            max_new_tokens=24)
+    assert table.count("| yes |") == 5 and "NO" not in table  # plain + 4 methods, all equal to plain
+    assert len(completion) > 0
+    assert 'class="acc"' in chain_html and 'class="step"' in tree_html
+
+
+def test_ssm_tab_compares_replay_closed_form_and_stree():
+    model = make_mamba2(seed=3, vocab=256, layers=2, hidden=64)
+    pair = zoo.load("stdlib-bytes")  # its byte Llama drafts for the random Mamba-2 (same 256-byte vocabulary)
+
+    ms = ssm_tab.methods(model, ModelDrafter(pair.target), chain_k=3, tree=DynamicTree(3, 2, 6))
+    assert list(ms) == ["chain k=3, state replay", "chain k=3, closed-form commit", "STree 3/2/6"]
+    results = compare.compare(model, pair.tokenizer, "import os\n", ms, max_new_tokens=16)
+    assert all(r.token_ids == results[0].token_ids for r in results)
+    assert all(r.tokens == 16 for r in results)
+    assert "| NO |" not in compare.summary_markdown(results)
+
+
+def test_bad_demo_input_names_the_argument():
+    with pytest.raises(ValueError, match="pair"):
+        ssm_tab.load("nope")
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        text_tab.run("stdlib-bytes", "x", max_new_tokens=0)
+    with pytest.raises(ValueError, match="prompt"):
+        text_tab.run("stdlib-bytes", "", max_new_tokens=4)
+
+
+def test_gradio_app_builds():
+    import gradio as gr
+
+    blocks = app.build()
+    assert isinstance(blocks, gr.Blocks)
