@@ -115,3 +115,31 @@ def ragged_prompts(batch: int, seed: int = 0, vocab: int = VOCAB, lengths=(7, 3,
         ids[r, width - n:] = torch.randint(3, vocab, (n,), generator=g)
         mask[r, width - n:] = 1
     return ids, mask
+
+
+def first_two_token_dists(model: torch.nn.Module, prompt: torch.Tensor, sampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact distributions (float64) of the first sampled token after `prompt` [L] and, marginally, of the
+    second, under the `SamplingConfig` transform: the reference for chi-square tests of samplers."""
+    with torch.no_grad():
+        p1 = sampling.probs(model(prompt[None]).logits[0, -1])
+        support = p1.nonzero().flatten()
+        seqs = torch.cat([prompt.expand(len(support), -1), support[:, None]], 1)
+        p2_given = sampling.probs(model(seqs).logits[:, -1])
+        p2 = (p1[support, None] * p2_given).sum(0)
+    return p1.double(), p2.double()
+
+
+def chi_square_pvalue(samples: torch.Tensor, probs: torch.Tensor) -> float:
+    """Chi-square goodness of fit of integer `samples` to `probs`; bins expecting fewer than 5 counts are
+    pooled into one (dropped, with the rest rescaled, if the pool itself expects fewer than 5)."""
+    from scipy.stats import chisquare
+
+    counts = torch.bincount(samples, minlength=probs.numel()).double()
+    expected = probs.double() / probs.double().sum() * samples.numel()  # float32 probs need not sum to 1
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    if exp[-1] < 5:
+        obs, exp = obs[:-1], exp[:-1]
+        exp = exp * obs.sum() / exp.sum()
+    return float(chisquare(obs.numpy(), exp.numpy()).pvalue)

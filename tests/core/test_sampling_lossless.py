@@ -2,9 +2,10 @@
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from multispec import AcceptanceRule, DynamicTree, Exact, SamplingConfig, StaticTree, Verdict, speculative_generate
+from multispec.testing import chi_square_pvalue as _pvalue
+from multispec.testing import first_two_token_dists as _target_dists
 from multispec.testing import make_layer_skip_draft, make_target
 
 N = 4000
@@ -15,29 +16,6 @@ SETTINGS = dict(temperature=0.9, top_k=12)
 def models():
     target = make_target("llama", seed=1, head_scale=3.0)
     return target, make_layer_skip_draft(target, layers=1)
-
-
-def _target_dists(target, prompt, sampling):
-    """Exact distributions of the first token and (marginally) of the second token."""
-    with torch.no_grad():
-        p1 = sampling.probs(target(prompt[None]).logits[0, -1])
-        support = p1.nonzero().flatten()
-        seqs = torch.cat([prompt.expand(len(support), -1), support[:, None]], 1)
-        p2_given = sampling.probs(target(seqs).logits[:, -1])
-        p2 = (p1[support, None] * p2_given).sum(0)
-    return p1.double(), p2.double()
-
-
-def _pvalue(samples, probs):
-    counts = torch.bincount(samples, minlength=probs.numel()).double()
-    expected = probs * samples.numel()
-    big = expected >= 5  # pool the rare tokens into one bin
-    obs = torch.cat([counts[big], counts[~big].sum()[None]])
-    exp = torch.cat([expected[big], expected[~big].sum()[None]])
-    if exp[-1] < 5:
-        obs, exp = obs[:-1], exp[:-1]
-        exp = exp * obs.sum() / exp.sum()
-    return chisquare(obs.numpy(), exp.numpy()).pvalue
 
 
 def _draws(target, drafter, tree, rule=None, seed=0):
