@@ -3,7 +3,8 @@
 Same prompts for every method (held-out stdlib files and natural-language prompts), methods interleaved
 per prompt: plain decoding (the model's own `generate`), chain speculation with state replay (the
 "vanilla SD for SSMs" baseline: the commit re-runs the accepted tokens), chain speculation with the
-closed-form state commit, and STree with a static and a dynamic tree. Greedy rows are checked against
+closed-form state commit, STree with a static and a dynamic tree (all drafted by the pair's draft model),
+and a prompt-lookup chain (a drafter that costs no forward). Greedy rows are checked against
 plain decoding (a differing token at a target top-2 gap < 1e-4 counts as a near-tie); temperature-1
 rows report speed and acceptance (distribution correctness is the core's tests).
 """
@@ -16,7 +17,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from .. import DynamicTree, StaticTree, speculative_generate, zoo
+from .. import DynamicTree, NGramDrafter, StaticTree, speculative_generate, zoo
 from .text import _classify, prompts
 
 
@@ -69,8 +70,8 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     ps = prompts(tok, quick)
     no_eos = dict(eos_token_id=[], pad_token_id=0)
 
-    def spec(tree_spec, replay=False, **kw):
-        return lambda ids: speculative_generate(_target(model, replay), drafter, ids, max_new_tokens=n,
+    def spec(tree_spec, replay=False, draft=drafter, **kw):
+        return lambda ids: speculative_generate(_target(model, replay), draft, ids, max_new_tokens=n,
                                                 tree=tree_spec, **no_eos, **kw)
 
     greedy = {"plain": lambda ids: model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
@@ -80,6 +81,8 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     greedy[f"chain_k{chain_k}"] = spec(chain_k)
     greedy["stree_static"] = spec(static)
     greedy["stree_dynamic"] = spec(tree)
+    # a free drafter for contrast: prompt lookup costs no forward, so it shows the target-side overhead alone
+    greedy["ngram_chain_k5"] = spec(5, draft=NGramDrafter())
     g = torch.Generator().manual_seed(0)
     sampled = {"plain": lambda ids: model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
                                                    do_sample=True, temperature=temperature, top_k=0,
