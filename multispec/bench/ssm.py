@@ -4,7 +4,8 @@ Same prompts for every method (held-out stdlib files and natural-language prompt
 per prompt: plain decoding (the model's own `generate`), chain speculation with state replay (the
 "vanilla SD for SSMs" baseline: the commit re-runs the accepted tokens), chain speculation with the
 closed-form state commit, STree with a static and a dynamic tree (all drafted by the pair's draft model),
-and a prompt-lookup chain (a drafter that costs no forward). Greedy rows are checked against
+a prompt-lookup chain (a drafter that costs no forward), and the hybrid (prompt lookup when the text
+repeats itself, the draft model otherwise) as a chain and with STree. Greedy rows are checked against
 plain decoding (a differing token at a target top-2 gap < 1e-4 counts as a near-tie); temperature-1
 rows report speed and acceptance (distribution correctness is the core's tests).
 """
@@ -17,7 +18,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from .. import DynamicTree, NGramDrafter, StaticTree, speculative_generate, zoo
+from .. import DynamicTree, HybridDrafter, NGramDrafter, StaticTree, speculative_generate, zoo
 from .text import _classify, prompts
 
 
@@ -83,12 +84,17 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     greedy["stree_dynamic"] = spec(tree)
     # a free drafter for contrast: prompt lookup costs no forward, so it shows the target-side overhead alone
     greedy["ngram_chain_k5"] = spec(5, draft=NGramDrafter())
+    # prompt lookup when the text repeats itself, the draft model's tree otherwise
+    greedy[f"hybrid_chain_k{chain_k}"] = spec(chain_k, draft=HybridDrafter(drafter))
+    greedy["hybrid_stree_dynamic"] = spec(tree, draft=HybridDrafter(drafter))
     g = torch.Generator().manual_seed(0)
     sampled = {"plain": lambda ids: model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
                                                    do_sample=True, temperature=temperature, top_k=0,
                                                    eos_token_id=None, pad_token_id=0),
                f"chain_k{chain_k}": spec(chain_k, do_sample=True, temperature=temperature, generator=g),
-               "stree_dynamic": spec(tree, do_sample=True, temperature=temperature, generator=g)}
+               "stree_dynamic": spec(tree, do_sample=True, temperature=temperature, generator=g),
+               "hybrid_stree_dynamic": spec(tree, draft=HybridDrafter(drafter), do_sample=True,
+                                            temperature=temperature, generator=g)}
 
     greedy["plain"](ps[0][1][:, :16])  # warm-up
     gacc: dict = {}

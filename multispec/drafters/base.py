@@ -35,3 +35,10 @@ class Drafter:
 
     def select(self, rows: torch.Tensor) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement select()")
+
+    # drafters that can sit out a step another drafter drafts (see `HybridDrafter`) set this, and get
+    # `skip(roots)` instead of `propose` for that step, then `commit` as usual
+    supports_skipped_steps: bool = False
+
+    def skip(self, roots: torch.Tensor) -> None:
+        """This step is drafted elsewhere; `roots` are its roots. Default: nothing to remember."""

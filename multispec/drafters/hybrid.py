@@ -21,17 +21,21 @@ class HybridDrafter(Drafter):
     continuing for at least `min_draft` tokens, draft that chain (up to `lookup_k` tokens); otherwise
     let `model` draft with the step's tree spec. Lossless like any drafter: verification decides.
 
-    `model` must support skipped steps (`supports_skipped_steps`, e.g. `EagleDrafter`): on a lookup
-    step it drafts nothing and catches up on the committed tokens at its next draft.
+    `model` must support skipped steps (`supports_skipped_steps`: `EagleDrafter`, `ModelDrafter`): on a
+    lookup step it drafts nothing (`skip(roots)`) and catches up on the committed tokens at its next draft.
     """
 
-    def __init__(self, model: Drafter, lookup_k: int = 5, min_ngram: int = 2, max_ngram: int = 4,
+    def __init__(self, model: "Drafter | torch.nn.Module", lookup_k: int = 5, min_ngram: int = 2, max_ngram: int = 4,
                  min_draft: int = 2):
+        if isinstance(model, torch.nn.Module):  # a transformers draft model
+            from .model import ModelDrafter
+
+            model = ModelDrafter(model)
         if not isinstance(model, Drafter):
             raise TypeError(f"model: expected a Drafter, got {type(model).__name__}")
         if not getattr(model, "supports_skipped_steps", False):
             raise TypeError(f"model: {type(model).__name__} cannot skip steps; use a drafter with "
-                            "supports_skipped_steps (EagleDrafter)")
+                            "supports_skipped_steps (EagleDrafter, ModelDrafter)")
         for name, value in (("lookup_k", lookup_k), ("min_draft", min_draft)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected a positive int, got {value!r}")
@@ -56,6 +60,7 @@ class HybridDrafter(Drafter):
         draft = self.lookup.propose(roots, Chain(self.lookup_k), sampling, generator)
         if bool((draft.valid.sum(dim=1) >= self.min_draft).all()):
             self.lookup_steps += 1
+            self.model.skip(roots)
             return draft
         self.model_steps += 1
         return self.model.propose(roots, spec, sampling, generator)

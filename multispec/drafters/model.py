@@ -20,14 +20,21 @@ class ModelDrafter(Drafter):
     verification the accepted nodes it already fed stay in its cache; the rest is dropped.
     """
 
+    supports_skipped_steps = True  # a skipped step's root and accepted tokens are fed at the next draft
+
     def __init__(self, model: PreTrainedModel):
         self.lm = HFCausalLM(model, name="draft_model")
         self.vocab_size = self.lm.vocab_size
+        self._skipped_roots: torch.Tensor | None = None
 
     def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, features=None) -> None:
         self.lm.start(input_ids, attention_mask)
         b = input_ids.shape[0]
         self.unfed = torch.full((b, 0), -1, dtype=torch.long, device=self.lm.device)
+        self._skipped_roots = None
+
+    def skip(self, roots: torch.Tensor) -> None:
+        self._skipped_roots = roots.to(self.lm.device)
 
     def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
@@ -65,6 +72,17 @@ class ModelDrafter(Drafter):
     def commit(self, draft: DraftTree, verdict: Verdict, features=None) -> None:
         device = self.lm.device
         b = verdict.num_accepted.shape[0]
+        if self._skipped_roots is not None:
+            # another drafter drafted this step: nothing was fed, so queue the step's root and accepted
+            # tokens behind the ones still waiting, left-packed per row (the bonus is the next root)
+            accepted = verdict.path[:, 1:].to(device) >= 0
+            toks = torch.where(accepted, verdict.tokens[:, : accepted.shape[1]].to(device), -1)
+            queue = torch.cat([self.unfed, self._skipped_roots[:, None], toks], dim=1)
+            order = torch.sort((queue < 0).to(torch.int8), dim=1, stable=True).indices
+            width = int((queue >= 0).sum(dim=1).max())
+            self.unfed = queue.gather(1, order[:, :width])
+            self._skipped_roots = None
+            return
         # accepted draft nodes (full-tree path minus the root) -> feed ids -> pending indices
         accepted = verdict.path[:, 1:].to(device)
         node = (accepted - 1).clamp(min=0)

@@ -32,9 +32,10 @@ def test_bench_ssm_on_the_ssm_pairs(tmp_path, pair):
     assert main(["bench", "ssm", "--pair", pair, "--quick", "--max-new-tokens", "12", "--json", str(path)]) == 0
     res = json.loads(path.read_text())
     assert res["outputs_identical"] is True
-    names = {"plain", "chain_k4", "stree_static", "stree_dynamic", "ngram_chain_k5"}
+    names = {"plain", "chain_k4", "stree_static", "stree_dynamic", "ngram_chain_k5", "hybrid_chain_k4",
+             "hybrid_stree_dynamic"}
     if pair == "stdlib-mamba2":
         names.add("chain_replay_k4")
     _check_table(res["greedy"], names)
-    _check_table(res["sampling"], {"plain", "chain_k4", "stree_dynamic"})
+    _check_table(res["sampling"], {"plain", "chain_k4", "stree_dynamic", "hybrid_stree_dynamic"})
     assert res["greedy"]["stree_dynamic"]["mean_accepted_length"] > 1.5

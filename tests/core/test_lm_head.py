@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from multispec import NGramDrafter, speculative_generate
+from multispec.targets import lm_head
 from multispec.targets.lm_head import MAX_ROWS, MIN_VOCAB, fast_head_applies, tall_linear, tall_lm_head
 from multispec.testing import make_target
 
@@ -29,7 +30,7 @@ def test_patch_applies_only_to_large_cpu_heads_and_is_undone(monkeypatch):
     assert fast_head_applies(big) and not fast_head_applies(small)
     monkeypatch.setenv("MULTISPEC_FAST_HEAD", "0")
     assert not fast_head_applies(big)
-    monkeypatch.delenv("MULTISPEC_FAST_HEAD")
+    monkeypatch.setenv("MULTISPEC_FAST_HEAD", "1")  # always the tall layout, whatever this CPU measures
     head = big.get_output_embeddings()
     ids = torch.randint(3, 100, (2, 5))
     with torch.no_grad():
@@ -44,7 +45,8 @@ def test_patch_applies_only_to_large_cpu_heads_and_is_undone(monkeypatch):
     assert "forward" not in vars(head)
 
 
-def test_greedy_speculation_with_the_tall_head_equals_generate():
+def test_greedy_speculation_with_the_tall_head_equals_generate(monkeypatch):
+    monkeypatch.setenv("MULTISPEC_FAST_HEAD", "1")
     target = make_target("llama", vocab=MIN_VOCAB + 7, layers=2, seed=4)
     ids = torch.randint(3, 200, (1, 6), generator=torch.Generator().manual_seed(1))
     ids = torch.cat([ids, ids, ids[:, :3]], 1)  # repetition: lookup drafts get accepted
@@ -55,3 +57,31 @@ def test_greedy_speculation_with_the_tall_head_equals_generate():
         want = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False,
                                eos_token_id=None, pad_token_id=0)
     assert torch.equal(out.sequences, want)
+
+
+def test_layout_is_chosen_by_measurement_once_per_row_count(monkeypatch):
+    calls = []
+    timings = {1: (10.0, 2.0), 2: (2.0, 10.0), 3: (10.0, 9.5)}  # (F.linear ms, tall ms): tall wins only for 1 row
+
+    def fake_measure(weight, m):
+        calls.append(m)
+        return timings[m]
+
+    monkeypatch.setattr(lm_head, "measure_layouts", fake_measure)
+    monkeypatch.setattr(lm_head, "_TALL_WINS", {})
+    w = torch.randn(4096, 8)
+    assert [lm_head.tall_wins(w, m) for m in (1, 2, 3, 1, 2)] == [True, False, False, True, False]
+    assert calls == [1, 2, 3]  # cached after the first measurement
+    assert not lm_head.tall_wins(w, MAX_ROWS + 1) and not lm_head.tall_wins(w, 0)  # never measured
+    x = torch.randn(2, 8)
+    tall_rows = []
+    monkeypatch.setattr(lm_head, "tall_linear", lambda x, w, b=None: tall_rows.append(x.shape[0]) or tall_linear(x, w, b))
+    monkeypatch.setenv("MULTISPEC_FAST_HEAD", "auto")
+    assert torch.allclose(lm_head.head_forward(x[:1], w), F.linear(x[:1], w), atol=1e-5)
+    assert torch.allclose(lm_head.head_forward(x, w), F.linear(x, w), atol=1e-5)
+    assert tall_rows == [1]  # the measured winner ran: tall for one row, F.linear for two
+
+
+def test_real_measurement_returns_positive_times():
+    linear_ms, tall_ms = lm_head.measure_layouts(torch.randn(2048, 16), 3)
+    assert linear_ms > 0 and tall_ms > 0
