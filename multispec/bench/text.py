@@ -89,8 +89,11 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
             ids, max_new_tokens=n, do_sample=False, **hf_no_eos)),
         "hf_prompt_lookup_tall_head": lambda ids: _with_tall_head(target, lambda: target.generate(
             ids, max_new_tokens=n, do_sample=False, prompt_lookup_num_tokens=5, **hf_no_eos)),
+        # the same lookup as transformers' row (5 tokens), then at the chain length of the other rows
         "ngram_chain": lambda ids: speculative_generate(target, NGramDrafter(), ids, max_new_tokens=n, tree=5,
                                                         **no_eos),
+        f"ngram_chain_k{chain_k}": lambda ids: speculative_generate(target, NGramDrafter(), ids, max_new_tokens=n,
+                                                                    tree=chain_k, **no_eos),
         f"eagle_chain_k{chain_k}": lambda ids: speculative_generate(target, eagle, ids, max_new_tokens=n,
                                                                     tree=chain_k, **no_eos),
         "eagle_dynamic_tree": lambda ids: speculative_generate(target, eagle, ids, max_new_tokens=n, tree=tree,

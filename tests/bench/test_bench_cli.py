@@ -22,7 +22,8 @@ def test_bench_text_on_the_byte_pair(tmp_path):
                  "--json", str(path)]) == 0
     res = json.loads(path.read_text())
     assert res["outputs_identical"] is True
-    _check_table(res["greedy"], {"plain", "hf_prompt_lookup", "ngram_chain", "eagle_chain_k4", "eagle_dynamic_tree"})
+    _check_table(res["greedy"], {"plain", "hf_prompt_lookup", "ngram_chain", "ngram_chain_k4", "eagle_chain_k4",
+                                  "eagle_dynamic_tree", "hybrid_chain_k4"})
     assert res["greedy"]["eagle_chain_k4"]["mean_accepted_length"] > 1.5  # the trained pair agrees
 
 
