@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -55,6 +56,26 @@ def _zoo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    app_py = Path(__file__).resolve().parent.parent / "demos" / "app.py"
+    if not app_py.exists():
+        raise FileNotFoundError(f"{app_py}: the demos live in the source checkout; install it with "
+                                "`pip install -e \".[demo]\"` from a clone")
+    if importlib.util.find_spec("gradio") is None:
+        raise ImportError("the demos need gradio: pip install -e \".[demo]\"")
+    spec = importlib.util.spec_from_file_location("multispec_demo_app", app_py)
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    blocks = app.build()
+    if args.build_only:
+        print(f"built {type(blocks).__name__} from {app_py}")
+        return 0
+    blocks.launch(server_port=args.port, share=args.share)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="multispec", description="Speculative generation beyond plain text.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     zoo.add_argument("name", nargs="?", default=None)
     zoo.add_argument("--out", default=None, help="where `train` writes (default ~/.cache/multispec/zoo/NAME)")
     zoo.set_defaults(func=_zoo)
+    demo = sub.add_parser("demo", help="the Gradio demos (a tab per modality; needs the [demo] extra)")
+    demo.add_argument("--port", type=int, default=7860)
+    demo.add_argument("--share", action="store_true", help="a public Gradio link")
+    demo.add_argument("--build-only", action="store_true", help="build the app and exit (a smoke test)")
+    demo.set_defaults(func=_demo)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -42,3 +42,10 @@ def test_gradio_app_builds():
 
     blocks = app.build()
     assert isinstance(blocks, gr.Blocks)
+
+
+def test_cli_demo_builds_the_app(capsys):
+    from multispec.cli import main
+
+    assert main(["demo", "--build-only"]) == 0
+    assert "built Blocks" in capsys.readouterr().out
