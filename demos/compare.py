@@ -3,13 +3,14 @@ with the speculative steps traced for display. Shared by the demo tabs."""
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from multispec import speculative_generate
+from multispec import DynamicTree, speculative_generate, zoo
 from multispec.trace import StepRecorder, render_steps_html
 
 
@@ -70,3 +71,47 @@ def summary_markdown(results: list[MethodResult]) -> str:
         rows.append(f"| {r.name} | {r.tokens_per_s:.1f} | {r.tokens_per_s / base.tokens_per_s:.2f}x | {mal} | "
                     f"{'yes' if r.token_ids == base.token_ids else 'NO'} |")
     return "\n".join(rows)
+
+
+@functools.cache
+def _load(pair: str):
+    return zoo.load(pair)
+
+
+def run_tab(pairs: Sequence[str], methods: Callable, pair: str, prompt: str, max_new_tokens: int, chain_k: int,
+            depth: int, topk: int, total: int) -> tuple[str, str, str, str]:
+    """A tab's request: load the zoo pair (cached), compare plain decoding with `methods(target, drafter,
+    chain_k, tree)`; returns (summary markdown, plain completion, second-to-last and last method's traces)."""
+    if pair not in pairs:
+        raise ValueError(f"pair: expected one of {list(pairs)}, got {pair!r}")
+    p = _load(pair)
+    tree = DynamicTree(int(depth), int(topk), int(total))
+    results = compare(p.target, p.tokenizer, prompt, methods(p.target, p.drafter, int(chain_k), tree),
+                      max_new_tokens=int(max_new_tokens))
+    return summary_markdown(results), results[0].text, results[-2].trace_html, results[-1].trace_html
+
+
+def build_tab(intro: str, pairs: Sequence[str], run: Callable, prompt: str, chain_k: int, tree: DynamicTree,
+              trace_labels: tuple[str, str]) -> None:
+    """The shared tab layout, added to the enclosing `gr.Blocks` / `gr.Tab` context: pair, lengths and tree
+    controls, a prompt, then the comparison table, the plain completion and two step traces."""
+    import gradio as gr
+
+    gr.Markdown(intro + " In the traces, green nodes were accepted, red rejected, blue is the target's own "
+                "next token.")
+    with gr.Row():
+        pair = gr.Dropdown(list(pairs), value=pairs[0], label="pair")
+        max_new = gr.Slider(8, 256, value=64, step=8, label="new tokens")
+        k = gr.Slider(1, 8, value=chain_k, step=1, label="chain length k")
+    with gr.Row():
+        depth = gr.Slider(1, 8, value=tree.depth, step=1, label="tree depth")
+        topk = gr.Slider(1, 8, value=tree.topk, step=1, label="tree top-k")
+        total = gr.Slider(1, 48, value=tree.total, step=1, label="tree nodes")
+    text = gr.Textbox(prompt, lines=8, label="prompt")
+    go = gr.Button("generate", variant="primary")
+    table = gr.Markdown()
+    completion = gr.Textbox(lines=6, label="completion (plain decoding)")
+    with gr.Row():
+        first = gr.HTML(label=trace_labels[0])
+        second = gr.HTML(label=trace_labels[1])
+    go.click(run, [pair, text, max_new, k, depth, topk, total], [table, completion, first, second])

@@ -21,6 +21,7 @@ from multispec.tree import ancestor_mask_from_parents
 
 from .tree_scan import tree_conv_windows
 
+
 def accepted_nodes(path: torch.Tensor, batch: int, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """From accepted paths [B, A] (tree indices, -1 padded) over a T-node tree: the on-path mask [B, T],
     whether a row accepted anything [B], and its last (deepest) accepted node [B] (0 where none)."""

@@ -48,7 +48,7 @@ def target_config() -> LlamaConfig:
 
 
 def mamba2_config():
-    """The SSM zoo target: a byte-level Mamba-2, 8 layers, hidden 256 (4.3M parameters)."""
+    """The SSM zoo target: a byte-level Mamba-2, 8 layers, hidden 256 (3.5M parameters)."""
     from transformers import Mamba2Config
 
     return Mamba2Config(vocab_size=256, hidden_size=256, num_hidden_layers=8, num_heads=16, head_dim=32, expand=2,

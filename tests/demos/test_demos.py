@@ -30,7 +30,7 @@ def test_ssm_tab_compares_replay_closed_form_and_stree():
 
 def test_bad_demo_input_names_the_argument():
     with pytest.raises(ValueError, match="pair"):
-        ssm_tab.load("nope")
+        ssm_tab.run("nope", "x")
     with pytest.raises(ValueError, match="max_new_tokens"):
         text_tab.run("stdlib-bytes", "x", max_new_tokens=0)
     with pytest.raises(ValueError, match="prompt"):
