@@ -18,6 +18,7 @@ from multispec.tree import ancestor_mask_from_parents
 
 from .mamba2 import _Mamba2Step, mamba2_committed_state, mamba2_tree_mix
 from .target import accepted_nodes, commit_layer_states
+from .tree_scan import conv_sources
 
 MAMBA = "linear_attention"  # Bamba's name for its Mamba-2 layers in config.layers_block_type
 
@@ -37,7 +38,7 @@ class BambaTarget(HFCausalLM):
         self.conv: dict[int, torch.Tensor] = {}
         self.ssm: dict[int, torch.Tensor] = {}
         self._step: dict[int, _Mamba2Step] | None = None
-        self._parents: torch.Tensor | None = None
+        self._sources: torch.Tensor | None = None  # the scored tree's conv sources, shared by all layers
 
     def _new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.model.config)  # typed layers: KV for attention, states for Mamba
@@ -70,20 +71,23 @@ class BambaTarget(HFCausalLM):
         if self.num_pending:
             raise RuntimeError("forward: commit or discard the previous tree first (one tree per step)")
         ancestors = ancestor_mask_from_parents(parents)
+        width = self.decoder.layers[self.mamba_layers[0]].mamba.conv_kernel_size if self.mamba_layers else 1
+        sources = conv_sources(parents, width, depth=ancestors.sum(-1) - 1)
         hidden = inputs["inputs_embeds"] if "inputs_embeds" in inputs else self.decoder.embed_tokens(inputs["input_ids"])
         rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
         step: dict[int, _Mamba2Step] = {}
         for i, layer in enumerate(self.decoder.layers):
             h = layer.input_layernorm(hidden)
             if i in self.conv:
-                h, step[i] = mamba2_tree_mix(layer.mamba, h, self.conv[i], self.ssm[i], parents, ancestors)
+                h, step[i] = mamba2_tree_mix(layer.mamba, h, self.conv[i], self.ssm[i], parents, ancestors,
+                                                  sources)
             else:  # K/V of the tree nodes are appended after the committed columns; the mask does the rest
                 h, _ = layer.self_attn(hidden_states=h, position_embeddings=rotary, attention_mask=masks,
                                        past_key_values=self.cache)
             hidden = hidden + h
             hidden = hidden + layer.feed_forward(layer.pre_ff_layernorm(hidden))
         hidden = self.decoder.final_layernorm(hidden)
-        self._step, self._parents = step, parents
+        self._step, self._sources = step, sources
         return self.model.lm_head(hidden).float(), (hidden if output_hidden_states else None)
 
     @torch.no_grad()
@@ -95,7 +99,7 @@ class BambaTarget(HFCausalLM):
         for i, saved in self._step.items():
             new_ssm = mamba2_committed_state(self.decoder.layers[i].mamba, saved, on_path, self.ssm[i])
             self.conv[i], self.ssm[i] = commit_layer_states(self.conv[i], self.ssm[i], new_ssm, saved.xbc,
-                                                            self._parents, has, last)
+                                                            self._sources, has, last)
         super().commit(path)  # the attention layers' KV entries of the same path
         self._step = None
 

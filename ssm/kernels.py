@@ -130,13 +130,13 @@ def tree_conv_kernel(xbc_ptr, state_ptr, src_ptr, w_ptr, bias_ptr, out_ptr, T, C
     tl.store(out_ptr + row * sob + node * sot + c * soc, acc, mask=cm)
 
 
-def tree_conv1d_triton(xbc, conv_state, parents, weight, bias):
+def tree_conv1d_triton(xbc, conv_state, parents, weight, bias, sources=None):
     b, t, c = xbc.shape
     k = conv_state.shape[-1]
     out = torch.empty(b, t, c, dtype=torch.float32, device=xbc.device)
     if b == 0 or t == 0:
         return out
-    src = conv_sources(parents, k).contiguous()
+    src = (conv_sources(parents, k) if sources is None else sources).contiguous()
     bc = min(128, triton.next_power_of_2(c))
     tree_conv_kernel[(b, t, triton.cdiv(c, bc))](
         xbc, conv_state, src, weight, bias if bias is not None else weight, out, t, c,
@@ -145,8 +145,9 @@ def tree_conv1d_triton(xbc, conv_state, parents, weight, bias):
     return out
 
 
-def tree_conv1d_dispatch(xbc, conv_state, parents, weight, bias, backend: str | None = None):
-    """Pre-activation conv [B, T, C] of every node along its path (see `ssm.tree_scan.tree_conv_windows`)."""
+def tree_conv1d_dispatch(xbc, conv_state, parents, weight, bias, backend: str | None = None, sources=None):
+    """Pre-activation conv [B, T, C] of every node along its path (see `ssm.tree_scan.tree_conv_windows`);
+    `sources`: `conv_sources(parents, K)` when the caller computed it once for all layers."""
     if xbc.dim() != 3 or conv_state.shape[:2] != (xbc.shape[0], xbc.shape[2]):
         raise ValueError(f"conv_state: expected [batch, channels, K] matching xbc {tuple(xbc.shape)}, got "
                          f"{tuple(conv_state.shape)}")
@@ -155,5 +156,5 @@ def tree_conv1d_dispatch(xbc, conv_state, parents, weight, bias, backend: str | 
     if parents.shape != xbc.shape[:2]:
         raise ValueError(f"parents: expected {tuple(xbc.shape[:2])}, got {tuple(parents.shape)}")
     if backend_for(xbc, backend) == "triton":
-        return tree_conv1d_triton(xbc, conv_state, parents, weight, bias)
-    return conv_from_windows(tree_conv_windows(xbc, conv_state, parents), weight, bias)
+        return tree_conv1d_triton(xbc, conv_state, parents, weight, bias, sources)
+    return conv_from_windows(tree_conv_windows(xbc, conv_state, parents, sources), weight, bias)

@@ -59,7 +59,7 @@ class MambaTarget(SSMTarget):
         dtype = h.dtype
         xbc, gate = mixer.in_proj(h).chunk(2, dim=-1)
         x = mixer.act(tree_conv1d_dispatch(xbc, self.conv[layer], parents, mixer.conv1d.weight.squeeze(1),
-                                           mixer.conv1d.bias)).to(dtype)
+                                           mixer.conv1d.bias, sources=self._sources)).to(dtype)
         step, B, C = torch.split(mixer.x_proj(x), [mixer.time_step_rank, mixer.ssm_state_size,
                                                    mixer.ssm_state_size], dim=-1)
         dt = F.softplus(mixer.dt_proj(step).float())

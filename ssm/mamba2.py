@@ -24,15 +24,16 @@ class _Mamba2Step:
 
 
 def mamba2_tree_mix(mixer, h: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor,
-                    parents: torch.Tensor, ancestors: torch.Tensor) -> tuple[torch.Tensor, _Mamba2Step]:
+                    parents: torch.Tensor, ancestors: torch.Tensor,
+                    sources: torch.Tensor | None = None) -> tuple[torch.Tensor, _Mamba2Step]:
     """A Mamba-2 mixer (`transformers`' Mamba2Mixer, or a hybrid's, e.g. BambaMixer: same parameter names)
     over a whole tree: output [B, T, hidden] of every node as if its path were decoded alone, and what the
-    commit needs."""
+    commit needs. `sources`: the tree's conv sources (`tree_scan.conv_sources`), shared by all layers."""
     b, t, _ = h.shape
     dtype = h.dtype
     gate, xbc, dt = mixer.in_proj(h).split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
     conv = mixer.act(tree_conv1d_dispatch(xbc, conv_state, parents, mixer.conv1d.weight.squeeze(1),
-                                          mixer.conv1d.bias)).to(dtype)
+                                          mixer.conv1d.bias, sources=sources)).to(dtype)
     gn = mixer.n_groups * mixer.ssm_state_size
     x, B, C = conv.split([mixer.intermediate_size, gn, gn], dim=-1)
     lo, hi = mixer.time_step_limit
@@ -60,7 +61,7 @@ class Mamba2Target(SSMTarget):
         return (mixer.num_heads, mixer.head_dim, mixer.ssm_state_size)
 
     def _mixer(self, mixer, h, layer, parents, ancestors):
-        return mamba2_tree_mix(mixer, h, self.conv[layer], self.ssm[layer], parents, ancestors)
+        return mamba2_tree_mix(mixer, h, self.conv[layer], self.ssm[layer], parents, ancestors, self._sources)
 
     def _committed_state(self, layer, saved, on_path, last):
         return mamba2_committed_state(self.backbone.layers[layer].mixer, saved, on_path, self.ssm[layer])

@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 
 from multispec.tree import ancestor_mask_from_parents
 
-from .tree_scan import tree_conv_windows
+from .tree_scan import conv_sources, gather_windows
 
 
 def accepted_nodes(path: torch.Tensor, batch: int, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -37,11 +37,12 @@ def accepted_nodes(path: torch.Tensor, batch: int, t: int) -> tuple[torch.Tensor
 
 
 def commit_layer_states(conv: torch.Tensor, ssm: torch.Tensor, new_ssm: torch.Tensor, xbc: torch.Tensor,
-                        parents: torch.Tensor, has: torch.Tensor, last: torch.Tensor):
+                        sources: torch.Tensor, has: torch.Tensor, last: torch.Tensor):
     """One layer's (conv state, SSM state) after the accepted nodes: the conv state becomes the last
-    accepted node's conv window, the SSM state `new_ssm`; rows that accepted nothing keep theirs."""
+    accepted node's conv window (`sources`: the tree's `conv_sources`), the SSM state `new_ssm`; rows that
+    accepted nothing keep theirs."""
     rows = torch.arange(conv.shape[0], device=conv.device)
-    window = tree_conv_windows(xbc, conv, parents)[rows, last]
+    window = gather_windows(xbc, conv, sources[rows, last][:, None])[:, 0]
     shape = (-1,) + (1,) * (new_ssm.dim() - 1)
     return (torch.where(has[:, None, None], window.to(conv.dtype), conv),
             torch.where(has.view(shape), new_ssm, ssm))
@@ -73,7 +74,7 @@ class SSMTarget:
         self.ssm: list[torch.Tensor] = []
         self.replay = bool(replay)
         self._step: list[Any] | None = None
-        self._parents: torch.Tensor | None = None
+        self._sources: torch.Tensor | None = None  # the scored tree's conv sources, shared by all layers
         self._tokens: torch.Tensor | None = None
 
     # ---- what a mixer family provides ------------------------------------------------------------------
@@ -147,7 +148,8 @@ class SSMTarget:
     def _layers(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
         """Run every block over the tree; keep what the commit needs in `_step`."""
         ancestors = ancestor_mask_from_parents(parents)
-        self._parents = parents
+        width = self.backbone.layers[0].mixer.conv1d.weight.shape[-1]
+        self._sources = conv_sources(parents, width, depth=ancestors.sum(-1) - 1)
         hidden = self.backbone.embeddings(tokens)
         self._step = []
         for i, block in enumerate(self.backbone.layers):
@@ -172,7 +174,7 @@ class SSMTarget:
         for i, saved in enumerate(self._step):
             new_ssm = self._committed_state(i, saved, on_path, last)
             self.conv[i], self.ssm[i] = commit_layer_states(self.conv[i], self.ssm[i], new_ssm, saved.xbc,
-                                                            self._parents, has, last)
+                                                            self._sources, has, last)
         self._step = None
 
     def _replay(self, path: torch.Tensor, has: torch.Tensor):

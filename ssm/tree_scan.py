@@ -78,13 +78,16 @@ def ancestor_at(parents: torch.Tensor, steps: int) -> torch.Tensor:
     return torch.stack(out)
 
 
-def conv_sources(parents: torch.Tensor, width: int) -> torch.Tensor:
+def conv_sources(parents: torch.Tensor, width: int, depth: torch.Tensor | None = None) -> torch.Tensor:
     """[B, T, K]: where each node's conv window reads from, oldest first: a tree node index (>= 0) or
     conv-state column c encoded as -1 - c. The window is the last K entries of [conv state ; the node's
-    root path], so slots older than the root come from state columns K + depth - j (j-th ancestor)."""
+    root path], so slots older than the root come from state columns K + depth - j (j-th ancestor).
+    `depth` [B, T] (0 at the root; e.g. the ancestor mask's row sums - 1) saves walking the whole tree.
+    The same for every layer: compute it once per tree."""
     b, t = parents.shape
     up = ancestor_at(parents, width)  # [K, B, T]
-    depth = (ancestor_at(parents, t + 1) >= 0).sum(0) - 1 if t else parents.new_zeros(b, 0)
+    if depth is None:
+        depth = (ancestor_at(parents, t + 1) >= 0).sum(0) - 1 if t else parents.new_zeros(b, 0)
     cols = []
     for j in range(width - 1, -1, -1):
         col = (width + depth - j).clamp(min=0, max=width - 1)
@@ -92,22 +95,31 @@ def conv_sources(parents: torch.Tensor, width: int) -> torch.Tensor:
     return torch.stack(cols, dim=-1)
 
 
-def tree_conv_windows(xbc: torch.Tensor, conv_state: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
-    """The causal-conv input window [B, T, C, K] of every node (oldest first). `conv_state` [B, C, K] holds
-    the last K committed pre-conv inputs, newest last; `parents` [B, T] are tree indices, -1 = root."""
-    b, t, c = xbc.shape
-    k = conv_state.shape[-1]
-    src = conv_sources(parents, k).reshape(b, t * k)
-    from_tree = xbc.gather(1, src.clamp(min=0)[..., None].expand(-1, -1, c))  # [B, T*K, C]
+def gather_windows(xbc: torch.Tensor, conv_state: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
+    """Windows [B, S, C, K] (oldest first) read from `sources` [B, S, K] (see `conv_sources`)."""
+    b, s, k = sources.shape
+    c = xbc.shape[2]
+    src = sources.reshape(b, s * k)
+    from_tree = xbc.gather(1, src.clamp(min=0)[..., None].expand(-1, -1, c))  # [B, S*K, C]
     from_state = conv_state.transpose(1, 2).gather(1, (-1 - src).clamp(min=0)[..., None].expand(-1, -1, c))
     windows = torch.where((src >= 0)[..., None], from_tree, from_state.to(from_tree.dtype))
-    return windows.reshape(b, t, k, c).transpose(2, 3)
+    return windows.reshape(b, s, k, c).transpose(2, 3)
+
+
+def tree_conv_windows(xbc: torch.Tensor, conv_state: torch.Tensor, parents: torch.Tensor,
+                      sources: torch.Tensor | None = None) -> torch.Tensor:
+    """The causal-conv input window [B, T, C, K] of every node (oldest first). `conv_state` [B, C, K] holds
+    the last K committed pre-conv inputs, newest last; `parents` [B, T] are tree indices, -1 = root;
+    `sources`, if given, is `conv_sources(parents, K)`."""
+    if sources is None:
+        sources = conv_sources(parents, conv_state.shape[-1])
+    return gather_windows(xbc, conv_state, sources)
 
 
 def tree_conv1d(xbc: torch.Tensor, conv_state: torch.Tensor, parents: torch.Tensor, weight: torch.Tensor,
-                bias: torch.Tensor | None) -> torch.Tensor:
+                bias: torch.Tensor | None, sources: torch.Tensor | None = None) -> torch.Tensor:
     """Depthwise causal conv of every node along its path, before the activation: [B, T, C]."""
-    return conv_from_windows(tree_conv_windows(xbc, conv_state, parents), weight, bias)
+    return conv_from_windows(tree_conv_windows(xbc, conv_state, parents, sources), weight, bias)
 
 
 def conv_from_windows(windows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -8,6 +8,7 @@ from transformers import PreTrainedModel
 from ..acceptance import Verdict
 from ..sampling import SamplingConfig
 from ..targets.hf import HFCausalLM
+from ..targets.lean import LeanCausalLM, lean_unsupported
 from ..tree import DraftTree, TreeSpec, grow_tree
 from .base import Drafter
 
@@ -22,8 +23,15 @@ class ModelDrafter(Drafter):
 
     supports_skipped_steps = True  # a skipped step's root and accepted tokens are fed at the next draft
 
-    def __init__(self, model: PreTrainedModel):
-        self.lm = HFCausalLM(model, name="draft_model")
+    def __init__(self, model: PreTrainedModel, engine: str = "auto"):
+        """`engine`: "hf" runs the model's own forward; "lean" a direct forward for Llama-family models
+        (`multispec.targets.lean`: same numbers, a fraction of the per-call overhead, which is most of a
+        small draft model's cost); "auto" takes "lean" where it applies."""
+        if engine not in ("auto", "hf", "lean"):
+            raise ValueError(f"engine: expected 'auto', 'hf' or 'lean', got {engine!r}")
+        lean = engine == "lean" or engine == "auto" and lean_unsupported(model) is None
+        self.lm = LeanCausalLM(model, name="draft_model") if lean else HFCausalLM(model, name="draft_model")
+        self.engine = "lean" if lean else "hf"
         self.vocab_size = self.lm.vocab_size
         self._skipped_roots: torch.Tensor | None = None
 
