@@ -22,31 +22,38 @@ import torch
 
 def path_decay(dt: torch.Tensor, A: torch.Tensor, ancestors: torch.Tensor) -> torch.Tensor:
     """Acum [B, T, H]: the sum of dt_s * A over node t's ancestors-or-self s."""
-    return torch.einsum("bts,bsh->bth", ancestors.float(), dt.float() * A.float())
+    return torch.bmm(ancestors.float(), dt.float() * A.float())
 
 
-def _heads(t: torch.Tensor, heads: int) -> torch.Tensor:
-    """[B, T, G, N] -> [B, T, H, N] (each group serves H / G consecutive heads)."""
-    g = t.shape[2]
-    return t.float().repeat_interleave(heads // g, dim=2)
+def _by_group(t: torch.Tensor) -> torch.Tensor:
+    """[B, T, G, N] -> [B, G, 1, T, N]: broadcasts against per-head tensors viewed as [B, G, H/G, ...]."""
+    return t.float().permute(0, 2, 1, 3)[:, :, None]
+
+
+# Written as a few batched matmuls over [B, G, H/G, ...] views rather than einsums with repeated groups:
+# on a CPU, trees of a dozen nodes make this op-count bound, and the target runs it once per layer per step.
 
 
 def tree_ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
              D: torch.Tensor | None, ancestors: torch.Tensor, initial_state: torch.Tensor) -> torch.Tensor:
     """Outputs y [B, T, H, P] (float32) of every tree node, each as if its path were run alone."""
-    heads = x.shape[2]
-    if heads % B.shape[2]:
-        raise ValueError(f"B: {B.shape[2]} groups do not divide {heads} heads")
-    acum = path_decay(dt, A, ancestors)  # [B, T, H]
-    Bh, Ch = _heads(B, heads), _heads(C, heads)
-    # exp(Acum_t - Acum_s) only where s is on t's path: elsewhere the exponent could overflow
-    diff = acum[:, :, None, :] - acum[:, None, :, :]  # [B, T(t), T(s), H]
-    mask = ancestors[..., None]
-    decay = torch.where(mask, torch.exp(torch.where(mask, diff, torch.zeros_like(diff))), torch.zeros_like(diff))
-    cb = torch.einsum("bthn,bshn->btsh", Ch, Bh)
-    weights = cb * decay * dt.float()[:, None, :, :]  # [B, T, S, H]
-    y = torch.einsum("btsh,bshp->bthp", weights, x.float())
-    y = y + torch.exp(acum)[..., None] * torch.einsum("bthn,bhpn->bthp", Ch, initial_state.float())
+    b, t, heads, p = x.shape
+    g = B.shape[2]
+    if heads % g:
+        raise ValueError(f"B: {g} groups do not divide {heads} heads")
+    r = heads // g
+    dt = dt.float()
+    acum = path_decay(dt, A, ancestors).transpose(1, 2).reshape(b, g, r, t)  # [B, G, R, T]
+    # exp(Acum_t - Acum_s) only where s is on t's path (elsewhere the exponent could overflow): -inf -> 0
+    diff = acum[..., :, None] - acum[..., None, :]  # [B, G, R, T(t), T(s)]
+    decay = diff.masked_fill(~ancestors[:, None, None], float("-inf")).exp()
+    Cg, Bg = _by_group(C), _by_group(B)  # [B, G, 1, T, N]
+    cb = Cg @ Bg.transpose(-1, -2)  # [B, G, 1, T, S]
+    weights = cb * decay * dt.transpose(1, 2).reshape(b, g, r, 1, t)
+    xg = x.float().permute(0, 2, 1, 3).reshape(b, g, r, t, p)  # [B, G, R, S, P]
+    h0 = initial_state.float().reshape(b, g, r, p, -1)
+    y = weights @ xg + acum.exp()[..., None] * (Cg @ h0.transpose(-1, -2))  # [B, G, R, T, P]
+    y = y.reshape(b, heads, t, p).transpose(1, 2)
     if D is not None:
         y = y + D.float()[None, None, :, None] * x.float()
     return y
@@ -57,14 +64,15 @@ def tree_state(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tens
     """The state [B, H, P, N] after the last node of `path` ([B, T] bool: the nodes of a root-to-node
     path, e.g. a row of the ancestor mask); an empty path returns `initial_state`. One weighted
     (P x T)(T x N) product per head: cheaper than replaying T recurrent steps."""
-    heads = x.shape[2]
-    a = dt.float() * A.float() * path[..., None]  # [B, T, H]
+    b, t, heads, p = x.shape
+    g = B.shape[2]
+    a = dt.float() * A.float() * path[..., None]  # [B, T, H]; off-path nodes add 0
     total = a.sum(dim=1)  # Acum of the last path node
-    before = torch.cumsum(a, dim=1)  # along the path (off-path nodes add 0) ... Acum_s for path nodes s
-    w = torch.where(path[..., None], torch.exp(total[:, None, :] - before) * dt.float(), torch.zeros_like(a))
-    Bh = _heads(B, heads)
-    state = torch.exp(total)[:, :, None, None] * initial_state.float()
-    return state + torch.einsum("bth,bthp,bthn->bhpn", w, x.float(), Bh)
+    before = torch.cumsum(a, dim=1)  # Acum_s for path nodes s
+    w = (torch.exp(total[:, None, :] - before) * dt.float()).masked_fill(~path[..., None], 0.0)
+    wx = (w[..., None] * x.float()).permute(0, 2, 3, 1).reshape(b, g, heads // g, p, t)  # [B, G, R, P, T]
+    state = (wx @ _by_group(B)).reshape(b, heads, p, -1)
+    return state + torch.exp(total)[:, :, None, None] * initial_state.float()
 
 
 def ancestor_at(parents: torch.Tensor, steps: int) -> torch.Tensor:
@@ -96,13 +104,13 @@ def conv_sources(parents: torch.Tensor, width: int, depth: torch.Tensor | None =
 
 
 def gather_windows(xbc: torch.Tensor, conv_state: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
-    """Windows [B, S, C, K] (oldest first) read from `sources` [B, S, K] (see `conv_sources`)."""
+    """Windows [B, S, C, K] (oldest first) read from `sources` [B, S, K] (see `conv_sources`): one gather
+    from the state columns followed by the tree nodes."""
     b, s, k = sources.shape
     c = xbc.shape[2]
-    src = sources.reshape(b, s * k)
-    from_tree = xbc.gather(1, src.clamp(min=0)[..., None].expand(-1, -1, c))  # [B, S*K, C]
-    from_state = conv_state.transpose(1, 2).gather(1, (-1 - src).clamp(min=0)[..., None].expand(-1, -1, c))
-    windows = torch.where((src >= 0)[..., None], from_tree, from_state.to(from_tree.dtype))
+    both = torch.cat([conv_state.transpose(1, 2).to(xbc.dtype), xbc], dim=1)  # [B, K + T, C]
+    index = torch.where(sources >= 0, sources + conv_state.shape[-1], -1 - sources).reshape(b, s * k)
+    windows = both.gather(1, index[..., None].expand(-1, -1, c))
     return windows.reshape(b, s, k, c).transpose(2, 3)
 
 

@@ -172,15 +172,21 @@ class HFCausalLM:
         anc[:, :p0, :p0] = self.pending.ancestors
         pos = torch.cat([self.pending.positions, torch.zeros(b, m, dtype=torch.long, device=self.device)], 1)
         own_len = self.length - self.start_col
-        for j in range(m):
-            par = parents[:, j]
-            has_parent = (par >= 0) & valid[:, j]
-            if (par >= p0 + j).any():
-                raise ValueError("parents: a node's parent must be fed before it")
-            pidx = par.clamp(min=0)
-            anc[:, p0 + j] = torch.where(has_parent[:, None], anc[rows, pidx], False)
+        if (parents >= p0 + torch.arange(m, device=self.device)).any():
+            raise ValueError("parents: a node's parent must be fed before it")
+        has_parent = (parents >= 0) & valid
+        from_earlier = bool((parents < p0).all())
+        if m and from_earlier:
+            # every parent was fed by an earlier call (e.g. a tree's next depth): one gather for all nodes
+            pidx = parents.clamp(min=0)
+            anc[:, p0:] = anc.gather(1, pidx[..., None].expand(-1, -1, p0 + m)) & has_parent[..., None]
+            anc[:, p0:, p0:] |= torch.eye(m, dtype=torch.bool, device=self.device)
+            pos[:, p0:] = torch.where(has_parent, pos.gather(1, pidx) + 1, own_len[:, None])
+        for j in range(0 if from_earlier else m):  # some parents are among the new nodes: in order
+            pidx = parents[:, j].clamp(min=0)
+            anc[:, p0 + j] = torch.where(has_parent[:, j, None], anc[rows, pidx], False)
             anc[:, p0 + j, p0 + j] = True
-            pos[:, p0 + j] = torch.where(has_parent, pos[rows, pidx] + 1, own_len)
+            pos[:, p0 + j] = torch.where(has_parent[:, j], pos[rows, pidx] + 1, own_len)
         new_anc = anc[:, p0:]  # [B, M, P0+M]
         cols = torch.arange(self.width, device=self.device)
         prefix = (cols[None, :] >= self.start_col[:, None]) & (cols[None, :] < self.length[:, None])

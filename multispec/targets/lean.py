@@ -145,6 +145,19 @@ class LeanCausalLM(HFCausalLM):
         self._packed, self._packed_key = packed, key
         return packed
 
+    @torch.no_grad()
+    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, output_hidden_states: bool = False,
+                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | None:
+        if not bool(mask2d.all()):
+            return super()._prefill(ids, mask2d, output_hidden_states, inputs_embeds)
+        # no padding: plain causal attention, without building (and reading) an L x L float mask
+        n = ids.shape[1]
+        pos = torch.arange(n, device=self.device).expand(ids.shape[0], n)
+        tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
+        self._run(output_hidden_states, attention_mask=None, position_ids=pos, cache_position=pos[0],
+                  logits_to_keep=1, **tokens)
+        return None
+
     def _rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         rope = self.model.model.rotary_emb
         freqs = positions[..., None].float() * rope.inv_freq.float()
@@ -171,7 +184,8 @@ class LeanCausalLM(HFCausalLM):
             qk = qk * cos + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin
             keys, values = layer_cache.append(qk[:, p.heads:], v)
             attn = F.scaled_dot_product_attention(qk[:, : p.heads], keys, values, attn_mask=attention_mask,
-                                                  scale=p.scaling, enable_gqa=p.heads != p.kv_heads)
+                                                  is_causal=attention_mask is None, scale=p.scaling,
+                                                  enable_gqa=p.heads != p.kv_heads)
             x = x + F.linear(attn.transpose(1, 2).reshape(b, m, -1), p.o, p.o_bias)
             h = F.rms_norm(x, (x.shape[-1],), p.ln2, p.eps2)
             gate, up = F.linear(h, p.gate_up, p.gate_up_bias).chunk(2, dim=-1)
