@@ -16,8 +16,8 @@ from transformers import DynamicCache, PreTrainedModel
 from multispec.targets import HFCausalLM
 from multispec.tree import ancestor_mask_from_parents
 
-from .mamba2 import _Mamba2Step, mamba2_committed_state, mamba2_tree_mix
-from .target import accepted_nodes, commit_layer_states
+from .mamba2 import _Mamba2Step, mamba2_commit_layers, mamba2_tree_mix
+from .target import accepted_nodes
 from .tree_scan import conv_sources
 
 MAMBA = "linear_attention"  # Bamba's name for its Mamba-2 layers in config.layers_block_type
@@ -96,10 +96,12 @@ class BambaTarget(HFCausalLM):
             raise RuntimeError("commit: no tree was scored since the last commit")
         path = path.to(self.device)
         on_path, has, last = accepted_nodes(path, self.batch_size, self.num_pending)
-        for i, saved in self._step.items():
-            new_ssm = mamba2_committed_state(self.decoder.layers[i].mamba, saved, on_path, self.ssm[i])
-            self.conv[i], self.ssm[i] = commit_layer_states(self.conv[i], self.ssm[i], new_ssm, saved.xbc,
-                                                            self._sources, has, last)
+        layers = list(self._step)
+        convs, ssms = mamba2_commit_layers([self.decoder.layers[i].mamba for i in layers],
+                                           [self._step[i] for i in layers], [self.conv[i] for i in layers],
+                                           [self.ssm[i] for i in layers], self._sources, on_path, has, last)
+        self.conv.update(zip(layers, convs))
+        self.ssm.update(zip(layers, ssms))
         super().commit(path)  # the attention layers' KV entries of the same path
         self._step = None
 

@@ -5,7 +5,7 @@
   decays from the ancestor mask, (C B^T) masked by the tree and weighted by exp(Acum_t - Acum_s) dt_s,
   times x, plus the initial-state term and D x. Node order is free.
 - `tree_conv_kernel`: one program per (row, channel block, node); the window's K source positions are
-  precomputed (`conv_sources`: tree node >= 0, or conv-state column -1 - j), the kernel gathers and
+  precomputed (`conv_sources`: conv-state column j < K, or tree node t stored as K + t), the kernel gathers and
   applies the depthwise weights and bias.
 """
 
@@ -120,10 +120,12 @@ def tree_conv_kernel(xbc_ptr, state_ptr, src_ptr, w_ptr, bias_ptr, out_ptr, T, C
     acc = tl.zeros([BC], dtype=tl.float32)
     for j in tl.static_range(K):
         src = tl.load(src_ptr + row * srb + node * srt + j * srk)
-        from_tree = tl.load(xbc_ptr + row * sxb + tl.maximum(src, 0) * sxt + c * sxc, mask=cm & (src >= 0), other=0.0)
-        from_state = tl.load(state_ptr + row * ssb + c * ssc + tl.maximum(-1 - src, 0) * ssk, mask=cm & (src < 0),
+        in_tree = src >= K
+        from_tree = tl.load(xbc_ptr + row * sxb + tl.maximum(src - K, 0) * sxt + c * sxc, mask=cm & in_tree,
+                            other=0.0)
+        from_state = tl.load(state_ptr + row * ssb + c * ssc + tl.minimum(src, K - 1) * ssk, mask=cm & (src < K),
                              other=0.0)
-        val = tl.where(src >= 0, from_tree.to(tl.float32), from_state.to(tl.float32))
+        val = tl.where(in_tree, from_tree.to(tl.float32), from_state.to(tl.float32))
         acc += val * tl.load(w_ptr + c * swc + j * swk, mask=cm, other=0.0).to(tl.float32)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + c, mask=cm, other=0.0).to(tl.float32)

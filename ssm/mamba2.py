@@ -5,13 +5,14 @@ per-node state copies and no replay)."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .kernels import tree_conv1d_dispatch, tree_ssd_dispatch
-from .target import SSMTarget
+from .target import SSMTarget, commit_layer_states
 from .tree_scan import tree_state
 
 
@@ -23,6 +24,28 @@ class _Mamba2Step:
     B: torch.Tensor  # [B, T, G, N]
 
 
+@dataclass
+class _Mamba2Consts:
+    """What the tree mixer derives from a layer's parameters, once per parameter version."""
+
+    A: torch.Tensor  # [H] float32, negative
+    conv_weight: torch.Tensor  # [C, K]
+    act: object  # the conv activation
+
+
+_CONSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _consts(mixer) -> _Mamba2Consts:
+    key = (mixer.A_log.data_ptr(), mixer.A_log._version, mixer.conv1d.weight._version)
+    hit = _CONSTS.get(mixer)
+    if hit is None or hit[0] != key:
+        act = F.silu if getattr(mixer, "activation", None) in ("silu", "swish") else mixer.act
+        hit = (key, _Mamba2Consts(-torch.exp(mixer.A_log.float()), mixer.conv1d.weight.squeeze(1), act))
+        _CONSTS[mixer] = hit
+    return hit[1]
+
+
 def mamba2_tree_mix(mixer, h: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor,
                     parents: torch.Tensor, ancestors: torch.Tensor,
                     sources: torch.Tensor | None = None) -> tuple[torch.Tensor, _Mamba2Step]:
@@ -31,25 +54,58 @@ def mamba2_tree_mix(mixer, h: torch.Tensor, conv_state: torch.Tensor, ssm_state:
     commit needs. `sources`: the tree's conv sources (`tree_scan.conv_sources`), shared by all layers."""
     b, t, _ = h.shape
     dtype = h.dtype
+    k = _consts(mixer)
     gate, xbc, dt = mixer.in_proj(h).split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
-    conv = mixer.act(tree_conv1d_dispatch(xbc, conv_state, parents, mixer.conv1d.weight.squeeze(1),
-                                          mixer.conv1d.bias, sources=sources)).to(dtype)
+    conv = k.act(tree_conv1d_dispatch(xbc, conv_state, parents, k.conv_weight, mixer.conv1d.bias,
+                                      sources=sources)).to(dtype)
     gn = mixer.n_groups * mixer.ssm_state_size
     x, B, C = conv.split([mixer.intermediate_size, gn, gn], dim=-1)
     lo, hi = mixer.time_step_limit
     dt = F.softplus(dt + mixer.dt_bias).clamp(min=lo, max=hi)
-    A = -torch.exp(mixer.A_log.float())
     x = x.reshape(b, t, mixer.num_heads, mixer.head_dim)
     B = B.reshape(b, t, mixer.n_groups, mixer.ssm_state_size)
     C = C.reshape(b, t, mixer.n_groups, mixer.ssm_state_size)
-    y = tree_ssd_dispatch(x, dt, A, B, C, mixer.D, ancestors, ssm_state)
-    y = mixer.norm(y.reshape(b, t, -1).to(dtype), gate)
+    y = tree_ssd_dispatch(x, dt, k.A, B, C, mixer.D, ancestors, ssm_state)
+    y = gated_rms_norm(mixer.norm, y.reshape(b, t, -1).to(dtype), gate)
     return mixer.out_proj(y.to(dtype)), _Mamba2Step(xbc, x, dt, B)
+
+
+def gated_rms_norm(norm, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """`MambaRMSNormGated(y, gate)` (per-group RMS norm of y * silu(gate), times the weight) in three fused
+    ops instead of the module's ten; the tree mixer runs it once per layer per step."""
+    z = y.float() * F.silu(gate.float())
+    groups = z.shape[-1] // norm.group_size
+    z = F.rms_norm(z.view(*z.shape[:-1], groups, norm.group_size), (norm.group_size,), eps=norm.variance_epsilon)
+    return norm.weight * z.view_as(y).to(y.dtype)
 
 
 def mamba2_committed_state(mixer, step: _Mamba2Step, on_path: torch.Tensor, ssm_state: torch.Tensor) -> torch.Tensor:
     """The SSM state after the accepted nodes (`on_path` [B, T]), in closed form."""
-    return tree_state(step.x, step.dt, -torch.exp(mixer.A_log.float()), step.B, on_path, ssm_state)
+    return tree_state(step.x, step.dt, _consts(mixer).A, step.B, on_path, ssm_state)
+
+
+def mamba2_commit_layers(mixers: list, steps: list[_Mamba2Step], convs: list[torch.Tensor],
+                         ssms: list[torch.Tensor], sources: torch.Tensor, on_path: torch.Tensor,
+                         has: torch.Tensor, last: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Every layer's committed (conv, SSM) states in one batched pass: the layers' tensors are stacked
+    along the batch, so the closed form and the window gather run once instead of once per layer (the
+    commit is op-count bound on a CPU). Same result as `commit_layer_states` per layer."""
+    n, b = len(steps), on_path.shape[0]
+    if n == 0:
+        return [], []
+    if len({(s.x.shape, s.B.shape, s.xbc.shape) for s in steps}) > 1:  # layers of different shapes: one by one
+        out = [commit_layer_states(c, h, mamba2_committed_state(m, s, on_path, h), s.xbc, sources, has, last)
+               for m, s, c, h in zip(mixers, steps, convs, ssms)]
+        return [c for c, _ in out], [h for _, h in out]
+    stack = lambda ts: torch.cat(ts, dim=0)  # noqa: E731 - [L*B, ...], layer-major
+    A = torch.stack([_consts(m).A for m in mixers])  # [L, H]
+    A = A.repeat_interleave(b, dim=0)[:, None, :]  # [L*B, 1, H]
+    ssm = stack(ssms)
+    new_ssm = tree_state(stack([s.x for s in steps]), stack([s.dt for s in steps]), A,
+                         stack([s.B for s in steps]), on_path.repeat(n, 1), ssm)
+    conv, ssm = commit_layer_states(stack(convs), ssm, new_ssm, stack([s.xbc for s in steps]),
+                                    sources.repeat(n, 1, 1), has.repeat(n), last.repeat(n))
+    return list(conv.split(b)), list(ssm.split(b))
 
 
 class Mamba2Target(SSMTarget):
@@ -65,3 +121,8 @@ class Mamba2Target(SSMTarget):
 
     def _committed_state(self, layer, saved, on_path, last):
         return mamba2_committed_state(self.backbone.layers[layer].mixer, saved, on_path, self.ssm[layer])
+
+    def _commit_all(self, on_path, has, last):
+        mixers = [block.mixer for block in self.backbone.layers]
+        self.conv, self.ssm = mamba2_commit_layers(mixers, self._step, self.conv, self.ssm, self._sources,
+                                                   on_path, has, last)

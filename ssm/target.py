@@ -15,11 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from multispec.tree import ancestor_mask_from_parents
 
 from .tree_scan import conv_sources, gather_windows
+
+
+def rms_norm(norm, hidden: torch.Tensor) -> torch.Tensor:
+    """`Mamba2RMSNorm` / `MambaRMSNorm` (float32 statistics, weight times the input-dtype result) as one
+    fused op."""
+    return norm.weight * F.rms_norm(hidden.float(), (hidden.shape[-1],), eps=norm.variance_epsilon).to(hidden.dtype)
 
 
 def accepted_nodes(path: torch.Tensor, batch: int, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -142,7 +149,7 @@ class SSMTarget:
             raise ValueError("parents: a node's parent must come before it")
         hidden = self._layers(tokens, parents)
         self._tokens = tokens
-        hidden = self.backbone.norm_f(hidden)
+        hidden = rms_norm(self.backbone.norm_f, hidden)
         return self.model.lm_head(hidden.to(self.model.lm_head.weight.dtype)).float()
 
     def _layers(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
@@ -154,7 +161,7 @@ class SSMTarget:
         self._step = []
         for i, block in enumerate(self.backbone.layers):
             residual = hidden.float() if block.residual_in_fp32 else hidden
-            h = block.norm(hidden.to(block.norm.weight.dtype))
+            h = rms_norm(block.norm, hidden.to(block.norm.weight.dtype))
             h, saved = self._mixer(block.mixer, h, i, parents, ancestors)
             self._step.append(saved)
             hidden = residual + h
@@ -171,11 +178,15 @@ class SSMTarget:
         on_path, has, last = accepted_nodes(path, self.batch_size, self.num_pending)
         if self.replay:
             path, on_path, last = self._replay(path, has)
+        self._commit_all(on_path, has, last)
+        self._step = None
+
+    def _commit_all(self, on_path: torch.Tensor, has: torch.Tensor, last: torch.Tensor) -> None:
+        """Every layer's states after the accepted nodes (mixer families may batch this across layers)."""
         for i, saved in enumerate(self._step):
             new_ssm = self._committed_state(i, saved, on_path, last)
             self.conv[i], self.ssm[i] = commit_layer_states(self.conv[i], self.ssm[i], new_ssm, saved.xbc,
                                                             self._sources, has, last)
-        self._step = None
 
     def _replay(self, path: torch.Tensor, has: torch.Tensor):
         """Re-run the accepted tokens (left-packed, as a chain) from the step's initial states."""

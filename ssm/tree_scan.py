@@ -87,11 +87,11 @@ def ancestor_at(parents: torch.Tensor, steps: int) -> torch.Tensor:
 
 
 def conv_sources(parents: torch.Tensor, width: int, depth: torch.Tensor | None = None) -> torch.Tensor:
-    """[B, T, K]: where each node's conv window reads from, oldest first: a tree node index (>= 0) or
-    conv-state column c encoded as -1 - c. The window is the last K entries of [conv state ; the node's
-    root path], so slots older than the root come from state columns K + depth - j (j-th ancestor).
-    `depth` [B, T] (0 at the root; e.g. the ancestor mask's row sums - 1) saves walking the whole tree.
-    The same for every layer: compute it once per tree."""
+    """[B, T, K]: where each node's conv window reads from, oldest first, as an index into the conv state's
+    K columns followed by the T tree nodes (column c -> c, node t -> K + t). The window is the last K
+    entries of [conv state ; the node's root path], so slots older than the root come from state columns
+    K + depth - j (j-th ancestor). `depth` [B, T] (0 at the root; e.g. the ancestor mask's row sums - 1)
+    saves walking the whole tree. The same for every layer: compute it once per tree."""
     b, t = parents.shape
     up = ancestor_at(parents, width)  # [K, B, T]
     if depth is None:
@@ -99,7 +99,7 @@ def conv_sources(parents: torch.Tensor, width: int, depth: torch.Tensor | None =
     cols = []
     for j in range(width - 1, -1, -1):
         col = (width + depth - j).clamp(min=0, max=width - 1)
-        cols.append(torch.where(up[j] >= 0, up[j], -1 - col))
+        cols.append(torch.where(up[j] >= 0, up[j] + width, col))
     return torch.stack(cols, dim=-1)
 
 
@@ -109,8 +109,7 @@ def gather_windows(xbc: torch.Tensor, conv_state: torch.Tensor, sources: torch.T
     b, s, k = sources.shape
     c = xbc.shape[2]
     both = torch.cat([conv_state.transpose(1, 2).to(xbc.dtype), xbc], dim=1)  # [B, K + T, C]
-    index = torch.where(sources >= 0, sources + conv_state.shape[-1], -1 - sources).reshape(b, s * k)
-    windows = both.gather(1, index[..., None].expand(-1, -1, c))
+    windows = both.gather(1, sources.reshape(b, s * k, 1).expand(-1, -1, c))
     return windows.reshape(b, s, k, c).transpose(2, 3)
 
 

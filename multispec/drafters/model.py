@@ -23,14 +23,20 @@ class ModelDrafter(Drafter):
 
     supports_skipped_steps = True  # a skipped step's root and accepted tokens are fed at the next draft
 
-    def __init__(self, model: PreTrainedModel, engine: str = "auto"):
+    def __init__(self, model: PreTrainedModel, engine: str = "auto", window: int | None = None):
         """`engine`: "hf" runs the model's own forward; "lean" a direct forward for Llama-family models
         (`multispec.targets.lean`: same numbers, a fraction of the per-call overhead, which is most of a
-        small draft model's cost); "auto" takes "lean" where it applies."""
+        small draft model's cost); "auto" takes "lean" where it applies. `window` (lean engine only): the
+        draft attends to about its last `window` committed tokens, so its cost stops growing with the
+        context (see `LeanCausalLM`)."""
         if engine not in ("auto", "hf", "lean"):
             raise ValueError(f"engine: expected 'auto', 'hf' or 'lean', got {engine!r}")
         lean = engine == "lean" or engine == "auto" and lean_unsupported(model) is None
-        self.lm = LeanCausalLM(model, name="draft_model") if lean else HFCausalLM(model, name="draft_model")
+        if window is not None and not lean:
+            raise ValueError(f"window: needs the lean engine, which does not run this model "
+                             f"({lean_unsupported(model) or 'engine=hf'})")
+        self.lm = (LeanCausalLM(model, name="draft_model", window=window) if lean
+                   else HFCausalLM(model, name="draft_model"))
         self.engine = "lean" if lean else "hf"
         self.vocab_size = self.lm.vocab_size
         self._skipped_roots: torch.Tensor | None = None

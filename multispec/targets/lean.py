@@ -48,6 +48,13 @@ def lean_unsupported(model: object) -> str | None:
     return None
 
 
+def _rotate_half_rows(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Rows (or bias entries) whose output is rotate_half(output) per head: [-x2, x1] for x = [x1, x2]."""
+    w = weight.reshape(-1, head_dim, *weight.shape[1:])
+    half = head_dim // 2
+    return torch.cat([-w[:, half:], w[:, :half]], dim=1).reshape(weight.shape)
+
+
 class _BufferedLayer:
     """One layer's K/V in a buffer with spare columns. `keys`/`values` are views of the used columns;
     assigning a prefix view (a crop) only moves the boundary, assigning anything else replaces the buffer."""
@@ -82,6 +89,14 @@ class _BufferedLayer:
         spare[:, :, : value.shape[2]] = value
         return spare, value.shape[2]
 
+    def reserve(self, batch: int, columns: int, attn) -> None:
+        """Start with `columns` unused (zero) columns: the cache layout of a prompt whose head is skipped."""
+        kv_heads = attn.k_proj.weight.shape[0] // attn.head_dim
+        shape = (batch, kv_heads, columns, attn.head_dim)
+        w = attn.k_proj.weight
+        self.keys = torch.zeros(shape, dtype=w.dtype, device=w.device)
+        self.values = torch.zeros(shape, dtype=w.dtype, device=w.device)
+
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write new columns after the used ones; return all used columns."""
         n, m = self.used, k.shape[2]
@@ -107,13 +122,21 @@ class _BufferedCache:
 class LeanCausalLM(HFCausalLM):
     """`HFCausalLM` with a direct forward for Llama-family decoders (see the module docstring)."""
 
-    def __init__(self, model: PreTrainedModel, name: str = "draft_model"):
+    def __init__(self, model: PreTrainedModel, name: str = "draft_model", window: int | None = None):
+        """`window`: attend to (and prefill) only about the last `window` committed tokens, plus the
+        pending ones. For a draft model that trades a little proposal quality for a cost that no longer
+        grows with the context (speculation stays lossless: the target verifies). None: full attention."""
         reason = lean_unsupported(model)
         if reason is not None:
             raise TypeError(f"{name}: the lean engine does not support this model: {reason}")
+        if window is not None and (not isinstance(window, int) or window < 1):
+            raise ValueError(f"window: expected None or a positive int, got {window!r}")
         super().__init__(model, name)
+        self.window = window
+        self._lo = 0  # first cache column the current call attends to
         self._packed: list | None = None
         self._packed_key: tuple | None = None
+        self._rope_table: torch.Tensor | None = None
 
     def _new_cache(self) -> _BufferedCache:
         self._pack()  # once per generation: checking the parameters on every call would cost ~0.3 ms
@@ -130,40 +153,64 @@ class LeanCausalLM(HFCausalLM):
         for layer in self.model.model.layers:
             at, mlp = layer.self_attn, layer.mlp
             qkv = [at.q_proj, at.k_proj, at.v_proj]
-            bias = torch.cat([p.bias for p in qkv]) if at.q_proj.bias is not None else None
+            weights, biases = [p.weight for p in qkv], [p.bias for p in qkv]
+            # rotate_half is linear: its q/k outputs come from the same matmul as extra rows (no cat/neg)
+            weights += [_rotate_half_rows(at.q_proj.weight, at.head_dim), _rotate_half_rows(at.k_proj.weight, at.head_dim)]
+            biases += [None if at.q_proj.bias is None else _rotate_half_rows(at.q_proj.bias, at.head_dim),
+                       None if at.k_proj.bias is None else _rotate_half_rows(at.k_proj.bias, at.head_dim)]
+            bias = torch.cat(biases) if at.q_proj.bias is not None else None
             gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
             gate_up_bias = (torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias])
                             if mlp.gate_proj.bias is not None else None)
             packed.append(SimpleNamespace(
                 ln1=layer.input_layernorm.weight, eps1=layer.input_layernorm.variance_epsilon,
-                qkv=torch.cat([p.weight for p in qkv]), qkv_bias=bias,
+                qkv=torch.cat(weights), qkv_bias=bias,
                 o=at.o_proj.weight, o_bias=at.o_proj.bias, scaling=at.scaling,
                 heads=at.q_proj.weight.shape[0] // at.head_dim, kv_heads=at.k_proj.weight.shape[0] // at.head_dim,
                 head_dim=at.head_dim,
                 ln2=layer.post_attention_layernorm.weight, eps2=layer.post_attention_layernorm.variance_epsilon,
                 gate_up=gate_up, gate_up_bias=gate_up_bias, down=mlp.down_proj.weight, down_bias=mlp.down_proj.bias))
-        self._packed, self._packed_key = packed, key
+        self._packed, self._packed_key, self._rope_table = packed, key, None
         return packed
 
     @torch.no_grad()
     def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, output_hidden_states: bool = False,
                  inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | None:
+        self._lo = 0
         if not bool(mask2d.all()):
             return super()._prefill(ids, mask2d, output_hidden_states, inputs_embeds)
         # no padding: plain causal attention, without building (and reading) an L x L float mask
         n = ids.shape[1]
-        pos = torch.arange(n, device=self.device).expand(ids.shape[0], n)
-        tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
+        skip = n - self.window if self.window is not None and n > self.window else 0
+        if skip:
+            # a window: the columns before it are never read; treat them as padding (positions restart)
+            for layer in self.cache.layers:
+                layer.reserve(ids.shape[0], skip, self.model.model.layers[0].self_attn)
+            self.start_col = torch.full_like(self.start_col, skip)
+            self._lo = skip
+        pos = torch.arange(n - skip, device=self.device).expand(ids.shape[0], n - skip)
+        tokens = dict(input_ids=ids[:, skip:]) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds[:, skip:])
         self._run(output_hidden_states, attention_mask=None, position_ids=pos, cache_position=pos[0],
                   logits_to_keep=1, **tokens)
         return None
 
+    def _score(self, inputs, masks, positions, cache_position, output_hidden_states, parents):
+        if self.window is not None:  # every row still sees at least its last `window` committed tokens
+            self._lo = max(0, int(self.length.min()) - self.window)
+        return super()._score(inputs, masks, positions, cache_position, output_hidden_states, parents)
+
     def _rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        rope = self.model.model.rotary_emb
-        freqs = positions[..., None].float() * rope.inv_freq.float()
-        emb = torch.cat([freqs, freqs], dim=-1)
-        return ((emb.cos() * rope.attention_scaling).to(dtype)[:, None],
-                (emb.sin() * rope.attention_scaling).to(dtype)[:, None])
+        """cos, sin [B, 1, M, D] for `positions` [B, M], read from a table built once (and doubled when a
+        position runs past it): one index per call instead of ten elementwise ops."""
+        need = int(positions.max()) + 1 if positions.numel() else 1
+        if self._rope_table is None or self._rope_table.shape[1] < need or self._rope_table.dtype != dtype:
+            rope = self.model.model.rotary_emb
+            size = max(need, 2 * (0 if self._rope_table is None else self._rope_table.shape[1]), 256)
+            freqs = torch.arange(size, device=self.device, dtype=torch.float32)[:, None] * rope.inv_freq.float()
+            emb = torch.cat([freqs, freqs], dim=-1)
+            self._rope_table = torch.stack([emb.cos(), emb.sin()]).mul(rope.attention_scaling).to(dtype)
+        table = self._rope_table[:, positions]  # [2, B, M, D]
+        return table[0, :, None], table[1, :, None]
 
     def _run(self, output_hidden_states: bool, attention_mask: torch.Tensor, position_ids: torch.Tensor,
              cache_position: torch.Tensor, input_ids: torch.Tensor | None = None,
@@ -173,16 +220,19 @@ class LeanCausalLM(HFCausalLM):
         if isinstance(attention_mask, dict):
             raise ValueError("attention_mask: per-layer-type masks are not supported by the lean engine")
         decoder = self.model.model
+        lo = self._lo
+        if lo and attention_mask is not None:
+            attention_mask = attention_mask[..., lo:]
         x = decoder.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         b, m, _ = x.shape
         cos, sin = self._rotary(position_ids, x.dtype)
         for p, layer_cache in zip(self._packed, self.cache.layers):
             h = F.rms_norm(x, (x.shape[-1],), p.ln1, p.eps1)
-            qkv = F.linear(h, p.qkv, p.qkv_bias).view(b, m, p.heads + 2 * p.kv_heads, p.head_dim).transpose(1, 2)
-            qk, v = qkv[:, : p.heads + p.kv_heads], qkv[:, p.heads + p.kv_heads:]
-            half = p.head_dim // 2
-            qk = qk * cos + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin
-            keys, values = layer_cache.append(qk[:, p.heads:], v)
+            n_qk = p.heads + p.kv_heads
+            qkv = F.linear(h, p.qkv, p.qkv_bias).view(b, m, 2 * n_qk + p.kv_heads, p.head_dim).transpose(1, 2)
+            qk = qkv[:, :n_qk] * cos + qkv[:, n_qk + p.kv_heads:] * sin  # rotary: x cos + rotate_half(x) sin
+            keys, values = layer_cache.append(qk[:, p.heads:], qkv[:, n_qk: n_qk + p.kv_heads])
+            keys, values = keys[:, :, lo:], values[:, :, lo:]
             attn = F.scaled_dot_product_attention(qk[:, : p.heads], keys, values, attn_mask=attention_mask,
                                                   is_causal=attention_mask is None, scale=p.scaling,
                                                   enable_gqa=p.heads != p.kv_heads)
