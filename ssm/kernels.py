@@ -17,7 +17,7 @@ import triton.language as tl
 
 from multispec.kernels.dispatch import backend_for
 
-from .tree_scan import conv_from_windows, conv_sources, tree_conv_windows, tree_ssd
+from .tree_scan import conv_sources, tree_conv1d, tree_ssd
 
 MAX_TREE = 128
 
@@ -159,4 +159,4 @@ def tree_conv1d_dispatch(xbc, conv_state, parents, weight, bias, backend: str | 
         raise ValueError(f"parents: expected {tuple(xbc.shape[:2])}, got {tuple(parents.shape)}")
     if backend_for(xbc, backend) == "triton":
         return tree_conv1d_triton(xbc, conv_state, parents, weight, bias, sources)
-    return conv_from_windows(tree_conv_windows(xbc, conv_state, parents, sources), weight, bias)
+    return tree_conv1d(xbc, conv_state, parents, weight, bias, sources)

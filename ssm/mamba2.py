@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from .kernels import tree_conv1d_dispatch, tree_ssd_dispatch
-from .target import SSMTarget, commit_layer_states
-from .tree_scan import tree_state
+from .target import SSMTarget, commit_layer_states, rms_norm
+from .tree_scan import chunked_ssd, tree_state
 
 
 @dataclass
@@ -55,7 +55,8 @@ def mamba2_tree_mix(mixer, h: torch.Tensor, conv_state: torch.Tensor, ssm_state:
     b, t, _ = h.shape
     dtype = h.dtype
     k = _consts(mixer)
-    gate, xbc, dt = mixer.in_proj(h).split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
+    proj = F.linear(h, mixer.in_proj.weight, mixer.in_proj.bias)  # F.linear: no module-call overhead
+    gate, xbc, dt = proj.split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
     conv = k.act(tree_conv1d_dispatch(xbc, conv_state, parents, k.conv_weight, mixer.conv1d.bias,
                                       sources=sources)).to(dtype)
     gn = mixer.n_groups * mixer.ssm_state_size
@@ -67,7 +68,32 @@ def mamba2_tree_mix(mixer, h: torch.Tensor, conv_state: torch.Tensor, ssm_state:
     C = C.reshape(b, t, mixer.n_groups, mixer.ssm_state_size)
     y = tree_ssd_dispatch(x, dt, k.A, B, C, mixer.D, ancestors, ssm_state)
     y = gated_rms_norm(mixer.norm, y.reshape(b, t, -1).to(dtype), gate)
-    return mixer.out_proj(y.to(dtype)), _Mamba2Step(xbc, x, dt, B)
+    return F.linear(y.to(dtype), mixer.out_proj.weight, mixer.out_proj.bias), _Mamba2Step(xbc, x, dt, B)
+
+
+def mamba2_prefill_mix(mixer, h: torch.Tensor, chunk: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Mamba-2 mixer over an unpadded prompt [B, L, hidden] from zero states: (output, conv state
+    [B, C, K] = the last K pre-conv inputs, SSM state [B, H, P, N] float32). The causal conv is one
+    `conv1d`, the scan `tree_scan.chunked_ssd`."""
+    b, length, _ = h.shape
+    dtype = h.dtype
+    k = _consts(mixer)
+    width = k.conv_weight.shape[1]
+    proj = F.linear(h, mixer.in_proj.weight, mixer.in_proj.bias)
+    gate, xbc, dt = proj.split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
+    xbc_t = xbc.transpose(1, 2)  # [B, C, L]
+    conv = F.conv1d(xbc_t, k.conv_weight[:, None], mixer.conv1d.bias, padding=width - 1, groups=xbc.shape[-1])
+    conv = k.act(conv[..., :length].transpose(1, 2)).to(dtype)
+    conv_state = F.pad(xbc_t, (max(0, width - length), 0))[..., -width:].contiguous()
+    gn = mixer.n_groups * mixer.ssm_state_size
+    x, B, C = conv.split([mixer.intermediate_size, gn, gn], dim=-1)
+    lo, hi = mixer.time_step_limit
+    dt = F.softplus(dt + mixer.dt_bias).clamp(min=lo, max=hi)
+    y, state = chunked_ssd(x.reshape(b, length, mixer.num_heads, mixer.head_dim), dt, k.A,
+                           B.reshape(b, length, mixer.n_groups, mixer.ssm_state_size),
+                           C.reshape(b, length, mixer.n_groups, mixer.ssm_state_size), mixer.D, chunk)
+    y = gated_rms_norm(mixer.norm, y.reshape(b, length, -1).to(dtype), gate)
+    return F.linear(y.to(dtype), mixer.out_proj.weight, mixer.out_proj.bias), conv_state, state
 
 
 def gated_rms_norm(norm, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
@@ -121,6 +147,16 @@ class Mamba2Target(SSMTarget):
 
     def _committed_state(self, layer, saved, on_path, last):
         return mamba2_committed_state(self.backbone.layers[layer].mixer, saved, on_path, self.ssm[layer])
+
+    def _prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        if not bool(attention_mask.all()):  # left padding: the model's own masked scan
+            return super()._prefill(input_ids, attention_mask)
+        hidden = self.backbone.embeddings(input_ids)
+        for i, block in enumerate(self.backbone.layers):
+            residual = hidden.float() if block.residual_in_fp32 else hidden
+            h = rms_norm(block.norm, hidden.to(block.norm.weight.dtype))
+            h, self.conv[i], self.ssm[i] = mamba2_prefill_mix(block.mixer, h)
+            hidden = residual + h
 
     def _commit_all(self, on_path, has, last):
         mixers = [block.mixer for block in self.backbone.layers]

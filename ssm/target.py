@@ -119,13 +119,17 @@ class SSMTarget:
         self.ssm = [torch.zeros(b, *self._ssm_state_shape(mixer), dtype=torch.float32, device=self.device)
                     for _ in layers]
         if length > 1:
-            out = self.backbone(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1], use_cache=True)
-            cache = out.cache_params
-            for i in range(len(layers)):
-                self.conv[i] = cache.get_conv_state(i).clone()
-                self.ssm[i] = cache.get_recurrent_state(i).float().clone()
+            self._prefill(input_ids[:, :-1], attention_mask[:, :-1])
         self._step = None
         return input_ids[:, -1]
+
+    def _prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Run the prompt from zero states and keep every layer's final states (default: the model's own
+        forward; mixer families may bring a faster scan)."""
+        cache = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=True).cache_params
+        for i in range(len(self.backbone.layers)):
+            self.conv[i] = cache.get_conv_state(i).clone()
+            self.ssm[i] = cache.get_recurrent_state(i).float().clone()
 
     # ---- scoring --------------------------------------------------------------------------------------
     @torch.no_grad()

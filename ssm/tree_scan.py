@@ -18,6 +18,7 @@ topological order (every parent index below its child's), which `multispec.Draft
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def path_decay(dt: torch.Tensor, A: torch.Tensor, ancestors: torch.Tensor) -> torch.Tensor:
@@ -75,6 +76,34 @@ def tree_state(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tens
     return state + torch.exp(total)[:, :, None, None] * initial_state.float()
 
 
+def chunked_ssd(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                D: torch.Tensor | None, chunk: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """A plain sequence (a chain) from a zero state, for prefill: outputs y [B, L, H, P] and the final
+    state [B, H, P, N]. Chunks of `chunk` tokens become batch rows: their states from zero (`tree_state`),
+    a short sequential pass carrying the state across chunks, then every chunk's outputs with its start
+    state (`tree_ssd` with a causal mask). Padding the tail with dt = 0, x = 0 leaves the state as is."""
+    b, length, heads, p = x.shape
+    g, n = B.shape[2], B.shape[3]
+    chunks = max(1, -(-length // chunk))
+    pad = chunks * chunk - length
+    if pad:
+        x, dt, B, C = (F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)) for t in (x, dt, B, C))
+    rows = b * chunks
+    xc, dtc = x.reshape(rows, chunk, heads, p), dt.reshape(rows, chunk, heads)
+    Bc, Cc = B.reshape(rows, chunk, g, n), C.reshape(rows, chunk, g, n)
+    zero = torch.zeros(rows, heads, p, n, device=x.device)
+    full = torch.ones(rows, chunk, dtype=torch.bool, device=x.device)
+    own = tree_state(xc, dtc, A, Bc, full, zero).view(b, chunks, heads, p, n)  # each chunk from zero
+    decay = torch.exp((dtc.float() * A.float()).sum(dim=1)).view(b, chunks, heads, 1, 1)
+    starts = [torch.zeros(b, heads, p, n, device=x.device)]
+    for c in range(chunks):
+        starts.append(decay[:, c] * starts[-1] + own[:, c])
+    h0 = torch.stack(starts[:-1], dim=1).reshape(rows, heads, p, n)
+    causal = torch.tril(torch.ones(chunk, chunk, dtype=torch.bool, device=x.device)).expand(rows, chunk, chunk)
+    y = tree_ssd(xc, dtc, A, Bc, Cc, D, causal, h0).reshape(b, chunks * chunk, heads, p)
+    return y[:, :length], starts[-1]
+
+
 def ancestor_at(parents: torch.Tensor, steps: int) -> torch.Tensor:
     """[steps, B, T]: entry k is node t's k-th ancestor (k = 0: t itself), -1 past the root."""
     b, t = parents.shape
@@ -104,13 +133,19 @@ def conv_sources(parents: torch.Tensor, width: int, depth: torch.Tensor | None =
 
 
 def gather_windows(xbc: torch.Tensor, conv_state: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
-    """Windows [B, S, C, K] (oldest first) read from `sources` [B, S, K] (see `conv_sources`): one gather
-    from the state columns followed by the tree nodes."""
+    """Windows [B, S, C, K] (oldest first) read from `sources` [B, S, K] (see `conv_sources`)."""
+    return _window_rows(xbc, conv_state, sources).transpose(2, 3)
+
+
+def _window_rows(xbc: torch.Tensor, conv_state: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
+    """Windows as [B, S, K, C]: one row gather (`index_select`) from each row's state columns followed by
+    its tree nodes, flattened over the batch."""
     b, s, k = sources.shape
     c = xbc.shape[2]
     both = torch.cat([conv_state.transpose(1, 2).to(xbc.dtype), xbc], dim=1)  # [B, K + T, C]
-    windows = both.gather(1, sources.reshape(b, s * k, 1).expand(-1, -1, c))
-    return windows.reshape(b, s, k, c).transpose(2, 3)
+    if b > 1:
+        sources = sources + (torch.arange(b, device=sources.device) * both.shape[1])[:, None, None]
+    return both.reshape(-1, c).index_select(0, sources.reshape(-1)).view(b, s, k, c)
 
 
 def tree_conv_windows(xbc: torch.Tensor, conv_state: torch.Tensor, parents: torch.Tensor,
@@ -126,7 +161,11 @@ def tree_conv_windows(xbc: torch.Tensor, conv_state: torch.Tensor, parents: torc
 def tree_conv1d(xbc: torch.Tensor, conv_state: torch.Tensor, parents: torch.Tensor, weight: torch.Tensor,
                 bias: torch.Tensor | None, sources: torch.Tensor | None = None) -> torch.Tensor:
     """Depthwise causal conv of every node along its path, before the activation: [B, T, C]."""
-    return conv_from_windows(tree_conv_windows(xbc, conv_state, parents, sources), weight, bias)
+    if sources is None:
+        sources = conv_sources(parents, conv_state.shape[-1])
+    rows = _window_rows(xbc, conv_state, sources)  # [B, T, K, C]
+    out = (rows * weight.t().to(rows.dtype)).sum(2)
+    return out if bias is None else out + bias.to(out.dtype)
 
 
 def conv_from_windows(windows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
