@@ -1,7 +1,10 @@
 """`multispec bench ssm`: STree on a state-space (or hybrid) zoo pair against its baselines.
 
 Same prompts for every method (held-out stdlib files and natural-language prompts), methods interleaved
-per prompt: plain decoding (the model's own `generate`), chain speculation with state replay (the
+per prompt: plain decoding (the model's own `generate`), `transformers`' assisted generation (attempted in
+the run: it refuses stateful models, and the refusal is reported), plain decoding through our adapter
+(`ar_adapter`: one token per step, no drafter; the same prefill and per-token code the speculative rows
+use, so `speedup_vs_adapter_ar` isolates what speculation adds), chain speculation with state replay (the
 "vanilla SD for SSMs" baseline: the commit re-runs the accepted tokens), chain speculation with the
 closed-form state commit, STree with a static and a dynamic tree (all drafted by the pair's draft model),
 a prompt-lookup chain (a drafter that costs no forward), and the hybrid (prompt lookup when the text
@@ -53,9 +56,22 @@ def _table(acc: dict) -> dict:
         if a["verdicts"]:
             rows[name]["outputs"] = {v: a["verdicts"].count(v) for v in set(a["verdicts"])}
     base = rows["plain"]["tokens_per_s"]
+    ours = rows.get("ar_adapter", {}).get("tokens_per_s")
     for r in rows.values():
         r["speedup_vs_ar"] = round(r["tokens_per_s"] / base, 3)
+        if ours:
+            r["speedup_vs_adapter_ar"] = round(r["tokens_per_s"] / ours, 3)
     return rows
+
+
+def _assisted_refusal(model, draft_model, ids) -> str | None:
+    """Try `transformers`' assisted generation on the pair; None if it runs, else its refusal."""
+    try:
+        model.generate(ids[:, :8], attention_mask=torch.ones_like(ids[:, :8]), assistant_model=draft_model,
+                       max_new_tokens=2, do_sample=False, pad_token_id=0)
+    except (ValueError, TypeError, NotImplementedError) as err:
+        return f"{type(err).__name__}: {err}"
+    return None
 
 
 def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | None = None,
@@ -65,7 +81,7 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
     model, drafter, tok = pair.target, pair.drafter, pair.tokenizer
-    tree = tree or DynamicTree(depth=5, topk=3, total=12)
+    tree = tree or DynamicTree(depth=6, topk=3, total=16)
     static = StaticTree.full([3, 2, 1, 1])
     n = max_new_tokens or (48 if quick else 128)
     ps = prompts(tok, quick)
@@ -77,6 +93,13 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
 
     greedy = {"plain": lambda ids: model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
                                                   do_sample=False, eos_token_id=None, pad_token_id=0)}
+    greedy["ar_adapter"] = spec(0, draft=NGramDrafter())  # a zero-length draft: one token per step
+    draft_model = getattr(getattr(drafter, "lm", None), "model", None)
+    assisted = _assisted_refusal(model, draft_model, ps[0][1]) if draft_model is not None else "no draft model"
+    if assisted is None:  # a transformers version that supports it: measure it like the rest
+        greedy["transformers_assisted"] = lambda ids: model.generate(
+            ids, attention_mask=torch.ones_like(ids), assistant_model=draft_model, max_new_tokens=n,
+            do_sample=False, eos_token_id=None, pad_token_id=0)
     if _target(model, replay=True) is not None:
         greedy[f"chain_replay_k{chain_k}"] = spec(chain_k, replay=True)
     greedy[f"chain_k{chain_k}"] = spec(chain_k)
@@ -91,6 +114,7 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     sampled = {"plain": lambda ids: model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
                                                    do_sample=True, temperature=temperature, top_k=0,
                                                    eos_token_id=None, pad_token_id=0),
+               "ar_adapter": spec(0, draft=NGramDrafter(), do_sample=True, temperature=temperature, generator=g),
                f"chain_k{chain_k}": spec(chain_k, do_sample=True, temperature=temperature, generator=g),
                "stree_dynamic": spec(tree, do_sample=True, temperature=temperature, generator=g),
                "hybrid_stree_dynamic": spec(tree, draft=HybridDrafter(drafter), do_sample=True,
@@ -116,7 +140,8 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     results = {"pair": pair_name, "target_class": type(model).__name__, "max_new_tokens": n,
                "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
                "dynamic_tree": [tree.depth, tree.topk, tree.total], "static_tree": [3, 2, 1, 1],
-               "temperature": temperature, "greedy": _table(gacc), "sampling": _table(sacc)}
+               "temperature": temperature, "greedy": _table(gacc), "sampling": _table(sacc),
+               "transformers_assisted": "measured" if assisted is None else f"unsupported ({assisted})"}
     verdicts = [v for a in gacc.values() for v in a["verdicts"]]
     results["near_ties"] = verdicts.count("near-tie")
     results["mismatches"] = verdicts.count("mismatch")
@@ -132,10 +157,13 @@ def _print(results: dict) -> None:
     print(f"pair {results['pair']} ({results['target_class']}): {len(results['prompts'])} prompts x "
           f"{results['max_new_tokens']} new tokens, {results['threads']} threads")
     for kind, title in (("greedy", "greedy"), ("sampling", f"sampling T={results['temperature']}")):
-        print(f"{title:24s} {'tok/s':>8s} {'vs AR':>7s} {'acc. len':>8s}  outputs")
+        print(f"{title:24s} {'tok/s':>8s} {'vs AR':>7s} {'vs ours':>7s} {'acc. len':>8s}  outputs")
         for name, r in results[kind].items():
             mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
+            ours = f"{r['speedup_vs_adapter_ar']:6.2f}x" if "speedup_vs_adapter_ar" in r else f"{'-':>7s}"
             shown = r.get("outputs", "reference" if kind == "greedy" else "")
-            print(f"{name:24s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {mal:>8s}  {shown}")
+            print(f"{name:24s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {ours} {mal:>8s}  {shown}")
+    print("vs AR: against the model's own generate; vs ours: against ar_adapter (our loop, one token per step)")
+    print(f"transformers assisted generation: {results['transformers_assisted']}")
     print(f"outputs_identical={results['outputs_identical']} near_ties={results['near_ties']} "
           f"mismatches={results['mismatches']}")

@@ -190,3 +190,20 @@ def test_rows_that_stop_early_leave_the_others_exact(mamba):
         stop = int(hits[0]) + 1 if len(hits) else n
         assert torch.equal(new[r, :stop], free[r, :stop]), r
         assert (new[r, stop:] == 0).all(), r
+
+
+@pytest.mark.parametrize("length", [2, 3, 40, 70])
+def test_mamba2_prefill_states_equal_the_model_own(length):
+    """Our prefill (conv1d + chunked SSD) leaves the states `transformers`' own forward leaves."""
+    from multispec.ssm.target import SSMTarget
+
+    model = model_of("mamba2")
+    ids = torch.randint(3, 128, (2, length), generator=torch.Generator().manual_seed(length))
+    mask = torch.ones_like(ids)
+    ours, theirs = Mamba2Target(model), Mamba2Target(model)
+    ours.start(ids, mask)
+    theirs._prefill = SSMTarget._prefill.__get__(theirs)  # the model's own forward (as for padded rows)
+    theirs.start(ids, mask)
+    for a, b in zip(ours.conv + ours.ssm, theirs.conv + theirs.ssm):
+        assert a.shape == b.shape
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from multispec.ssm.tree_scan import conv_from_windows, tree_conv_windows, tree_ssd, tree_state
+from multispec.ssm.tree_scan import chunked_ssd, conv_from_windows, tree_conv_windows, tree_ssd, tree_state
 from multispec.tree import ancestor_mask_from_parents
 
 
@@ -68,6 +68,19 @@ def test_tree_ssd_and_state_equal_each_path_run_alone(shape, t):
             assert torch.allclose(y[r, node].double(), ys[-1], atol=1e-4, rtol=1e-4), (r, node)
             state = tree_state(x[r:r + 1], dt[r:r + 1], A, B[r:r + 1], anc[r:r + 1, node], h0[r:r + 1])
             assert torch.allclose(state[0].double(), h, atol=1e-4, rtol=1e-4), (r, node)
+
+
+@pytest.mark.parametrize("length,chunk", [(1, 4), (7, 4), (8, 4), (13, 32), (30, 8)])
+def test_chunked_ssd_equals_the_recurrence(length, chunk):
+    """The prefill scan (chunks as batch rows, states carried across chunks) from a zero state."""
+    b = 2
+    x, dt, A, B, C, D, _ = make_inputs(b, length, seed=length)
+    y, state = chunked_ssd(x, dt, A, B, C, D, chunk)
+    zero = torch.zeros(x.shape[2], x.shape[3], B.shape[3])
+    for r in range(b):
+        ys, h = sequential(x[r], dt[r], A, B[r], C[r], D, zero, list(range(length)))
+        assert torch.allclose(y[r].double(), torch.stack(ys), atol=1e-4, rtol=1e-4), r
+        assert torch.allclose(state[r].double(), h, atol=1e-4, rtol=1e-4), r
 
 
 def test_state_of_an_empty_path_is_the_initial_state():
