@@ -11,16 +11,27 @@ gathered into place, SSM states set in closed form and conv states to the last a
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
 from multispec.targets import HFCausalLM
 from multispec.tree import ancestor_mask_from_parents
 
-from .mamba2 import _Mamba2Step, mamba2_commit_layers, mamba2_tree_mix
-from .target import accepted_nodes
+from .mamba2 import _Mamba2Step, mamba2_commit_layers, mamba2_prefill_mix, mamba2_tree_mix
+from .target import accepted_nodes, rms_norm
 from .tree_scan import conv_sources
 
 MAMBA = "linear_attention"  # Bamba's name for its Mamba-2 layers in config.layers_block_type
+
+
+def feed_forward(mlp, x: torch.Tensor) -> torch.Tensor:
+    """A gated SiLU MLP (`BambaMLP`) as three `F.linear` calls, without module-call overhead (the verify
+    step runs one per layer); other feed-forward modules are called as they are."""
+    if getattr(getattr(mlp, "config", None), "hidden_act", None) != "silu" or not hasattr(mlp, "gate_proj"):
+        return mlp(x)
+    gate = F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)
+    up = F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
+    return F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
 
 
 class BambaTarget(HFCausalLM):
@@ -57,6 +68,8 @@ class BambaTarget(HFCausalLM):
     @torch.no_grad()
     def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, output_hidden_states: bool = False,
                  inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | None:
+        if inputs_embeds is None and not output_hidden_states and bool(mask2d.all()):
+            return self._prefill_unpadded(ids)
         # the model's own forward (its chunked scan) over the left-padded prompts; positions count real tokens
         pos = (mask2d.long().cumsum(-1) - 1).clamp(min=0)
         tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
@@ -66,6 +79,24 @@ class BambaTarget(HFCausalLM):
             self.conv[i] = self.cache.get_conv_state(i).clone()
             self.ssm[i] = self.cache.get_recurrent_state(i).float().clone()
         return out.last_hidden_state if output_hidden_states else None
+
+    def _prefill_unpadded(self, ids: torch.Tensor) -> None:
+        """Mamba-2 layers through `mamba2_prefill_mix` (conv1d + chunked SSD), attention layers through the
+        model's own attention with a causal mask: the same states and KV entries as the model's forward."""
+        b, n = ids.shape
+        hidden = self.decoder.embed_tokens(ids)
+        pos = torch.arange(n, device=self.device).expand(b, n)
+        rotary = self.decoder.rotary_emb(hidden, position_ids=pos)
+        causal = torch.full((n, n), torch.finfo(hidden.dtype).min, dtype=hidden.dtype, device=self.device).triu(1)
+        for i, layer in enumerate(self.decoder.layers):
+            h = layer.input_layernorm(hidden)
+            if i in self.conv:
+                h, self.conv[i], self.ssm[i] = mamba2_prefill_mix(layer.mamba, h)
+            else:
+                h, _ = layer.self_attn(hidden_states=h, position_embeddings=rotary, attention_mask=causal[None, None],
+                                       past_key_values=self.cache)
+            hidden = hidden + h
+            hidden = hidden + layer.feed_forward(layer.pre_ff_layernorm(hidden))
 
     def _score(self, inputs, masks, positions, cache_position, output_hidden_states, parents):
         if self.num_pending:
@@ -77,7 +108,7 @@ class BambaTarget(HFCausalLM):
         rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
         step: dict[int, _Mamba2Step] = {}
         for i, layer in enumerate(self.decoder.layers):
-            h = layer.input_layernorm(hidden)
+            h = rms_norm(layer.input_layernorm, hidden)
             if i in self.conv:
                 h, step[i] = mamba2_tree_mix(layer.mamba, h, self.conv[i], self.ssm[i], parents, ancestors,
                                                   sources)
@@ -85,8 +116,8 @@ class BambaTarget(HFCausalLM):
                 h, _ = layer.self_attn(hidden_states=h, position_embeddings=rotary, attention_mask=masks,
                                        past_key_values=self.cache)
             hidden = hidden + h
-            hidden = hidden + layer.feed_forward(layer.pre_ff_layernorm(hidden))
-        hidden = self.decoder.final_layernorm(hidden)
+            hidden = hidden + feed_forward(layer.feed_forward, rms_norm(layer.pre_ff_layernorm, hidden))
+        hidden = rms_norm(self.decoder.final_layernorm, hidden)
         self._step, self._sources = step, sources
         return self.model.lm_head(hidden).float(), (hidden if output_hidden_states else None)
 

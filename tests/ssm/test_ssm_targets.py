@@ -207,3 +207,24 @@ def test_mamba2_prefill_states_equal_the_model_own(length):
     for a, b in zip(ours.conv + ours.ssm, theirs.conv + theirs.ssm):
         assert a.shape == b.shape
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_bamba_unpadded_prefill_equals_the_model_forward():
+    """The hybrid's own prefill (our scan for Mamba layers) leaves the model's states and KV entries."""
+    from transformers import DynamicCache
+
+    model = model_of("bamba")
+    ids = torch.randint(3, 128, (2, 45), generator=torch.Generator().manual_seed(3))
+    ours = BambaTarget(model)
+    ours.start(ids, torch.ones_like(ids))
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model.model(input_ids=ids[:, :-1], past_key_values=cache, use_cache=True)
+    for i in ours.mamba_layers:
+        assert torch.allclose(ours.conv[i], cache.get_conv_state(i), atol=1e-4, rtol=1e-3)
+        assert torch.allclose(ours.ssm[i], cache.get_recurrent_state(i).float(), atol=1e-4, rtol=1e-3)
+    attention = [i for i in range(len(model.model.layers)) if i not in ours.mamba_layers]
+    assert attention
+    for i in attention:
+        assert torch.allclose(ours.cache.layers[i].keys, cache.layers[i].keys, atol=1e-4, rtol=1e-3)
+        assert torch.allclose(ours.cache.layers[i].values, cache.layers[i].values, atol=1e-4, rtol=1e-3)
