@@ -18,7 +18,7 @@ from multispec.targets import HFCausalLM
 from multispec.tree import ancestor_mask_from_parents
 
 from .mamba2 import _Mamba2Step, mamba2_commit_layers, mamba2_prefill_mix, mamba2_tree_mix
-from .target import accepted_nodes, rms_norm
+from .target import accepted_nodes, mamba_ssm_prefill, rms_norm
 from .tree_scan import conv_sources
 
 MAMBA = "linear_attention"  # Bamba's name for its Mamba-2 layers in config.layers_block_type
@@ -68,7 +68,8 @@ class BambaTarget(HFCausalLM):
     @torch.no_grad()
     def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, output_hidden_states: bool = False,
                  inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | None:
-        if inputs_embeds is None and not output_hidden_states and bool(mask2d.all()):
+        unpadded = inputs_embeds is None and not output_hidden_states and bool(mask2d.all())
+        if unpadded and not mamba_ssm_prefill(self.device):
             return self._prefill_unpadded(ids)
         # the model's own forward (its chunked scan) over the left-padded prompts; positions count real tokens
         pos = (mask2d.long().cumsum(-1) - 1).clamp(min=0)
@@ -93,8 +94,8 @@ class BambaTarget(HFCausalLM):
             if i in self.conv:
                 h, self.conv[i], self.ssm[i] = mamba2_prefill_mix(layer.mamba, h)
             else:
-                h, _ = layer.self_attn(hidden_states=h, position_embeddings=rotary, attention_mask=causal[None, None],
-                                       past_key_values=self.cache)
+                h, _ = layer.self_attn(hidden_states=h, position_embeddings=rotary,
+                                       attention_mask=causal[None, None], past_key_values=self.cache)
             hidden = hidden + h
             hidden = hidden + layer.feed_forward(layer.pre_ff_layernorm(hidden))
 

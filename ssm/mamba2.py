@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .kernels import tree_conv1d_dispatch, tree_ssd_dispatch
-from .target import SSMTarget, commit_layer_states, rms_norm
+from .target import SSMTarget, commit_layer_states, mamba_ssm_prefill, rms_norm
 from .tree_scan import chunked_ssd, tree_state
 
 
@@ -149,8 +149,8 @@ class Mamba2Target(SSMTarget):
         return mamba2_committed_state(self.backbone.layers[layer].mixer, saved, on_path, self.ssm[layer])
 
     def _prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
-        if not bool(attention_mask.all()):  # left padding: the model's own masked scan
-            return super()._prefill(input_ids, attention_mask)
+        if not bool(attention_mask.all()) or mamba_ssm_prefill(self.device):
+            return super()._prefill(input_ids, attention_mask)  # left padding, or `mamba_ssm` on CUDA
         hidden = self.backbone.embeddings(input_ids)
         for i, block in enumerate(self.backbone.layers):
             residual = hidden.float() if block.residual_in_fp32 else hidden

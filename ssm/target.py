@@ -12,6 +12,7 @@ mixer: `Mamba2Target` (SSD tree scan), `MambaTarget` (Mamba-1, per-node selectiv
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import torch
@@ -21,6 +22,12 @@ from transformers import PreTrainedModel
 from multispec.tree import ancestor_mask_from_parents
 
 from .tree_scan import conv_sources, gather_windows
+
+
+def mamba_ssm_prefill(device: torch.device) -> bool:
+    """Whether the model's own prefill is the fast one: on CUDA with `mamba_ssm` importable,
+    `transformers` runs its fused chunked-scan kernels (untested here: no GPU); elsewhere ours wins."""
+    return device.type == "cuda" and importlib.util.find_spec("mamba_ssm") is not None
 
 
 def rms_norm(norm, hidden: torch.Tensor) -> torch.Tensor:

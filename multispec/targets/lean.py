@@ -155,7 +155,8 @@ class LeanCausalLM(HFCausalLM):
             qkv = [at.q_proj, at.k_proj, at.v_proj]
             weights, biases = [p.weight for p in qkv], [p.bias for p in qkv]
             # rotate_half is linear: its q/k outputs come from the same matmul as extra rows (no cat/neg)
-            weights += [_rotate_half_rows(at.q_proj.weight, at.head_dim), _rotate_half_rows(at.k_proj.weight, at.head_dim)]
+            weights += [_rotate_half_rows(at.q_proj.weight, at.head_dim),
+                        _rotate_half_rows(at.k_proj.weight, at.head_dim)]
             biases += [None if at.q_proj.bias is None else _rotate_half_rows(at.q_proj.bias, at.head_dim),
                        None if at.k_proj.bias is None else _rotate_half_rows(at.k_proj.bias, at.head_dim)]
             bias = torch.cat(biases) if at.q_proj.bias is not None else None

@@ -24,7 +24,8 @@ def _rounds(a, b, batch, seed):
         par2 = torch.tensor([[1, 2, 6]] * batch)  # two earlier parents, one fed in this same call
         valid = torch.ones(batch, 3, dtype=torch.bool)
         valid[-1, 2] = False  # an invalid node in the last row
-        worst = max(worst, (a.forward(toks2, par2, valid)[valid] - b.forward(toks2, par2, valid)[valid]).abs().max().item())
+        diff = a.forward(toks2, par2, valid)[valid] - b.forward(toks2, par2, valid)[valid]
+        worst = max(worst, diff.abs().max().item())
         toks3 = torch.randint(3, 128, (batch, 2), generator=g)
         par3 = torch.tensor([[3, 6]] * batch)  # every parent fed by an earlier call: the one-gather path
         worst = max(worst, (a.forward(toks3, par3) - b.forward(toks3, par3)).abs().max().item())

@@ -228,3 +228,29 @@ def test_bamba_unpadded_prefill_equals_the_model_forward():
     for i in attention:
         assert torch.allclose(ours.cache.layers[i].keys, cache.layers[i].keys, atol=1e-4, rtol=1e-3)
         assert torch.allclose(ours.cache.layers[i].values, cache.layers[i].values, atol=1e-4, rtol=1e-3)
+
+
+def test_prefill_routes_to_the_model_forward_where_mamba_ssm_runs(monkeypatch):
+    """On CUDA with `mamba_ssm` the model's own (fused-kernel) prefill is used; the routing is checked here
+    on the CPU by pretending, and both prefills must leave the same states."""
+    import multispec.ssm.mamba2 as m2
+
+    model = model_of("mamba2")
+    ids = torch.randint(3, 128, (1, 30), generator=torch.Generator().manual_seed(9))
+    ours = Mamba2Target(model)
+    ours.start(ids, torch.ones_like(ids))
+    called = []
+    monkeypatch.setattr(m2, "mamba_ssm_prefill", lambda device: called.append(device) or True)
+    theirs = Mamba2Target(model)
+    monkeypatch.setattr(model.backbone, "forward", _counting(model.backbone.forward, called))
+    theirs.start(ids, torch.ones_like(ids))
+    assert len(called) == 2  # asked, then the model's forward ran
+    for a, b in zip(ours.conv + ours.ssm, theirs.conv + theirs.ssm):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
+def _counting(fn, calls):
+    def wrapped(*args, **kwargs):
+        calls.append("forward")
+        return fn(*args, **kwargs)
+    return wrapped
