@@ -130,15 +130,18 @@ def depths_from_parents(parents: torch.Tensor) -> torch.Tensor:
 
 
 def ancestor_mask_from_parents(parents: torch.Tensor) -> torch.Tensor:
+    """[B, T, T] bool, entry (i, j): node j is node i or one of its ancestors (`parents` [B, T], -1 = none).
+    Reachability by repeated squaring of (I + parent edges): log2(T) batched matmuls instead of a loop
+    over nodes (trees are scored every step, so this is on the hot path)."""
     b, t = parents.shape
-    mask = torch.zeros(b, t, t, dtype=torch.bool, device=parents.device)
-    rows = torch.arange(b, device=parents.device)
-    for i in range(t):
-        p = parents[:, i]
-        has = p >= 0
-        mask[:, i] = torch.where(has[:, None], mask[rows, p.clamp(min=0)], False)
-        mask[:, i, i] = True
-    return mask
+    edges = torch.zeros(b, t, t + 1, device=parents.device)
+    edges.scatter_(2, torch.where(parents >= 0, parents, t)[..., None], 1.0)
+    reach = edges[..., :t] + torch.eye(t, device=parents.device)
+    span = 1  # paths of up to `span` edges are covered
+    while span < t - 1:
+        reach = torch.bmm(reach, reach).clamp_(max=1.0)
+        span *= 2
+    return reach > 0
 
 
 def linked_from_parents(parents: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

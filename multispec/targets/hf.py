@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from ..tree import ancestor_mask_from_parents
 from .lm_head import tall_lm_head
 
 
@@ -166,8 +167,7 @@ class HFCausalLM:
         tokens, parents = tokens.to(self.device), parents.to(self.device)
         valid = torch.ones(b, m, dtype=torch.bool, device=self.device) if valid is None else valid.to(self.device)
         p0 = self.num_pending
-        rows = torch.arange(b, device=self.device)
-        # ancestry and positions of the new nodes, one node at a time (parents precede children)
+        # ancestry and positions of the new nodes (parents precede children)
         anc = torch.zeros(b, p0 + m, p0 + m, dtype=torch.bool, device=self.device)
         anc[:, :p0, :p0] = self.pending.ancestors
         pos = torch.cat([self.pending.positions, torch.zeros(b, m, dtype=torch.long, device=self.device)], 1)
@@ -182,11 +182,10 @@ class HFCausalLM:
             anc[:, p0:] = anc.gather(1, pidx[..., None].expand(-1, -1, p0 + m)) & has_parent[..., None]
             anc[:, p0:, p0:] |= torch.eye(m, dtype=torch.bool, device=self.device)
             pos[:, p0:] = torch.where(has_parent, pos.gather(1, pidx) + 1, own_len[:, None])
-        for j in range(0 if from_earlier else m):  # some parents are among the new nodes: in order
-            pidx = parents[:, j].clamp(min=0)
-            anc[:, p0 + j] = torch.where(has_parent[:, j, None], anc[rows, pidx], False)
-            anc[:, p0 + j, p0 + j] = True
-            pos[:, p0 + j] = torch.where(has_parent[:, j], pos[rows, pidx] + 1, own_len)
+        elif m:  # some parents are among the new nodes: the pending forest's ancestry from scratch
+            forest = torch.cat([self.pending.parents, torch.where(has_parent, parents, -1)], 1)
+            anc = ancestor_mask_from_parents(forest)
+            pos = own_len[:, None] + anc.sum(dim=-1) - 1  # a pending root sits at the row's length
         new_anc = anc[:, p0:]  # [B, M, P0+M]
         cols = torch.arange(self.width, device=self.device)
         prefix = (cols[None, :] >= self.start_col[:, None]) & (cols[None, :] < self.length[:, None])
@@ -199,7 +198,8 @@ class HFCausalLM:
         inputs = dict(input_ids=tokens) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds.to(self.device))
         logits, hidden = self._score(inputs, masks, new_pos, cache_position, output_hidden_states,
                                      torch.where(valid, parents, -1))
-        self.pending = _Pending(torch.cat([self.pending.parents, parents], 1), pos, anc)
+        kept_parents = torch.cat([self.pending.parents, torch.where(has_parent, parents, -1)], 1)
+        self.pending = _Pending(kept_parents, pos, anc)
         return (logits, hidden) if output_hidden_states else logits
 
     def _score(self, inputs: dict, masks, positions: torch.Tensor, cache_position: torch.Tensor,

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from multispec.sampling import SamplingConfig
-from multispec.tree import Chain, DraftTree, DynamicTree, StaticTree, as_tree_spec, grow_tree
+from multispec.tree import (Chain, DraftTree, DynamicTree, StaticTree, ancestor_mask_from_parents, as_tree_spec,
+                            grow_tree)
 
 
 def _tree():
@@ -115,3 +116,20 @@ def test_trimmed_drops_only_columns_invalid_in_every_row():
     mid = DraftTree(tokens, torch.tensor([[-1, -1, 0, 0], [-1, -1, 0, 0]]),
                     torch.tensor([[True, False, True, False], [True, False, False, False]]))
     assert mid.trimmed().num_nodes == 3
+
+
+@pytest.mark.parametrize("t", [1, 2, 5, 17, 40])
+def test_ancestor_mask_equals_walking_up_each_node(t):
+    g = torch.Generator().manual_seed(t)
+    rows = []
+    for _ in range(3):  # random forests: node i's parent is -1 or any earlier node
+        rows.append([int(torch.randint(-1, i, (1,), generator=g)) if i else -1 for i in range(t)])
+    parents = torch.tensor(rows)
+    mask = ancestor_mask_from_parents(parents)
+    for r in range(3):
+        for i in range(t):
+            want, j = set(), i
+            while j >= 0:
+                want.add(j)
+                j = rows[r][j]
+            assert set(torch.nonzero(mask[r, i]).flatten().tolist()) == want, (r, i)
