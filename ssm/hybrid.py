@@ -10,6 +10,8 @@ gathered into place, SSM states set in closed form and conv states to the last a
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
@@ -32,6 +34,40 @@ def feed_forward(mlp, x: torch.Tensor) -> torch.Tensor:
     gate = F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)
     up = F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
     return F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+
+
+_QKV: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+                   cache_layer) -> torch.Tensor:
+    """`BambaAttention` over the tree nodes, appending their K/V to `cache_layer`: what the module computes,
+    with q/k/v fused into one matmul and grouped heads left to SDPA (the module's SDPA path repeats the
+    whole cached K/V per head group whenever a mask is given, i.e. every verify step)."""
+    b, m, _ = h.shape
+    w = attn.q_proj.weight
+    key = tuple((p.data_ptr(), p._version) for p in (attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight))
+    hit = _QKV.get(attn)
+    if hit is None or hit[0] != key:
+        parts = (attn.q_proj, attn.k_proj, attn.v_proj)
+        bias = torch.cat([p.bias for p in parts]) if attn.q_proj.bias is not None else None
+        hit = (key, torch.cat([p.weight for p in parts]), bias)
+        _QKV[attn] = hit
+    heads, kv_heads, d = w.shape[0] // attn.head_dim, attn.k_proj.weight.shape[0] // attn.head_dim, attn.head_dim
+    qkv = F.linear(h, hit[1], hit[2]).view(b, m, heads + 2 * kv_heads, d).transpose(1, 2)
+    q, k, v = qkv.split([heads, kv_heads, kv_heads], dim=1)
+    cos, sin = (t[:, None] for t in rotary)
+    rd = cos.shape[-1]  # partial rotary: the first `rd` dims of each head rotate
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        x_rot, x_pass = x[..., :rd], x[..., rd:]
+        turned = torch.cat([-x_rot[..., rd // 2:], x_rot[..., : rd // 2]], dim=-1)
+        return torch.cat([x_rot * cos + turned * sin, x_pass], dim=-1)
+
+    keys, values = cache_layer.update(rotate(k), v, None)
+    out = F.scaled_dot_product_attention(rotate(q), keys, values, attn_mask=mask, scale=attn.scaling,
+                                         enable_gqa=heads != kv_heads)
+    return F.linear(out.transpose(1, 2).reshape(b, m, -1), attn.o_proj.weight, attn.o_proj.bias)
 
 
 class BambaTarget(HFCausalLM):
@@ -114,8 +150,7 @@ class BambaTarget(HFCausalLM):
                 h, step[i] = mamba2_tree_mix(layer.mamba, h, self.conv[i], self.ssm[i], parents, ancestors,
                                                   sources)
             else:  # K/V of the tree nodes are appended after the committed columns; the mask does the rest
-                h, _ = layer.self_attn(hidden_states=h, position_embeddings=rotary, attention_mask=masks,
-                                       past_key_values=self.cache)
+                h = tree_attention(layer.self_attn, h, rotary, masks, self.cache.layers[i])
             hidden = hidden + h
             hidden = hidden + feed_forward(layer.feed_forward, rms_norm(layer.pre_ff_layernorm, hidden))
         hidden = rms_norm(self.decoder.final_layernorm, hidden)
