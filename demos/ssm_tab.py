@@ -37,5 +37,5 @@ def run(pair: str, prompt: str, max_new_tokens: int = 64, chain_k: int = 4, dept
 def build() -> None:
     build_tab("Code completion with a byte-level SSM target trained on CPython's stdlib, drafted by the byte "
               "Llama. Every row decodes greedily; speeds are measured in this request.",
-              PAIRS, run, default_prompt(), chain_k=4, tree=DynamicTree(6, 3, 16),
+              PAIRS, run, default_prompt(), chain_k=4, tree=DynamicTree(5, 3, 14),
               trace_labels=("chain steps", "STree steps"))

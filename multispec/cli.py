@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     bench.add_argument("--chain-k", type=int, default=4, help="draft length of the chain rows")
     bench.add_argument("--tree", default=None, metavar="D/K/N",
-                       help="dynamic tree: depth/top-k/total nodes (default 4/4/15 text, 6/3/16 ssm)")
+                       help="dynamic tree: depth/top-k/total nodes (default 4/4/15 text, 5/3/14 ssm)")
     bench.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
     bench.set_defaults(func=_bench)
     zoo = sub.add_parser("zoo", help="the model zoo: list, locate or retrain pairs")

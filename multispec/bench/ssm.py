@@ -81,7 +81,7 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
     model, drafter, tok = pair.target, pair.drafter, pair.tokenizer
-    tree = tree or DynamicTree(depth=6, topk=3, total=16)
+    tree = tree or DynamicTree(depth=5, topk=3, total=14)
     static = StaticTree.full([3, 2, 1, 1])
     n = max_new_tokens or (48 if quick else 128)
     ps = prompts(tok, quick)
