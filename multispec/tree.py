@@ -309,7 +309,8 @@ def grow_tree(spec: TreeSpec, root_logits: torch.Tensor, feed: FeedFn, sampling:
     elif isinstance(spec, StaticTree):
         tree = _grow_static(spec, root_logits, feed, sampling, generator)
     elif isinstance(spec, DynamicTree):
-        tree = _grow_dynamic(spec, root_logits, feed, sampling)
+        tree = (_grow_dynamic_sampled(spec, root_logits, feed, sampling, generator) if sampling.do_sample
+                else _grow_dynamic(spec, root_logits, feed, sampling))
     else:
         raise TypeError(f"spec: unsupported tree spec {type(spec).__name__}")
     if vocab_map is not None:
@@ -371,6 +372,70 @@ def _grow_static(spec: StaticTree, root_logits: torch.Tensor, feed: FeedFn, samp
     parents = torch.tensor(parent_of, device=device).expand(b, n).contiguous()
     valid = torch.ones(b, n, dtype=torch.bool, device=device)
     return DraftTree(tokens, parents, valid, q_all)
+
+
+def _sampled_rank_key(own: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """What a sampled dynamic tree ranks its nodes by when it keeps `total` of them: the score of the
+    node's parent (`group`), never the node's own (`own`); the tests swap this for `own` and show the
+    output distribution then leaves the target's."""
+    return group
+
+
+def _grow_dynamic_sampled(spec: DynamicTree, root_logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,
+                          generator: torch.Generator | None) -> DraftTree:
+    """The dynamic tree for speculative sampling: every expanded node gets `topk` children drawn i.i.d.
+    from its draft distribution q (kept with it, so siblings are verified by recursive rejection against
+    q rather than as one-hot picks: top-k picks are accepted with p(x) only, i.i.d. draws with about
+    min(p, q) summed, which is what made trees accept less than sampled chains).
+
+    What may not depend on a sibling's own value is whether that sibling is in the tree, or its place
+    among its siblings: otherwise the kept siblings are no longer draws from q and the rule is biased.
+    So the frontier to expand is still chosen by cumulative draft log-probability (that only decides
+    which nodes get children), but the final `total` nodes are chosen whole sibling group by sibling
+    group, ranked by their *parent's* score, and a group cut short keeps its first draws."""
+    b, device = root_logits.shape[0], root_logits.device
+    k = spec.topk
+    q_root = sampling.probs(root_logits)  # [B, V]
+    tok = torch.multinomial(q_root, k, replacement=True, generator=generator)  # [B, k]
+    score = torch.log(q_root.gather(1, tok))
+    # the pool, in creation order: tokens, parents (pool index, -1 root), own cumulative score, the score
+    # of the group the node belongs to (its parent's), and the distribution the node was drawn from
+    pool_tokens, pool_parents, pool_scores = [tok], [torch.full((b, k), -1, device=device)], [score]
+    pool_group = [torch.zeros(b, k, device=device)]
+    dists, pool_dist = [q_root[:, None]], [torch.zeros(b, k, dtype=torch.long, device=device)]
+    frontier = torch.arange(k, device=device).expand(b, k)
+    frontier_scores = score
+    size, n_dists = k, 1
+    for _ in range(spec.depth - 1):
+        tok = torch.cat(pool_tokens, 1).gather(1, frontier)
+        par = torch.cat(pool_parents, 1).gather(1, frontier)
+        q = sampling.probs(feed(frontier, tok, par))  # [B, k, V]
+        child = torch.multinomial(q.reshape(b * k, -1), k, replacement=True, generator=generator).view(b, k, k)
+        child_scores = frontier_scores[:, :, None] + torch.log(q.gather(2, child))
+        pool_tokens.append(child.reshape(b, k * k))
+        pool_parents.append(frontier[:, :, None].expand(b, k, k).reshape(b, k * k))
+        pool_scores.append(child_scores.reshape(b, k * k))
+        pool_group.append(frontier_scores[:, :, None].expand(b, k, k).reshape(b, k * k))
+        dists.append(q)
+        pool_dist.append(n_dists + torch.arange(k, device=device)[None, :, None].expand(b, k, k).reshape(b, k * k))
+        best = torch.topk(child_scores.reshape(b, k * k), k, dim=-1)
+        frontier, frontier_scores = size + best.indices, best.values
+        size, n_dists = size + k * k, n_dists + k
+    tokens, parents = torch.cat(pool_tokens, 1), torch.cat(pool_parents, 1)
+    rank = torch.nan_to_num(_sampled_rank_key(torch.cat(pool_scores, 1), torch.cat(pool_group, 1)), nan=float("-inf"))
+    order = torch.sort(rank, dim=1, descending=True, stable=True).indices  # groups by parent score, draws in order
+    keep = torch.sort(order[:, : spec.total], dim=1).values
+    new_index = torch.full((b, size), -1, dtype=torch.long, device=device)
+    new_index.scatter_(1, keep, torch.arange(spec.total, device=device).expand(b, -1).contiguous())
+    kept_parents = parents.gather(1, keep)
+    mapped = torch.where(kept_parents >= 0, new_index.gather(1, kept_parents.clamp(min=0)), -1)
+    if (mapped[kept_parents >= 0] < 0).any():
+        raise RuntimeError("dynamic tree: a kept node lost its parent (non-finite draft scores?)")
+    all_dists = torch.cat([d.reshape(b, -1, d.shape[-1]) for d in dists], 1)  # [B, n_dists, V]
+    which = torch.cat(pool_dist, 1).gather(1, keep)
+    q_nodes = all_dists.gather(1, which[..., None].expand(-1, -1, all_dists.shape[-1]))
+    valid = torch.ones(b, spec.total, dtype=torch.bool, device=device)
+    return DraftTree(tokens.gather(1, keep), mapped, valid, q_nodes, feed_ids=keep)
 
 
 def _grow_dynamic(spec: DynamicTree, root_logits: torch.Tensor, feed: FeedFn,

@@ -73,6 +73,22 @@ def test_negative_control_fails_the_same_test(models):
     assert _pvalue(out.sequences[:, -2], p1) < 1e-6
 
 
+@pytest.mark.slow
+def test_sampled_tree_ranked_by_its_own_draws_fails(models, monkeypatch):
+    """Sampled dynamic trees keep siblings by their parent's score; keeping them by their own (EAGLE-2's
+    top-k rerank applied to sampled children) biases the output, and the same test catches it."""
+    import multispec.tree as tree_module
+
+    target, draft = models
+    tree = DynamicTree(depth=1, topk=3, total=2)
+    prompt, out = _draws(target, draft, tree)
+    p1, _ = _target_dists(target, prompt, SamplingConfig(do_sample=True, **SETTINGS))
+    assert _pvalue(out.sequences[:, -2], p1) > 1e-3
+    monkeypatch.setattr(tree_module, "_sampled_rank_key", lambda own, group: own)
+    prompt, out = _draws(target, draft, tree)
+    assert _pvalue(out.sequences[:, -2], p1) < 1e-6
+
+
 def test_seeded_sampling_is_reproducible(models):
     target, draft = models
     ids = torch.tensor([[5, 17, 42, 9, 77]] * 3)
