@@ -28,8 +28,9 @@ def _draws(target, drafter, tree, rule=None, seed=0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tree", [3, StaticTree.full([3, 2]), DynamicTree(depth=2, topk=3, total=6)],
-                         ids=["chain", "static", "dynamic"])
+@pytest.mark.parametrize("tree", [3, StaticTree.full([3, 2]), DynamicTree(depth=2, topk=3, total=6),
+                                  DynamicTree(depth=2, topk=3, total=5, sample_children=True)],
+                         ids=["chain", "static", "dynamic", "dynamic-sampled"])
 def test_exact_rule_reproduces_target_distribution(models, tree):
     target, draft = models
     prompt, out = _draws(target, draft, tree)
@@ -80,7 +81,7 @@ def test_sampled_tree_ranked_by_its_own_draws_fails(models, monkeypatch):
     import multispec.tree as tree_module
 
     target, draft = models
-    tree = DynamicTree(depth=1, topk=3, total=2)
+    tree = DynamicTree(depth=1, topk=3, total=2, sample_children=True)
     prompt, out = _draws(target, draft, tree)
     p1, _ = _target_dists(target, prompt, SamplingConfig(do_sample=True, **SETTINGS))
     assert _pvalue(out.sequences[:, -2], p1) > 1e-3
