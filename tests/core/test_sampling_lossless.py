@@ -29,8 +29,8 @@ def _draws(target, drafter, tree, rule=None, seed=0):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tree", [3, StaticTree.full([3, 2]), DynamicTree(depth=2, topk=3, total=6),
-                                  DynamicTree(depth=2, topk=3, total=5, sample_children=True)],
-                         ids=["chain", "static", "dynamic", "dynamic-sampled"])
+                                  DynamicTree(depth=3, topk=3, total=8, sample_children=False)],
+                         ids=["chain", "static", "dynamic", "dynamic-topk"])
 def test_exact_rule_reproduces_target_distribution(models, tree):
     target, draft = models
     prompt, out = _draws(target, draft, tree)
