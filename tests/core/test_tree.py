@@ -136,24 +136,27 @@ def test_ancestor_mask_equals_walking_up_each_node(t):
 
 
 def test_siblings_drawn_without_replacement():
-    """Gumbel-top-k draws: distinct tokens, each kept with q minus the earlier ones; the first draw is a
-    sample of q (chi-square), and rows with fewer than k tokens in q mark the missing draws."""
+    """Gumbel-top-k draws: distinct tokens; draw j comes from q minus the earlier draws; the first draw is
+    a sample of q and the second of E[q minus the first] (chi-square); rows of q with fewer than k tokens
+    mark the missing draws."""
     from multispec.testing import chi_square_pvalue
-    from multispec.tree import _draw_siblings
+    from multispec.tree import _draw_siblings, _without_earlier
 
     g = torch.Generator().manual_seed(0)
-    q = torch.softmax(torch.randn(1, 12, generator=g) * 1.5, dim=-1).expand(20000, 12).contiguous()
-    tokens, q_each, ok = _draw_siblings(q, 3, g)
+    n = 20000
+    q = torch.softmax(torch.randn(1, 12, generator=g) * 1.5, dim=-1).expand(n, 12).contiguous()
+    tokens, ok = _draw_siblings(q, 3, g)
     assert ok.all()
     assert (tokens[:, 0] != tokens[:, 1]).all() and (tokens[:, 1] != tokens[:, 2]).all()
     assert (tokens[:, 0] != tokens[:, 2]).all()
-    assert torch.allclose(q_each.sum(-1), torch.ones(20000, 3))
-    assert torch.equal(q_each[:, 0], q)
-    assert (q_each[:, 1].gather(1, tokens[:, :1]) == 0).all() and (q_each[:, 2].gather(1, tokens[:, :2]) == 0).all()
+    q_each = [_without_earlier(q, tokens, torch.full((n,), j)) for j in range(3)]
+    assert torch.equal(q_each[0], q)
+    for j in range(3):
+        assert torch.allclose(q_each[j].sum(-1), torch.ones(n))
+        assert (q_each[j].gather(1, tokens[:, :j]) == 0).all()
     assert chi_square_pvalue(tokens[:, 0], q[0]) > 1e-3
-    # the second draw follows q without the first: E[q_1] is its distribution
-    assert chi_square_pvalue(tokens[:, 1], q_each[:, 1].mean(0)) > 1e-3
+    assert chi_square_pvalue(tokens[:, 1], q_each[1].mean(0)) > 1e-3
     sparse = torch.zeros(2, 12)
     sparse[:, 3], sparse[:, 7] = 0.25, 0.75
-    _, _, ok = _draw_siblings(sparse, 3, g)
+    _, ok = _draw_siblings(sparse, 3, g)
     assert ok[:, :2].all() and not ok[:, 2].any()
