@@ -46,54 +46,58 @@ def _consts(mixer) -> _Mamba2Consts:
     return hit[1]
 
 
+def _in_proj(mixer, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(gate, pre-conv inputs, raw dt) of every position; `F.linear`: no module-call overhead."""
+    proj = F.linear(h, mixer.in_proj.weight, mixer.in_proj.bias)
+    return proj.split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
+
+
+def _scan_inputs(mixer, conv: torch.Tensor, dt: torch.Tensor):
+    """x [B, T, H, P], dt [B, T, H] (softplus, clamped), B and C [B, T, G, N] from the activated conv."""
+    b, t, _ = conv.shape
+    gn = mixer.n_groups * mixer.ssm_state_size
+    x, B, C = conv.split([mixer.intermediate_size, gn, gn], dim=-1)
+    lo, hi = mixer.time_step_limit
+    groups = (b, t, mixer.n_groups, mixer.ssm_state_size)
+    return (x.reshape(b, t, mixer.num_heads, mixer.head_dim), F.softplus(dt + mixer.dt_bias).clamp(min=lo, max=hi),
+            B.reshape(groups), C.reshape(groups))
+
+
+def _out_proj(mixer, y: torch.Tensor, gate: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    y = gated_rms_norm(mixer.norm, y.reshape(*gate.shape[:2], -1).to(dtype), gate)
+    return F.linear(y.to(dtype), mixer.out_proj.weight, mixer.out_proj.bias)
+
+
 def mamba2_tree_mix(mixer, h: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor,
                     parents: torch.Tensor, ancestors: torch.Tensor,
                     sources: torch.Tensor | None = None) -> tuple[torch.Tensor, _Mamba2Step]:
     """A Mamba-2 mixer (`transformers`' Mamba2Mixer, or a hybrid's, e.g. BambaMixer: same parameter names)
     over a whole tree: output [B, T, hidden] of every node as if its path were decoded alone, and what the
     commit needs. `sources`: the tree's conv sources (`tree_scan.conv_sources`), shared by all layers."""
-    b, t, _ = h.shape
-    dtype = h.dtype
     k = _consts(mixer)
-    proj = F.linear(h, mixer.in_proj.weight, mixer.in_proj.bias)  # F.linear: no module-call overhead
-    gate, xbc, dt = proj.split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
+    gate, xbc, dt = _in_proj(mixer, h)
     conv = k.act(tree_conv1d_dispatch(xbc, conv_state, parents, k.conv_weight, mixer.conv1d.bias,
-                                      sources=sources)).to(dtype)
-    gn = mixer.n_groups * mixer.ssm_state_size
-    x, B, C = conv.split([mixer.intermediate_size, gn, gn], dim=-1)
-    lo, hi = mixer.time_step_limit
-    dt = F.softplus(dt + mixer.dt_bias).clamp(min=lo, max=hi)
-    x = x.reshape(b, t, mixer.num_heads, mixer.head_dim)
-    B = B.reshape(b, t, mixer.n_groups, mixer.ssm_state_size)
-    C = C.reshape(b, t, mixer.n_groups, mixer.ssm_state_size)
+                                      sources=sources)).to(h.dtype)
+    x, dt, B, C = _scan_inputs(mixer, conv, dt)
     y = tree_ssd_dispatch(x, dt, k.A, B, C, mixer.D, ancestors, ssm_state)
-    y = gated_rms_norm(mixer.norm, y.reshape(b, t, -1).to(dtype), gate)
-    return F.linear(y.to(dtype), mixer.out_proj.weight, mixer.out_proj.bias), _Mamba2Step(xbc, x, dt, B)
+    return _out_proj(mixer, y, gate, h.dtype), _Mamba2Step(xbc, x, dt, B)
 
 
 def mamba2_prefill_mix(mixer, h: torch.Tensor, chunk: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A Mamba-2 mixer over an unpadded prompt [B, L, hidden] from zero states: (output, conv state
     [B, C, K] = the last K pre-conv inputs, SSM state [B, H, P, N] float32). The causal conv is one
     `conv1d`, the scan `tree_scan.chunked_ssd`."""
-    b, length, _ = h.shape
-    dtype = h.dtype
+    length = h.shape[1]
     k = _consts(mixer)
     width = k.conv_weight.shape[1]
-    proj = F.linear(h, mixer.in_proj.weight, mixer.in_proj.bias)
-    gate, xbc, dt = proj.split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
+    gate, xbc, dt = _in_proj(mixer, h)
     xbc_t = xbc.transpose(1, 2)  # [B, C, L]
     conv = F.conv1d(xbc_t, k.conv_weight[:, None], mixer.conv1d.bias, padding=width - 1, groups=xbc.shape[-1])
-    conv = k.act(conv[..., :length].transpose(1, 2)).to(dtype)
+    conv = k.act(conv[..., :length].transpose(1, 2)).to(h.dtype)
     conv_state = F.pad(xbc_t, (max(0, width - length), 0))[..., -width:].contiguous()
-    gn = mixer.n_groups * mixer.ssm_state_size
-    x, B, C = conv.split([mixer.intermediate_size, gn, gn], dim=-1)
-    lo, hi = mixer.time_step_limit
-    dt = F.softplus(dt + mixer.dt_bias).clamp(min=lo, max=hi)
-    y, state = chunked_ssd(x.reshape(b, length, mixer.num_heads, mixer.head_dim), dt, k.A,
-                           B.reshape(b, length, mixer.n_groups, mixer.ssm_state_size),
-                           C.reshape(b, length, mixer.n_groups, mixer.ssm_state_size), mixer.D, chunk)
-    y = gated_rms_norm(mixer.norm, y.reshape(b, length, -1).to(dtype), gate)
-    return F.linear(y.to(dtype), mixer.out_proj.weight, mixer.out_proj.bias), conv_state, state
+    x, dt, B, C = _scan_inputs(mixer, conv, dt)
+    y, state = chunked_ssd(x, dt, k.A, B, C, mixer.D, chunk)
+    return _out_proj(mixer, y, gate, h.dtype), conv_state, state
 
 
 def gated_rms_norm(norm, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:

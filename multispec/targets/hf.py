@@ -175,6 +175,7 @@ class HFCausalLM:
         if (parents >= p0 + torch.arange(m, device=self.device)).any():
             raise ValueError("parents: a node's parent must be fed before it")
         has_parent = (parents >= 0) & valid
+        kept_parents = torch.cat([self.pending.parents, torch.where(has_parent, parents, -1)], 1)
         from_earlier = bool((parents < p0).all())
         if m and from_earlier:
             # every parent was fed by an earlier call (e.g. a tree's next depth): one gather for all nodes
@@ -183,8 +184,7 @@ class HFCausalLM:
             anc[:, p0:, p0:] |= torch.eye(m, dtype=torch.bool, device=self.device)
             pos[:, p0:] = torch.where(has_parent, pos.gather(1, pidx) + 1, own_len[:, None])
         elif m:  # some parents are among the new nodes: the pending forest's ancestry from scratch
-            forest = torch.cat([self.pending.parents, torch.where(has_parent, parents, -1)], 1)
-            anc = ancestor_mask_from_parents(forest)
+            anc = ancestor_mask_from_parents(kept_parents)
             pos = own_len[:, None] + anc.sum(dim=-1) - 1  # a pending root sits at the row's length
         new_anc = anc[:, p0:]  # [B, M, P0+M]
         cols = torch.arange(self.width, device=self.device)
@@ -198,7 +198,6 @@ class HFCausalLM:
         inputs = dict(input_ids=tokens) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds.to(self.device))
         logits, hidden = self._score(inputs, masks, new_pos, cache_position, output_hidden_states,
                                      torch.where(valid, parents, -1))
-        kept_parents = torch.cat([self.pending.parents, torch.where(has_parent, parents, -1)], 1)
         self.pending = _Pending(kept_parents, pos, anc)
         return (logits, hidden) if output_hidden_states else logits
 

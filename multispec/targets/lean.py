@@ -55,30 +55,35 @@ def _rotate_half_rows(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
     return torch.cat([-w[:, half:], w[:, :half]], dim=1).reshape(weight.shape)
 
 
+class _UsedColumns:
+    """A K or V buffer attribute of `_BufferedLayer`, seen as its used columns; assigning goes through
+    `_adopt`."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, layer, owner=None):
+        if layer is None:
+            return self
+        buf = getattr(layer, self.slot)
+        return None if buf is None else buf[:, :, : layer.used]
+
+    def __set__(self, layer, value: torch.Tensor) -> None:
+        buf, layer.used = layer._adopt(getattr(layer, self.slot), value)
+        setattr(layer, self.slot, buf)
+
+
 class _BufferedLayer:
     """One layer's K/V in a buffer with spare columns. `keys`/`values` are views of the used columns;
     assigning a prefix view (a crop) only moves the boundary, assigning anything else replaces the buffer."""
 
+    keys = _UsedColumns()
+    values = _UsedColumns()
+
     def __init__(self) -> None:
-        self._k: torch.Tensor | None = None
-        self._v: torch.Tensor | None = None
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
         self.used = 0
-
-    @property
-    def keys(self) -> torch.Tensor | None:
-        return None if self._k is None else self._k[:, :, : self.used]
-
-    @keys.setter
-    def keys(self, value: torch.Tensor) -> None:
-        self._k, self.used = self._adopt(self._k, value)
-
-    @property
-    def values(self) -> torch.Tensor | None:
-        return None if self._v is None else self._v[:, :, : self.used]
-
-    @values.setter
-    def values(self, value: torch.Tensor) -> None:
-        self._v, self.used = self._adopt(self._v, value)
 
     @staticmethod
     def _adopt(buf: torch.Tensor | None, value: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -100,18 +105,18 @@ class _BufferedLayer:
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write new columns after the used ones; return all used columns."""
         n, m = self.used, k.shape[2]
-        if self._k is None or n + m > self._k.shape[2] or self._k.shape[0] != k.shape[0]:
+        if self._keys is None or n + m > self._keys.shape[2] or self._keys.shape[0] != k.shape[0]:
             grown = max(2 * (n + m), 64)
-            for name, new in (("_k", k), ("_v", v)):
+            for name, new in (("_keys", k), ("_values", v)):
                 old = getattr(self, name)
                 buf = torch.empty(*new.shape[:2], grown, new.shape[3], dtype=new.dtype, device=new.device)
                 if n:
                     buf[:, :, :n] = old[:, :, :n]
                 setattr(self, name, buf)
-        self._k[:, :, n: n + m] = k
-        self._v[:, :, n: n + m] = v
+        self._keys[:, :, n: n + m] = k
+        self._values[:, :, n: n + m] = v
         self.used = n + m
-        return self._k[:, :, : n + m], self._v[:, :, : n + m]
+        return self._keys[:, :, : n + m], self._values[:, :, : n + m]
 
 
 class _BufferedCache:
