@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .kernels import chain_verify_greedy, chain_verify_random, tree_verify_greedy, tree_verify_random
-from .sampling import SamplingConfig, nan_safe_argmax
+from .sampling import SamplingConfig, exponential, nan_safe_argmax, uniform
 from .tree import DraftTree
 
 
@@ -108,8 +108,8 @@ class Exact(AcceptanceRule):
             )
         p = sampling.probs(target_logits)
         device = p.device
-        uniforms = torch.rand(b, t, generator=generator, device=device)
-        noise = torch.empty(b, v, device=device).exponential_(generator=generator)
+        uniforms = uniform((b, t), generator, device)
+        noise = exponential((b, v), generator, device)
         greedy_rows = torch.zeros(b, dtype=torch.bool, device=device)
         if draft.is_chain:
             tokens, n = _chain_inputs(draft)

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from .acceptance import AcceptanceRule, Verdict, resolve_rule
 from .drafters import Drafter, as_drafter
 from .metrics import SpeculativeStats, StepStats
-from .sampling import SamplingConfig
+from .sampling import SamplingConfig, check_logits_finite
 from .targets import as_target
 from .tree import DraftTree, TreeSpec, as_tree_spec
 
@@ -27,21 +27,22 @@ class SpeculativeOutput:
     num_new_tokens: list[int]
 
 
-def _eos_set(eos_token_id: int | Sequence[int] | None) -> set[int]:
+def _eos_ids(eos_token_id: int | Sequence[int] | torch.Tensor | None) -> tuple[int, ...]:
+    """EOS ids in the order given (the first is `generate`'s default pad id), without repeats."""
     if eos_token_id is None:
-        return set()
+        return ()
     if isinstance(eos_token_id, int):
-        return {eos_token_id}
+        return (eos_token_id,)
     if isinstance(eos_token_id, torch.Tensor):
-        return {int(x) for x in eos_token_id.flatten().tolist()}
-    return {int(x) for x in eos_token_id}
+        eos_token_id = eos_token_id.flatten().tolist()
+    return tuple(dict.fromkeys(int(x) for x in eos_token_id))
 
 
-def _default_ids(target) -> tuple[set[int], int | None]:
+def _default_ids(target) -> tuple[tuple[int, ...], int | None]:
     """The target's own generation-config EOS and pad ids (what `generate` would use)."""
     model = getattr(target, "model", None)
     config = getattr(model, "generation_config", None)
-    eos = _eos_set(getattr(config, "eos_token_id", None)) if config is not None else set()
+    eos = _eos_ids(getattr(config, "eos_token_id", None)) if config is not None else ()
     pad = getattr(config, "pad_token_id", None) if config is not None else None
     return eos, pad
 
@@ -138,9 +139,10 @@ def speculative_generate(
     if int(input_ids.max()) >= target.vocab_size or int(input_ids.min()) < 0:
         raise ValueError(f"input_ids: token ids must lie in [0, {target.vocab_size})")
     default_eos, default_pad = _default_ids(target)
-    eos = _eos_set(eos_token_id) if eos_token_id is not None else default_eos
-    if pad_token_id is None:
-        pad_token_id = default_pad if default_pad is not None else (min(eos) if eos else 0)
+    eos_ids = _eos_ids(eos_token_id) if eos_token_id is not None else default_eos
+    if pad_token_id is None:  # as `generate`: the config's pad id, else the first EOS id
+        pad_token_id = default_pad if default_pad is not None else (eos_ids[0] if eos_ids else 0)
+    eos = set(eos_ids)
     max_pos = getattr(getattr(getattr(target, "model", None), "config", None), "max_position_embeddings", None)
     if isinstance(max_pos, int) and input_ids.shape[1] + max_new_tokens + spec.max_nodes > max_pos:
         raise ValueError(
@@ -165,6 +167,7 @@ def speculative_generate(
 def _run(target, drafter: Drafter, input_ids, attention_mask, max_new_tokens, sampling, spec, rule, generator,
          eos, stats, new_tokens, progress, on_step=None) -> None:
     device = target.device
+    who = f"target ({type(getattr(target, 'model', target)).__name__})"
     t0 = time.perf_counter()
     wants = drafter.uses_target_features
     if wants:
@@ -189,6 +192,7 @@ def _run(target, drafter: Drafter, input_ids, attention_mask, max_new_tokens, sa
                                               output_hidden_states=True)
         else:
             logits = target.forward(tokens, draft.full_parents(), draft.full_valid())
+        check_logits_finite(logits, who)
         verdict = rule.accept(draft, logits, sampling, generator)
         _sync(device)
         t2 = time.perf_counter()
@@ -197,17 +201,21 @@ def _run(target, drafter: Drafter, input_ids, attention_mask, max_new_tokens, sa
         counts = (verdict.num_accepted + 1).tolist()
         emitted = verdict.tokens.tolist()
         finished, committed = [], 0
+        reach = []  # per row: how many of this step's positions could still be emitted (EOS, length cut)
         for i, row in enumerate(active):
             room = max_new_tokens - len(new_tokens[row])
             toks = emitted[i][: min(counts[i], room)]
+            reach.append(room)
             for j, tok in enumerate(toks):
                 if tok in eos:
                     toks = toks[: j + 1]
+                    reach[-1] = j + 1
                     break
             new_tokens[row].extend(toks)
             committed += len(toks)
             if len(new_tokens[row]) >= max_new_tokens or (toks and toks[-1] in eos):
                 finished.append(i)
+        drafted, accepted = _countable(draft, verdict, reach)
         target.commit(verdict.path)
         drafter.commit(draft, verdict, features=features)
         roots = verdict.tokens.gather(1, verdict.num_accepted[:, None].to(verdict.tokens.device))[:, 0].to(device)
@@ -220,8 +228,18 @@ def _run(target, drafter: Drafter, input_ids, attention_mask, max_new_tokens, sa
                 roots = roots[keep.to(device)]
         _sync(device)
         t3 = time.perf_counter()
-        stats.steps.append(StepStats(rows=len(counts), drafted=int(draft.valid.sum()),
-                                     accepted=int(verdict.num_accepted.sum()), committed=committed,
+        stats.steps.append(StepStats(rows=len(counts), drafted=drafted, accepted=accepted, committed=committed,
                                      draft_s=t1 - t0, verify_s=t2 - t1, commit_s=t3 - t2))
         bar.update(committed)
     bar.close()
+
+
+def _countable(draft: DraftTree, verdict: Verdict, reach: list[int]) -> tuple[int, int]:
+    """(drafted, accepted) counting only drafts that could have been emitted: a node deeper than its row's
+    reach (the tokens left before `max_new_tokens`, or up to an emitted EOS) never could."""
+    accepted = int(verdict.num_accepted.cpu().clamp(max=torch.tensor(reach)).sum())
+    if draft.num_nodes == 0 or min(reach) >= draft.num_nodes:  # no row is cut short: every node counts
+        return int(draft.valid.sum()), accepted
+    depth = draft.depths()[:, 1:].cpu()
+    drafted = int((draft.valid.cpu() & (depth <= torch.tensor(reach)[:, None])).sum())
+    return drafted, accepted

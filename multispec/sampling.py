@@ -78,9 +78,43 @@ class SamplingConfig:
         if not self.do_sample:
             return nan_safe_argmax(self.process(logits)), None
         p = self.probs(logits)
-        flat = p.reshape(-1, p.shape[-1])
-        tokens = torch.multinomial(flat, 1, generator=generator).reshape(p.shape[:-1])
-        return tokens, p
+        return sample_from(p, generator), p
+
+
+def uniform(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str) -> torch.Tensor:
+    """U[0, 1) draws from `generator`, made on the generator's own device and returned on `device` (a CPU
+    generator drives a CUDA model, as `generate` allows)."""
+    if generator is None:
+        return torch.rand(shape, device=device)
+    return torch.rand(shape, generator=generator, device=generator.device).to(device)
+
+
+def exponential(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str) -> torch.Tensor:
+    """Exp(1) draws from `generator` (on its device), returned on `device`."""
+    where = device if generator is None else generator.device
+    return torch.empty(shape, device=where).exponential_(generator=generator).to(device)
+
+
+def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One sample per row of `probs` [..., V] (the exponential race argmax p / E, E ~ Exp(1), which draws
+    v with probability p_v / sum p, as the verification kernels do)."""
+    score = probs / exponential(probs.shape, generator, probs.device)
+    return torch.where(probs > 0, score, -1.0).argmax(dim=-1)
+
+
+def check_logits_finite(logits: torch.Tensor, who: str) -> None:
+    """Raise a ValueError naming `who` (e.g. "target (LlamaForCausalLM)") when its logits hold NaN or +inf,
+    or a row that is -inf everywhere (no token possible). Greedy argmax and sampling would otherwise turn
+    them into arbitrary tokens silently. One reduction in the common all-finite case."""
+    if bool(torch.isfinite(logits.sum())):
+        return
+    nan, pos_inf = int(torch.isnan(logits).sum()), int(torch.isposinf(logits).sum())
+    dead = int((logits == float("-inf")).all(dim=-1).sum())
+    if nan or pos_inf or dead:
+        raise ValueError(
+            f"{who}: the model returned unusable logits ({nan} NaN, {pos_inf} +inf entries, {dead} rows that are "
+            f"-inf everywhere, of {logits.numel()} entries in shape {tuple(logits.shape)}); check its weights and "
+            "dtype (fp16 overflow?) and its inputs")
 
 
 def nan_safe_argmax(x: torch.Tensor) -> torch.Tensor:

@@ -104,6 +104,18 @@ def make_layer_skip_draft(target: torch.nn.Module, layers: int = 1) -> torch.nn.
     return draft.eval()
 
 
+def make_perturbed_copy(model: torch.nn.Module, noise: float = 0.02, seed: int = 0) -> torch.nn.Module:
+    """A copy of `model` with every weight moved by `noise` times its own standard deviation: a draft that
+    agrees with the target most of the time but not always, so end-to-end tests accept *and* reject."""
+    g = torch.Generator().manual_seed(seed)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in draft.parameters():
+            if p.numel() > 1 and p.is_floating_point():
+                p.add_(torch.randn(p.shape, generator=g).to(p) * noise * p.float().std().to(p.dtype))
+    return draft.eval()
+
+
 def ragged_prompts(batch: int, seed: int = 0, vocab: int = VOCAB, lengths=(7, 3, 5, 9, 4)):
     """Left-padded prompts of different lengths (pad id 0)."""
     g = torch.Generator().manual_seed(seed)
@@ -114,6 +126,23 @@ def ragged_prompts(batch: int, seed: int = 0, vocab: int = VOCAB, lengths=(7, 3,
     for r, n in enumerate(lens):
         ids[r, width - n:] = torch.randint(3, vocab, (n,), generator=g)
         mask[r, width - n:] = 1
+    return ids, mask
+
+
+def source_prompts(lengths: tuple[int, ...] = (330, 200, 260)) -> tuple[torch.Tensor, torch.Tensor]:
+    """Byte-level prompts for the zoo's byte models: the first `lengths[i]` characters of held-out stdlib
+    files (never trained on), left-padded with 0 to a common width. Returns (input_ids, attention_mask)."""
+    from .zoo.data import read_source, stdlib_files
+
+    files = stdlib_files("heldout")
+    texts = [read_source(files[i % len(files)])[:n] for i, n in enumerate(lengths)]
+    rows = [list(t.encode("utf-8")) for t in texts]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for r, row in enumerate(rows):
+        ids[r, width - len(row):] = torch.tensor(row)
+        mask[r, width - len(row):] = 1
     return ids, mask
 
 
@@ -129,17 +158,56 @@ def first_two_token_dists(model: torch.nn.Module, prompt: torch.Tensor, sampling
     return p1.double(), p2.double()
 
 
-def chi_square_pvalue(samples: torch.Tensor, probs: torch.Tensor) -> float:
-    """Chi-square goodness of fit of integer `samples` to `probs`; bins expecting fewer than 5 counts are
-    pooled into one (dropped, with the rest rescaled, if the pool itself expects fewer than 5)."""
+def _pooled(counts: torch.Tensor, expected: torch.Tensor, min_expected: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bins expecting fewer than `min_expected` counts pooled into one; a pool that still expects fewer is
+    merged with the smallest remaining bin. Nothing is dropped."""
+    small = expected < min_expected
+    if not small.any():
+        return counts, expected
+    obs, exp = counts[~small], expected[~small]
+    pool_obs, pool_exp = counts[small].sum(), expected[small].sum()
+    if pool_exp < min_expected and exp.numel():
+        i = int(exp.argmin())
+        pool_obs, pool_exp = pool_obs + obs[i], pool_exp + exp[i]
+        keep = torch.ones(exp.numel(), dtype=torch.bool)
+        keep[i] = False
+        obs, exp = obs[keep], exp[keep]
+    return torch.cat([obs, pool_obs[None]]), torch.cat([exp, pool_exp[None]])
+
+
+def chi_square_pvalue(samples: torch.Tensor, probs: torch.Tensor, min_expected: float = 5.0) -> float:
+    """Chi-square goodness of fit of integer `samples` (outcome ids) to the exact `probs` of every outcome.
+
+    A sample on an outcome of probability 0 (or outside `probs`) returns 0.0: an impossible observation
+    fails any threshold outright. Outcomes expecting fewer than `min_expected` counts are pooled (see
+    `_pooled`); no observation is ever pooled away."""
     from scipy.stats import chisquare
 
+    samples = samples.flatten().long().cpu()
+    probs = probs.flatten().double().cpu()
+    if samples.numel() == 0:
+        raise ValueError("samples: empty")
+    if (samples < 0).any() or (samples >= probs.numel()).any():
+        return 0.0
     counts = torch.bincount(samples, minlength=probs.numel()).double()
-    expected = probs.double() / probs.double().sum() * samples.numel()  # float32 probs need not sum to 1
-    big = expected >= 5
-    obs = torch.cat([counts[big], counts[~big].sum()[None]])
-    exp = torch.cat([expected[big], expected[~big].sum()[None]])
-    if exp[-1] < 5:
-        obs, exp = obs[:-1], exp[:-1]
-        exp = exp * obs.sum() / exp.sum()
+    if (counts[probs <= 0] > 0).any():
+        return 0.0
+    possible = probs > 0
+    expected = probs[possible] / probs[possible].sum() * samples.numel()  # float32 probs need not sum to 1
+    obs, exp = _pooled(counts[possible], expected, min_expected)
+    if obs.numel() < 2:
+        return 1.0
     return float(chisquare(obs.numpy(), exp.numpy()).pvalue)
+
+
+def detectable_deviation(n: int, p: float, bins: int, alpha: float = 1e-3, power: float = 0.9) -> float:
+    """The smallest change of one outcome's probability `p` (the other outcomes rescaled to compensate)
+    that `chi_square_pvalue` over `n` samples and `bins` possible outcomes detects at level `alpha` with
+    probability `power` (non-central chi-square; noncentrality n * delta^2 / (p (1 - p)))."""
+    from scipy.optimize import brentq
+    from scipy.stats import chi2, ncx2
+
+    dof = bins - 1
+    critical = chi2.isf(alpha, dof)
+    lam = brentq(lambda x: ncx2.sf(critical, dof, x) - power, 1e-9, 1e6)
+    return (lam * p * (1 - p) / n) ** 0.5

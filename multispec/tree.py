@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampling import SamplingConfig
+from .sampling import SamplingConfig, check_logits_finite, uniform
 
 
 @dataclass
@@ -145,23 +145,19 @@ def ancestor_mask_from_parents(parents: torch.Tensor) -> torch.Tensor:
 
 
 def linked_from_parents(parents: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """First-child / next-sibling arrays [B, T] (-1 = none) over the valid nodes, siblings in index order:
+    from a [B, T, T] "same parent, later index" table instead of a Python loop over rows and nodes."""
     b, t = parents.shape
-    first_child = torch.full((b, t), -1, dtype=torch.long)
-    next_sibling = torch.full((b, t), -1, dtype=torch.long)
-    par, val = parents.cpu().tolist(), valid.cpu().tolist()
-    for r in range(b):
-        last_child = [-1] * t
-        fc, ns = first_child[r], next_sibling[r]
-        for i in range(1, t):
-            p = par[r][i]
-            if not val[r][i] or p < 0:
-                continue
-            if last_child[p] < 0:
-                fc[p] = i
-            else:
-                ns[last_child[p]] = i
-            last_child[p] = i
-    return first_child.to(parents.device), next_sibling.to(parents.device)
+    idx = torch.arange(t, device=parents.device)
+    linked = valid & (parents >= 0)
+    # node j is a child of p: child[b, p, j]; node j follows i among i's siblings: later[b, i, j]
+    child = linked[:, None, :] & (parents[:, None, :] == idx[None, :, None])
+    later = child.gather(1, parents.clamp(min=0)[..., None].expand(b, t, t)) & (idx[None, None, :] > idx[None, :, None])
+    later &= linked[:, :, None]
+    none = torch.full((), -1, dtype=torch.long, device=parents.device)
+    first_child = torch.where(child.any(-1), child.to(torch.int8).argmax(-1), none)
+    next_sibling = torch.where(later.any(-1), later.to(torch.int8).argmax(-1), none)
+    return first_child, next_sibling
 
 
 def root_to_leaf_paths(parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -299,13 +295,22 @@ def as_tree_spec(tree: "TreeSpec | int | None", default_k: int = 4) -> TreeSpec:
 
 def grow_tree(spec: TreeSpec, root_logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,
               generator: torch.Generator | None = None, vocab_map: torch.Tensor | None = None,
-              vocab_size: int | None = None) -> DraftTree:
+              vocab_size: int | None = None, who: str = "draft") -> DraftTree:
     """Grow a draft tree of shape `spec` from the drafter's logits after the root.
 
     A drafter with a reduced vocabulary (EAGLE-3 style) passes `vocab_map[j]` = the target token id of
     its j-th logit and the target's `vocab_size`: choices happen in the reduced space, while `feed`, the
-    returned tokens and the returned draft probabilities are in the target's vocabulary.
+    returned tokens and the returned draft probabilities are in the target's vocabulary. Non-finite draft
+    logits raise an error naming `who`.
     """
+    check_logits_finite(root_logits, who)
+    checked_feed = feed
+
+    def feed(ids, tokens, parents):  # noqa: F811 - the checked view of the drafter's callback
+        logits = checked_feed(ids, tokens, parents)
+        check_logits_finite(logits, who)
+        return logits
+
     if vocab_map is not None:
         if vocab_size is None:
             raise ValueError("vocab_size: required with vocab_map")
@@ -395,7 +400,7 @@ def _draw_siblings(q: torch.Tensor, k: int, generator: torch.Generator | None) -
     """`k` tokens per row of q [N, V] drawn *without replacement* (Gumbel-top-k: the keys' order is the
     sequential draw order) and whether each is a real draw ([N, k]; False where q had fewer than k
     tokens). Draw j comes from `_without_earlier(q, tokens, j)`."""
-    u = torch.rand(q.shape, generator=generator, device=q.device).clamp_(min=1e-20)
+    u = uniform(tuple(q.shape), generator, q.device).clamp_(min=1e-20)
     tokens = torch.topk(torch.log(q) - torch.log(-torch.log(u)), k, dim=-1).indices  # [N, k]
     return tokens, q.gather(1, tokens) > 0
 

@@ -1,12 +1,14 @@
 """multispec.ssm: speculative decoding for state-space models (STree-style tree verification).
 
-Importing this package registers its target adapters with the core, so `multispec.speculative_generate`
-accepts `transformers`' `Mamba2ForCausalLM`, `MambaForCausalLM` and the hybrid `BambaForCausalLM` directly (the core imports this
-package by itself when it meets a stateful model).
+Importing this package registers its target adapters and draft engines with the core, so
+`multispec.speculative_generate` accepts `transformers`' `Mamba2ForCausalLM`, `MambaForCausalLM` and the hybrid
+`BambaForCausalLM` directly, as targets and as draft models (the core imports this package by itself when
+it meets a stateful model).
 """
 
-from multispec.targets import register_target_adapter
+from multispec.targets import register_draft_engine, register_target_adapter
 
+from .draft import StatefulDraftEngine
 from .hybrid import BambaTarget
 from .mamba1 import MambaTarget, tree_selective_scan
 from .mamba2 import Mamba2Target
@@ -19,10 +21,10 @@ def _is(model_type: str):
         hasattr(model, "backbone")
 
 
-register_target_adapter(_is("mamba2"), Mamba2Target)
-register_target_adapter(_is("mamba"), MambaTarget)
-register_target_adapter(lambda model: getattr(getattr(model, "config", None), "model_type", None) == "bamba",
-                        BambaTarget)
+_is_bamba = lambda model: getattr(getattr(model, "config", None), "model_type", None) == "bamba"  # noqa: E731
+for _matches, _adapter in ((_is("mamba2"), Mamba2Target), (_is("mamba"), MambaTarget), (_is_bamba, BambaTarget)):
+    register_target_adapter(_matches, _adapter)
+    register_draft_engine(_matches, lambda model, _adapter=_adapter: StatefulDraftEngine(_adapter(model)))
 
-__all__ = ["BambaTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "tree_conv1d", "tree_selective_scan", "tree_ssd",
+__all__ = ["BambaTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "tree_conv1d", "tree_selective_scan", "tree_ssd",
            "tree_state"]

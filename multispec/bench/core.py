@@ -19,6 +19,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from .. import DynamicTree, NGramDrafter, speculative_generate
 from ..testing import make_layer_skip_draft
+from .machine import describe, machine_info
 
 
 @dataclass
@@ -111,12 +112,14 @@ def run(quick: bool = False, max_new_tokens: int | None = None, prompts: int | N
     print(f"target: Llama {sum(p.numel() for p in target.parameters()) / 1e6:.1f}M params (random), "
           f"draft: {sum(p.numel() for p in draft.parameters()) / 1e6:.1f}M, {len(prompt_ids)} prompts x {n} "
           f"new tokens, greedy, {torch.get_num_threads()} threads, best of {repeats} runs")
+    print(f"machine: {describe(machine_info())}")
     print(f"{'method':28s} {'ms/token':>9s} {'speedup':>8s} {'accepted len':>12s} {'identical':>9s}")
     for r in rows:
         mal = "-" if r.mean_accepted_length is None else f"{r.mean_accepted_length:.2f}"
         print(f"{r.method:28s} {r.ms_per_token:9.2f} {r.speedup_vs_ar:7.2f}x {mal:>12s} {str(r.identical_to_ar):>9s}")
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"rows": [asdict(r) for r in rows],
+            json.dump({"machine": machine_info(), "quick": quick, "max_new_tokens": n, "prompts": len(prompt_ids),
+                       "rows": [asdict(r) for r in rows],
                        "outputs_identical": all(r.identical_to_ar for r in rows)}, f, indent=2)
     return rows

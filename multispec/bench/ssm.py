@@ -7,7 +7,8 @@ the run: it refuses stateful models, and the refusal is reported), plain decodin
 use, so `speedup_vs_adapter_ar` isolates what speculation adds), chain speculation with state replay (the
 "vanilla SD for SSMs" baseline: the commit re-runs the accepted tokens), chain speculation with the
 closed-form state commit, STree with a static and a dynamic tree (all drafted by the pair's draft model),
-a prompt-lookup chain (a drafter that costs no forward), and the hybrid (prompt lookup when the text
+the chain and STree drafted by a state-space draft model instead (the zoo's 2-layer byte Mamba-2, for the
+byte-level pairs), a prompt-lookup chain (a drafter that costs no forward), and the hybrid (prompt lookup when the text
 repeats itself, the draft model otherwise) as a chain and with STree. Greedy rows are checked against
 plain decoding (a differing token at a target top-2 gap < 1e-4 counts as a near-tie); temperature-1
 rows report speed and acceptance (distribution correctness is the core's tests).
@@ -22,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import DynamicTree, HybridDrafter, NGramDrafter, StaticTree, speculative_generate, zoo
+from .machine import describe, machine_info
 from .text import _classify, prompts
 
 
@@ -62,6 +64,13 @@ def _table(acc: dict) -> dict:
         if ours:
             r["speedup_vs_adapter_ar"] = round(r["tokens_per_s"] / ours, 3)
     return rows
+
+
+def _ssm_draft(pair_name: str):
+    """The zoo's Mamba-2 draft model for the byte-level SSM pairs (None for other pairs)."""
+    if pair_name not in ("stdlib-mamba2", "stdlib-bamba"):
+        return None
+    return zoo.load("stdlib-mamba2-ssm-draft").drafter
 
 
 def _assisted_refusal(model, draft_model, ids) -> str | None:
@@ -107,6 +116,11 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     greedy["stree_dynamic"] = spec(tree)
     # a free drafter for contrast: prompt lookup costs no forward, so it shows the target-side overhead alone
     greedy["ngram_chain_k5"] = spec(5, draft=NGramDrafter())
+    # a state-space draft model (the zoo's 2-layer byte Mamba-2, same vocabulary) instead of the Llama
+    ssm_draft = _ssm_draft(pair_name)
+    if ssm_draft is not None:
+        greedy[f"ssm_draft_chain_k{chain_k}"] = spec(chain_k, draft=ssm_draft)
+        greedy["ssm_draft_stree_dynamic"] = spec(tree, draft=ssm_draft)
     # prompt lookup when the text repeats itself, the draft model's tree otherwise
     greedy[f"hybrid_chain_k{chain_k}"] = spec(chain_k, draft=HybridDrafter(drafter))
     greedy["hybrid_stree_dynamic"] = spec(tree, draft=HybridDrafter(drafter))
@@ -137,7 +151,7 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
         for name, fn in sampled.items():
             t0 = time.perf_counter()
             _collect(sacc, name, fn(ids), time.perf_counter() - t0, ids.shape[1])
-    results = {"pair": pair_name, "target_class": type(model).__name__, "max_new_tokens": n,
+    results = {"machine": machine_info(), "pair": pair_name, "target_class": type(model).__name__, "max_new_tokens": n,
                "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
                "dynamic_tree": [tree.depth, tree.topk, tree.total], "static_tree": [3, 2, 1, 1],
                "temperature": temperature, "greedy": _table(gacc), "sampling": _table(sacc),
@@ -156,6 +170,7 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
 def _print(results: dict) -> None:
     print(f"pair {results['pair']} ({results['target_class']}): {len(results['prompts'])} prompts x "
           f"{results['max_new_tokens']} new tokens, {results['threads']} threads")
+    print(f"machine: {describe(results['machine'])}")
     for kind, title in (("greedy", "greedy"), ("sampling", f"sampling T={results['temperature']}")):
         print(f"{title:24s} {'tok/s':>8s} {'vs AR':>7s} {'vs ours':>7s} {'acc. len':>8s}  outputs")
         for name, r in results[kind].items():

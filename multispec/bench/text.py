@@ -17,8 +17,8 @@ from tqdm.auto import tqdm
 
 from .. import DynamicTree, HybridDrafter, NGramDrafter, speculative_generate
 from .. import zoo
-from ..targets.lm_head import tall_lm_head
 from ..zoo.data import read_source, stdlib_files
+from .machine import describe, machine_info
 
 NATURAL = [
     "The history of the printing press begins in the fifteenth century, when",
@@ -54,11 +54,6 @@ def _classify(target, reference: torch.Tensor, other: torch.Tensor, prompt_len: 
     return "near-tie" if float(top2[0] - top2[1]) < NEAR_TIE else "mismatch"
 
 
-def _with_tall_head(model, fn):
-    with tall_lm_head(model):
-        return fn()
-
-
 def _time(fn):
     t0 = time.perf_counter()
     out = fn()
@@ -83,12 +78,6 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
         "plain": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False, **hf_no_eos),
         "hf_prompt_lookup": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False,
                                                         prompt_lookup_num_tokens=5, **hf_no_eos),
-        # controls: the same two with our CPU LM-head layout (multispec.targets.lm_head), which our
-        # target adapter uses, so the table shows how much of a speedup is that layout alone
-        "plain_tall_head": lambda ids: _with_tall_head(target, lambda: target.generate(
-            ids, max_new_tokens=n, do_sample=False, **hf_no_eos)),
-        "hf_prompt_lookup_tall_head": lambda ids: _with_tall_head(target, lambda: target.generate(
-            ids, max_new_tokens=n, do_sample=False, prompt_lookup_num_tokens=5, **hf_no_eos)),
         # the same lookup as transformers' row (5 tokens), then at the chain length of the other rows
         "ngram_chain": lambda ids: speculative_generate(target, NGramDrafter(), ids, max_new_tokens=n, tree=5,
                                                         **no_eos),
@@ -104,7 +93,7 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
                                                                 tree=tree, **no_eos),
     }
     target.generate(ps[0][1][:, :8], max_new_tokens=4, do_sample=False, **hf_no_eos)  # warm-up
-    results: dict[str, dict] = {"pair": pair_name, "max_new_tokens": n, "prompts": [p for p, _ in ps],
+    results: dict[str, dict] = {"machine": machine_info(), "pair": pair_name, "max_new_tokens": n, "prompts": [p for p, _ in ps],
                                 "threads": torch.get_num_threads(), "greedy": {}, "sampling": {}}
     counts = {"identical": 0, "near-tie": 0, "mismatch": 0}
     acc = {name: {"secs": 0.0, "toks": 0, "committed": 0, "forwards": 0, "verdicts": []} for name in greedy}
@@ -185,6 +174,7 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
 def _print(results: dict, temperature: float) -> None:
     print(f"pair {results['pair']}: {len(results['prompts'])} prompts x {results['max_new_tokens']} new tokens, "
           f"{results['threads']} threads")
+    print(f"machine: {describe(results['machine'])}")
     print(f"{'greedy':28s} {'tok/s':>8s} {'vs AR':>7s} {'vs HF PLD':>9s} {'acc. len':>8s}  outputs")
     for name, r in results["greedy"].items():
         mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"

@@ -46,6 +46,27 @@ class EagleConfig:
     sliding_window: int | None = None
 
 
+def check_d2t(d2t: object, draft_vocab_size: int, target_vocab_size: int) -> torch.Tensor:
+    """`d2t` (draft index -> target token id) as int64, or a ValueError naming what is wrong with it: a draft
+    distribution is scattered into the target vocabulary through it, so a repeated id would lose
+    probability mass (the verification would then be biased) and an id outside the vocabulary would index
+    past it."""
+    if not isinstance(d2t, torch.Tensor) or d2t.dtype.is_floating_point or d2t.dtype == torch.bool:
+        raise ValueError(f"d2t: expected an integer tensor, got {getattr(d2t, 'dtype', type(d2t).__name__)}")
+    if d2t.shape != (draft_vocab_size,):
+        raise ValueError(f"d2t: expected shape ({draft_vocab_size},) (one target id per draft token), "
+                         f"got {tuple(d2t.shape)}")
+    d2t = d2t.long()
+    outside = (d2t < 0) | (d2t >= target_vocab_size)
+    if outside.any():
+        raise ValueError(f"d2t: ids must lie in the target vocabulary [0, {target_vocab_size}); "
+                         f"got {d2t[outside][:5].tolist()} at draft indices {outside.nonzero().flatten()[:5].tolist()}")
+    values, counts = torch.unique(d2t, return_counts=True)
+    if (counts > 1).any():
+        raise ValueError(f"d2t: every target id may appear once; repeated: {values[counts > 1][:5].tolist()}")
+    return d2t
+
+
 class EagleHead(nn.Module):
     """fc + one decoder layer (Qwen2-style, optionally sliding-window) + a reduced-vocabulary head."""
 
@@ -66,9 +87,7 @@ class EagleHead(nn.Module):
         self.decoder.model.embed_tokens = nn.Embedding(1, h)  # inputs come as embeddings; keep no table
         if d2t is None:
             d2t = torch.arange(config.draft_vocab_size)
-        if d2t.shape != (config.draft_vocab_size,):
-            raise ValueError(f"d2t: expected shape ({config.draft_vocab_size},), got {tuple(d2t.shape)}")
-        self.register_buffer("d2t", d2t.long().clone())
+        self.register_buffer("d2t", check_d2t(d2t, config.draft_vocab_size, config.target_vocab_size).clone())
 
     def fuse(self, token_embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """Decoder inputs from next-token embeddings and the preceding positions' features."""
@@ -179,7 +198,7 @@ class EagleDrafter(Drafter):
             return out_logits
 
         tree = grow_tree(spec, logits[rows, last], feed, sampling, generator, vocab_map=self.head.d2t,
-                         vocab_size=self.vocab_size)
+                         vocab_size=self.vocab_size, who="drafter (EagleHead)")
         self._proposed = True
         return tree
 

@@ -7,6 +7,7 @@ from transformers import PreTrainedModel
 
 from ..acceptance import Verdict
 from ..sampling import SamplingConfig
+from ..targets import stateful_draft_engine
 from ..targets.hf import HFCausalLM
 from ..targets.lean import LeanCausalLM, lean_unsupported
 from ..tree import DraftTree, TreeSpec, grow_tree
@@ -26,18 +27,27 @@ class ModelDrafter(Drafter):
     def __init__(self, model: PreTrainedModel, engine: str = "auto", window: int | None = None):
         """`engine`: "hf" runs the model's own forward; "lean" a direct forward for Llama-family models
         (`multispec.targets.lean`: same numbers, a fraction of the per-call overhead, which is most of a
-        small draft model's cost); "auto" takes "lean" where it applies. `window` (lean engine only): the
+        small draft model's cost); "auto" takes "lean" where it applies. State-space and hybrid drafts
+        (Mamba-2, Mamba, Bamba) run on `multispec.ssm`'s engine whatever `engine` says is left at "auto". `window` (lean engine only): the
         draft attends to about its last `window` committed tokens, so its cost stops growing with the
         context (see `LeanCausalLM`)."""
         if engine not in ("auto", "hf", "lean"):
             raise ValueError(f"engine: expected 'auto', 'hf' or 'lean', got {engine!r}")
-        lean = engine == "lean" or engine == "auto" and lean_unsupported(model) is None
-        if window is not None and not lean:
-            raise ValueError(f"window: needs the lean engine, which does not run this model "
-                             f"({lean_unsupported(model) or 'engine=hf'})")
-        self.lm = (LeanCausalLM(model, name="draft_model", window=window) if lean
-                   else HFCausalLM(model, name="draft_model"))
-        self.engine = "lean" if lean else "hf"
+        stateful = stateful_draft_engine(model)
+        if stateful is not None:
+            if engine != "auto" or window is not None:
+                raise ValueError(f"engine/window: {type(model).__name__} keeps a recurrent state and is driven by "
+                                 "multispec.ssm's engine; leave engine='auto' and window=None")
+            self.lm, self.engine = stateful, "stateful"
+        else:
+            lean = engine == "lean" or engine == "auto" and lean_unsupported(model) is None
+            if window is not None and not lean:
+                raise ValueError(f"window: needs the lean engine, which does not run this model "
+                                 f"({lean_unsupported(model) or 'engine=hf'})")
+            self.lm = (LeanCausalLM(model, name="draft_model", window=window) if lean
+                       else HFCausalLM(model, name="draft_model"))
+            self.engine = "lean" if lean else "hf"
+        self.who = f"draft_model ({type(model).__name__})"
         self.vocab_size = self.lm.vocab_size
         self._skipped_roots: torch.Tensor | None = None
 
@@ -81,7 +91,7 @@ class ModelDrafter(Drafter):
             self._fed.scatter_(1, ids, new)
             return lm.forward(tokens, parent_pending)
 
-        return grow_tree(spec, root_logits, feed, sampling, generator)
+        return grow_tree(spec, root_logits, feed, sampling, generator, who=self.who)
 
     def commit(self, draft: DraftTree, verdict: Verdict, features=None) -> None:
         device = self.lm.device

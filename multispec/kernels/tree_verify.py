@@ -107,6 +107,99 @@ def tree_verify_random_ref(tokens, first_child, next_sibling, target_probs, draf
     return out, path, acc
 
 
+# ---- vectorised PyTorch (what runs off the GPU) -------------------------------------------------------
+# The references above walk one row at a time in Python: readable, but 10^5 rows (a distribution test, a
+# large batch) take minutes. These walk every row in lockstep, one sibling try per iteration (node
+# indices only grow along a walk, so T iterations suffice), and equal the references token for token.
+# Each iteration costs a dozen tensor ops, so below `BATCHED_FROM` rows the per-row walk is the faster
+# (measured crossover; BENCHMARKS.md, "Verification walk").
+BATCHED_FROM = 16
+
+
+def tree_verify_greedy_batched(tokens, first_child, next_sibling, target_argmax):
+    b, t = tokens.shape
+    dev = tokens.device
+    rows = torch.arange(b, device=dev)
+    out = torch.full((b, t), -1, dtype=torch.long, device=dev)
+    path = torch.full((b, t), -1, dtype=torch.long, device=dev)
+    path[:, 0] = 0
+    acc = torch.zeros(b, dtype=torch.long, device=dev)
+    cur = torch.zeros(b, dtype=torch.long, device=dev)
+    child = first_child[:, 0].clone()
+    for _ in range(t):
+        trying = child >= 0
+        if not bool(trying.any()):
+            break
+        c = child.clamp(min=0)
+        ok = trying & (tokens[rows, c] == target_argmax[rows, cur])
+        out[rows[ok], acc[ok]] = tokens[rows[ok], c[ok]]
+        acc = acc + ok.long()
+        path[rows[ok], acc[ok]] = c[ok]
+        cur = torch.where(ok, c, cur)
+        child = torch.where(ok, first_child[rows, c], torch.where(trying, next_sibling[rows, c], child))
+    out[rows, acc] = target_argmax[rows, cur]
+    return out, path, acc
+
+
+def residual_after_rejection(r: torch.Tensor, scale: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual after a sibling drawn from q was rejected: max(r / scale - q, 0), kept unnormalised with
+    its sum as the new scale (1 where nothing is left). r [B, V], scale [B], q [B, V]."""
+    r = (r / scale[:, None] - q).clamp(min=0.0)
+    total = r.double().sum(dim=-1).float()
+    return r, torch.where(total > 0, total, torch.ones_like(total))
+
+
+def tree_verify_random_batched(tokens, first_child, next_sibling, target_probs, draft_probs, uniforms, exp_noise,
+                               is_greedy):
+    b, t, v = target_probs.shape
+    dev = tokens.device
+    rows = torch.arange(b, device=dev)
+    p_all = torch.nan_to_num(target_probs.float(), nan=0.0)
+    q_all = None if draft_probs is None else torch.nan_to_num(draft_probs.float(), nan=0.0)
+    u_all, noise = uniforms.float(), exp_noise.float()
+    argmax = argmax_ref(p_all)  # [B, T]
+    out = torch.full((b, t), -1, dtype=torch.long, device=dev)
+    path = torch.full((b, t), -1, dtype=torch.long, device=dev)
+    path[:, 0] = 0
+    acc = torch.zeros(b, dtype=torch.long, device=dev)
+    cur = torch.zeros(b, dtype=torch.long, device=dev)
+    child = first_child[:, 0].clone()
+    r = p_all[:, 0].clone()  # the running residual, r / scale normalised
+    scale = torch.ones(b, device=dev)
+    for _ in range(t):
+        trying = child >= 0
+        if not bool(trying.any()):
+            break
+        c = child.clamp(min=0)
+        x = tokens[rows, c]
+        inb = (x >= 0) & (x < v)
+        xs = x.clamp(0, v - 1)
+        if q_all is None:
+            q = torch.zeros(b, v, device=dev)
+            q[rows[inb], xs[inb]] = 1.0
+        else:
+            q = q_all[rows, c]
+        qx = torch.where(inb, q[rows, xs], 0.0)
+        rx = torch.where(inb, r[rows, xs] / scale, 0.0)
+        ok_random = inb & (u_all[rows, c] * qx < rx)
+        ok = trying & torch.where(is_greedy, x == argmax[rows, cur], ok_random)
+        rejected = trying & ~ok & ~is_greedy
+        if bool(rejected.any()):
+            new_r, new_scale = residual_after_rejection(r[rejected], scale[rejected], q[rejected])
+            r[rejected], scale[rejected] = new_r, new_scale
+        if bool(ok.any()):
+            out[rows[ok], acc[ok]] = x[ok]
+            acc = acc + ok.long()
+            path[rows[ok], acc[ok]] = c[ok]
+            cur = torch.where(ok, c, cur)
+            r[ok] = p_all[rows[ok], c[ok]]
+            scale[ok] = 1.0
+        child = torch.where(ok, first_child[rows, c], torch.where(trying, next_sibling[rows, c], child))
+    final = sample_ref(r, p_all[rows, cur], noise)
+    out[rows, acc] = torch.where(is_greedy, argmax[rows, cur], final)
+    return out, path, acc
+
+
 # ---- Triton kernels -----------------------------------------------------------------------------------
 
 
@@ -267,7 +360,7 @@ def tree_verify_greedy(tokens: torch.Tensor, first_child: torch.Tensor, next_sib
                       target_argmax=target_argmax)
     args = [x.long().contiguous() for x in (tokens, first_child, next_sibling, target_argmax)]
     if backend_for(tokens, backend) == "torch":
-        return tree_verify_greedy_ref(*args)
+        return (tree_verify_greedy_batched if b >= BATCHED_FROM else tree_verify_greedy_ref)(*args)
     out = torch.full((b, t), -1, dtype=torch.long, device=tokens.device)
     path = torch.full((b, t), -1, dtype=torch.long, device=tokens.device)
     acc = torch.zeros(b, dtype=torch.long, device=tokens.device)
@@ -297,8 +390,9 @@ def tree_verify_random(tokens: torch.Tensor, first_child: torch.Tensor, next_sib
                       draft_probs=draft_probs, uniforms=uniforms, exp_noise=exp_noise, is_greedy=is_greedy)
     tokens, first_child, next_sibling = (x.long().contiguous() for x in (tokens, first_child, next_sibling))
     if backend_for(tokens, backend) == "torch":
-        return tree_verify_random_ref(tokens, first_child, next_sibling, target_probs, draft_probs, uniforms,
-                                      exp_noise, is_greedy.bool())
+        walk = tree_verify_random_batched if b >= BATCHED_FROM else tree_verify_random_ref
+        return walk(tokens, first_child, next_sibling, target_probs, draft_probs, uniforms, exp_noise,
+                    is_greedy.bool())
     out = torch.full((b, t), -1, dtype=torch.long, device=tokens.device)
     path = torch.full((b, t), -1, dtype=torch.long, device=tokens.device)
     acc = torch.zeros(b, dtype=torch.long, device=tokens.device)

@@ -33,8 +33,8 @@ def check_causal_lm(model: object, name: str, allow_stateful: bool = False) -> N
         raise TypeError(f"{name}: encoder-decoder models ({type(model).__name__}) are not supported")
     if getattr(model, "_is_stateful", False) and not allow_stateful:
         raise TypeError(
-            f"{name}: {type(model).__name__} keeps a recurrent state, not a KV cache, and multispec.ssm has no "
-            "adapter for it (supported there: Mamba2ForCausalLM, MambaForCausalLM, BambaForCausalLM)"
+            f"{name}: {type(model).__name__} keeps a recurrent state, not a KV cache; multispec.ssm drives "
+            "Mamba2ForCausalLM, MambaForCausalLM and BambaForCausalLM (as targets and as draft models), not this class"
         )
     if model.get_output_embeddings() is None:
         raise TypeError(f"{name}: {type(model).__name__} has no language-model head (use a *ForCausalLM class)")

@@ -1,16 +1,15 @@
-"""A faster LM head for verification on CPUs: the same product, laid out as (V x H)(H x M) where that
-measures faster.
+"""An optional LM-head layout for verification on CPUs: the same product laid out as (V x H)(H x M).
 
 Verifying a draft tree asks the LM head for a handful of rows (M = 2..16) of a large vocabulary. On some
-CPUs the BLAS picks a poor kernel for `F.linear(x, W)` with such a short, wide output: measured on
-Gemma 3's 262k x 640 head (2 cores of one machine), M = 1: 45 ms, M = 2: 89 ms, M = 3: 131 ms, M = 8:
-81 ms, while `W @ x.T` (a tall GEMM) took 20, 21, 24 and 42 ms. On another machine (2 cores of an
-AVX-512/AMX Xeon) the opposite held: the tall layout made plain decoding 1.8x slower. So the layout is
-chosen by measurement: the first time a head meets a row count M, both layouts are timed (best of 3)
-and the faster is kept for that (shape, dtype, M, threads). Results differ from `F.linear` only in
-summation order (~1e-6 absolute on logits). Used while a target adapter runs its model, on CPU, for
-heads of at least `MIN_VOCAB` rows. `MULTISPEC_FAST_HEAD`: `auto` (default, measured), `1` (always
-tall), `0` (never).
+CPUs the BLAS picks a poor kernel for `F.linear(x, W)` with such a short, wide output, and `W @ x.T` (a
+tall GEMM) is up to 2x faster; on others the opposite holds (BENCHMARKS.md, "LM-head layout"). The two
+differ only in summation order (~1e-6 on logits), which is enough to flip a near-tie between two tokens.
+
+So the default is the model's own `F.linear`: output is bit-compatible with the model's forward and the
+same in every process. `MULTISPEC_FAST_HEAD` opts in: `1` always uses the tall layout; `auto` times both
+layouts the first time a head meets a row count M (best of 3) and keeps the faster for that (shape,
+dtype, M, threads), which can differ from one process to the next; `0` (or unset) never. Applies while a
+target adapter runs its model, on CPU, to heads of at least `MIN_VOCAB` rows.
 """
 
 from __future__ import annotations
@@ -73,9 +72,16 @@ def tall_wins(weight: torch.Tensor, m: int) -> bool:
     return _TALL_WINS[key]
 
 
+def _mode() -> str:
+    mode = os.environ.get("MULTISPEC_FAST_HEAD", "0").strip().lower() or "0"
+    if mode not in ("0", "1", "auto"):
+        raise ValueError(f"MULTISPEC_FAST_HEAD: expected 0, 1 or auto, got {mode!r}")
+    return mode
+
+
 def head_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """The LM head as `tall_lm_head` runs it: `MULTISPEC_FAST_HEAD` decides the layout (default: measured)."""
-    mode = os.environ.get("MULTISPEC_FAST_HEAD", "auto")
+    """The LM head as `tall_lm_head` runs it: `MULTISPEC_FAST_HEAD` decides the layout."""
+    mode = _mode()
     m = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if mode == "1" or (mode != "0" and tall_wins(weight, m)):
         return tall_linear(x, weight, bias)
@@ -84,7 +90,7 @@ def head_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 def fast_head_applies(model: torch.nn.Module) -> bool:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return (os.environ.get("MULTISPEC_FAST_HEAD", "auto") != "0" and type(head) is torch.nn.Linear
+    return (_mode() != "0" and type(head) is torch.nn.Linear
             and head.weight.device.type == "cpu" and head.weight.shape[0] >= MIN_VOCAB)
 
 

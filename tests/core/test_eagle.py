@@ -6,7 +6,7 @@ import torch
 from multispec import DynamicTree, SamplingConfig, StaticTree, speculative_generate
 from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
 from multispec.drafters.eagle_train import EagleTrainConfig, EagleTrainer, chunk_tokens, top_token_map
-from multispec.testing import make_target, ragged_prompts
+from multispec.testing import make_target, ragged_prompts, source_prompts
 
 
 @pytest.fixture(scope="module")
@@ -81,20 +81,35 @@ def test_mismatched_head_is_refused(trained):
         EagleHead.load("/nonexistent")
 
 
+@pytest.mark.parametrize("d2t,message", [
+    (torch.tensor([0, 1, 1, 3]), "repeated: \\[1\\]"),  # a repeat would drop probability mass
+    (torch.tensor([0, 1, 2, 128]), "vocabulary \\[0, 128\\)"),
+    (torch.tensor([0, -1, 2, 3]), "vocabulary"),
+    (torch.tensor([0, 1, 2]), "shape \\(4,\\)"),
+    (torch.tensor([0.0, 1.0, 2.0, 3.0]), "integer"),
+])
+def test_bad_d2t_maps_are_refused(d2t, message):
+    config = EagleConfig(hidden_size=64, draft_vocab_size=4, target_vocab_size=128, intermediate_size=32,
+                         num_attention_heads=4, num_key_value_heads=2)
+    with pytest.raises(ValueError, match="d2t: .*" + message):
+        EagleHead(config, d2t)
+
+
 def test_sliding_window_head_is_lossless_past_its_window():
-    """A head attending to its last 6 positions only (as the zoo heads do) over 40+ token sequences."""
-    target = make_target("llama")
-    torch.manual_seed(1)
-    head = EagleHead(EagleConfig(hidden_size=64, draft_vocab_size=128, target_vocab_size=128, intermediate_size=128,
-                                 num_attention_heads=4, num_key_value_heads=2, sliding_window=6))
-    assert head.decoder.config.layer_types == ["sliding_attention"]
-    ids, mask = ragged_prompts(3, seed=2)
-    expected = target.generate(ids, attention_mask=mask, max_new_tokens=40, do_sample=False, pad_token_id=0,
-                               eos_token_id=None)
+    """The zoo's trained head attends to its last 128 positions only; ragged prompts of 200-330 bytes plus 40
+    new tokens run it far past its window: lossless, with most drafts accepted."""
+    from multispec import zoo
+
+    pair = zoo.load("stdlib-bytes")
+    assert pair.drafter.head.config.sliding_window == 128
+    ids, mask = source_prompts()
+    expected = pair.target.generate(ids, attention_mask=mask, max_new_tokens=40, do_sample=False, pad_token_id=0,
+                                    eos_token_id=None)
     for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
-        out = speculative_generate(target, EagleDrafter(head, target), ids, mask, max_new_tokens=40, tree=tree,
+        out = speculative_generate(pair.target, pair.drafter, ids, mask, max_new_tokens=40, tree=tree,
                                    eos_token_id=[], pad_token_id=0)
         assert torch.equal(out.sequences, expected)
+        assert out.stats.mean_accepted_length >= 2.0, out.stats
 
 
 def test_skipped_steps_catch_up_to_a_fresh_start(trained):
@@ -133,20 +148,22 @@ def test_skipped_steps_catch_up_to_a_fresh_start(trained):
 
 
 def test_hybrid_drafter_is_lossless_and_uses_both_sources(trained):
-    from multispec import HybridDrafter, NGramDrafter
+    """On the zoo's trained byte pair and real source code (which repeats itself), both the lookup and the
+    EAGLE head draft, and both get drafts accepted."""
+    from multispec import HybridDrafter, NGramDrafter, zoo
 
-    target, head, _ = trained
-    ids, mask = ragged_prompts(3, seed=4)
-    ids = torch.cat([ids, ids[:, -6:], ids[:, -6:]], 1)  # repeated text: lookup finds matches
-    mask = torch.cat([mask, torch.ones(3, 12, dtype=mask.dtype)], 1)
-    expected = target.generate(ids, attention_mask=mask, max_new_tokens=30, do_sample=False, pad_token_id=0,
-                               eos_token_id=None)
+    pair = zoo.load("stdlib-bytes")
+    ids, mask = source_prompts()
+    expected = pair.target.generate(ids, attention_mask=mask, max_new_tokens=40, do_sample=False, pad_token_id=0,
+                                    eos_token_id=None)
     for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
-        hybrid = HybridDrafter(EagleDrafter(head, target), lookup_k=4, min_ngram=1)
-        out = speculative_generate(target, hybrid, ids, mask, max_new_tokens=30, tree=tree, eos_token_id=[],
+        hybrid = HybridDrafter(pair.drafter, lookup_k=4, min_ngram=2)
+        out = speculative_generate(pair.target, hybrid, ids, mask, max_new_tokens=40, tree=tree, eos_token_id=[],
                                    pad_token_id=0)
         assert torch.equal(out.sequences, expected)
         assert hybrid.lookup_steps > 0 and hybrid.model_steps > 0
+        assert out.stats.mean_accepted_length >= 2.0, out.stats
+    target, head, _ = trained
     with pytest.raises(TypeError, match="model: NGramDrafter cannot skip steps"):
         HybridDrafter(NGramDrafter())
     with pytest.raises(ValueError, match="min_draft"):

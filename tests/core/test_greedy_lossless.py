@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from multispec import DynamicTree, NGramDrafter, StaticTree, speculative_generate
-from multispec.testing import KINDS, make_layer_skip_draft, make_target, ragged_prompts
+from multispec.testing import KINDS, make_perturbed_copy, make_target, ragged_prompts
 
 TREES = {
     "chain3": 3,
@@ -16,7 +16,7 @@ TREES = {
 @pytest.fixture(scope="module", params=KINDS)
 def pair(request):
     target = make_target(request.param)
-    return request.param, target, make_layer_skip_draft(target, layers=1)
+    return request.param, target, make_perturbed_copy(target, noise=0.05)
 
 
 def _generate(model, ids, mask, n, **kw):
@@ -32,7 +32,7 @@ def test_model_drafter_matches_generate(pair, batch, tree):
     out = speculative_generate(target, draft, ids, mask, max_new_tokens=20, tree=TREES[tree], eos_token_id=[],
                                pad_token_id=0)
     assert torch.equal(out.sequences, expected), f"{kind}/{tree}/batch {batch}"
-    assert out.stats.target_forwards < 20 * batch  # the draft got something accepted
+    assert out.stats.mean_accepted_length >= 1.8, out.stats  # commits of accepted runs, rows of unequal lengths
     if batch > 1:  # every row equals that row decoded alone
         for r in range(batch):
             pad = int((mask[r] == 0).sum())
@@ -48,6 +48,7 @@ def test_ngram_drafter_matches_generate(pair, batch):
     out = speculative_generate(target, NGramDrafter(), ids, mask, max_new_tokens=24, tree=4, eos_token_id=[],
                                pad_token_id=0)
     assert torch.equal(out.sequences, expected), kind
+    assert out.stats.mean_accepted_length >= 1.15, out.stats  # these random models loop: lookups get accepted
 
 
 def test_eos_inside_accepted_draft_stops_the_row():
@@ -93,18 +94,20 @@ def test_max_new_tokens_zero_and_one():
 
 def test_single_token_prompt():
     target = make_target("llama")
-    draft = make_layer_skip_draft(target)
     ids = torch.tensor([[5]])
-    out = speculative_generate(target, draft, ids, max_new_tokens=12, tree=3, eos_token_id=[], pad_token_id=0)
+    out = speculative_generate(target, make_perturbed_copy(target), ids, max_new_tokens=12, tree=3, eos_token_id=[],
+                               pad_token_id=0)
     assert torch.equal(out.sequences, _generate(target, ids, None, 12, eos_token_id=None))
+    assert out.stats.mean_accepted_length >= 1.8, out.stats
 
 
 def test_eager_attention_matches_generate():
     """The eager path adds the mask to the scores: our masks are additive floats, so it stays exact."""
     target = make_target("llama", attn="eager")
-    draft = make_layer_skip_draft(target)
+    draft = make_perturbed_copy(target)
     ids, mask = ragged_prompts(3, seed=11)
     expected = _generate(target, ids, mask, 16, eos_token_id=None)
     out = speculative_generate(target, draft, ids, mask, max_new_tokens=16, tree=StaticTree.full([2, 2]),
                                eos_token_id=[], pad_token_id=0)
     assert torch.equal(out.sequences, expected)
+    assert out.stats.mean_accepted_length >= 1.8, out.stats

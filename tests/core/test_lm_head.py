@@ -5,10 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from multispec import NGramDrafter, speculative_generate
+from multispec import speculative_generate
 from multispec.targets import lm_head
 from multispec.targets.lm_head import MAX_ROWS, MIN_VOCAB, fast_head_applies, tall_linear, tall_lm_head
-from multispec.testing import make_target
+from multispec.testing import make_perturbed_copy, make_target
 
 
 @pytest.mark.parametrize("shape", [(1, 40), (2, 40), (3, 40), (MAX_ROWS, 40), (MAX_ROWS + 1, 40), (2, 3, 40),
@@ -24,12 +24,18 @@ def test_tall_linear_equals_linear(shape, bias):
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-5)
 
 
-def test_patch_applies_only_to_large_cpu_heads_and_is_undone(monkeypatch):
+def test_patch_applies_only_to_large_cpu_heads_when_asked_and_is_undone(monkeypatch):
     big = make_target("llama", vocab=MIN_VOCAB, layers=1, hidden=32)
     small = make_target("llama", layers=1, hidden=32)
+    monkeypatch.delenv("MULTISPEC_FAST_HEAD", raising=False)
+    assert not fast_head_applies(big)  # the default: the model's own F.linear
+    monkeypatch.setenv("MULTISPEC_FAST_HEAD", "auto")
     assert fast_head_applies(big) and not fast_head_applies(small)
     monkeypatch.setenv("MULTISPEC_FAST_HEAD", "0")
     assert not fast_head_applies(big)
+    monkeypatch.setenv("MULTISPEC_FAST_HEAD", "yes")
+    with pytest.raises(ValueError, match="MULTISPEC_FAST_HEAD"):
+        fast_head_applies(big)
     monkeypatch.setenv("MULTISPEC_FAST_HEAD", "1")  # always the tall layout, whatever this CPU measures
     head = big.get_output_embeddings()
     ids = torch.randint(3, 100, (2, 5))
@@ -49,14 +55,14 @@ def test_greedy_speculation_with_the_tall_head_equals_generate(monkeypatch):
     monkeypatch.setenv("MULTISPEC_FAST_HEAD", "1")
     target = make_target("llama", vocab=MIN_VOCAB + 7, layers=2, seed=4)
     ids = torch.randint(3, 200, (1, 6), generator=torch.Generator().manual_seed(1))
-    ids = torch.cat([ids, ids, ids[:, :3]], 1)  # repetition: lookup drafts get accepted
     assert fast_head_applies(target)
-    out = speculative_generate(target, NGramDrafter(), ids, max_new_tokens=24, tree=4, eos_token_id=[],
-                               pad_token_id=0)
+    out = speculative_generate(target, make_perturbed_copy(target), ids, max_new_tokens=24, tree=4,
+                               eos_token_id=[], pad_token_id=0)
     with torch.no_grad():
         want = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False,
                                eos_token_id=None, pad_token_id=0)
     assert torch.equal(out.sequences, want)
+    assert out.stats.mean_accepted_length >= 2.0, out.stats  # multi-row heads really ran
 
 
 def test_layout_is_chosen_by_measurement_once_per_row_count(monkeypatch):
@@ -85,3 +91,20 @@ def test_layout_is_chosen_by_measurement_once_per_row_count(monkeypatch):
 def test_real_measurement_returns_positive_times():
     linear_ms, tall_ms = lm_head.measure_layouts(torch.randn(2048, 16), 3)
     assert linear_ms > 0 and tall_ms > 0
+
+
+def test_the_default_never_times_and_uses_the_model_own_head(monkeypatch):
+    """Timing both layouts made which tokens win a near-tie depend on the process; by default nothing is
+    timed and the head is the model's own `F.linear`."""
+    monkeypatch.delenv("MULTISPEC_FAST_HEAD", raising=False)
+    monkeypatch.setattr(lm_head, "measure_layouts", lambda *a: pytest.fail("the default must not time layouts"))
+    monkeypatch.setattr(lm_head, "tall_linear", lambda *a: pytest.fail("the default must not change the layout"))
+    target = make_target("llama", vocab=MIN_VOCAB + 7, layers=2, seed=4)
+    ids = torch.randint(3, 200, (1, 6), generator=torch.Generator().manual_seed(1))
+    out = speculative_generate(target, make_perturbed_copy(target), ids, max_new_tokens=16, tree=4,
+                               eos_token_id=[], pad_token_id=0)
+    with torch.no_grad():
+        want = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
+                               eos_token_id=None, pad_token_id=0)
+    assert torch.equal(out.sequences, want)
+    assert out.stats.mean_accepted_length > 1.5

@@ -1,4 +1,9 @@
-"""Speculative sampling must reproduce the target's distribution (chi-square, with a negative control)."""
+"""Speculative sampling end to end (model drafts, tree growing, the rule, commits) reproduces the target's
+distribution at the first and second token (chi-square, with negative controls).
+
+Power (N = 8,000 rows, level 1e-3, 90%): a token of probability 0.10 moved by 2.0 points, one of 0.01 by
+0.7 points. The rule-level tests (tests/kernels/test_verify_distribution.py, 400,000 rows) carry the
+fine-grained power; these check that real models, drafters and caches feed the rule what it expects."""
 
 import pytest
 import torch
@@ -6,16 +11,16 @@ import torch
 from multispec import AcceptanceRule, DynamicTree, Exact, SamplingConfig, StaticTree, Verdict, speculative_generate
 from multispec.testing import chi_square_pvalue as _pvalue
 from multispec.testing import first_two_token_dists as _target_dists
-from multispec.testing import make_layer_skip_draft, make_target
+from multispec.testing import make_perturbed_copy, make_target
 
-N = 4000
+N = 8000
 SETTINGS = dict(temperature=0.9, top_k=12)
 
 
 @pytest.fixture(scope="module")
 def models():
     target = make_target("llama", seed=1, head_scale=3.0)
-    return target, make_layer_skip_draft(target, layers=1)
+    return target, make_perturbed_copy(target, noise=0.15)  # q != p, often accepted
 
 
 def _draws(target, drafter, tree, rule=None, seed=0):
@@ -38,7 +43,9 @@ def test_exact_rule_reproduces_target_distribution(models, tree):
     first, second = out.sequences[:, -2], out.sequences[:, -1]
     assert _pvalue(first, p1) > 1e-3
     assert _pvalue(second, p2) > 1e-3
-    assert out.stats.accepted > 0.05 * N  # drafts were really accepted, so the rule was exercised
+    # of at most 2: the rule really accepted (one-hot top-k drafts are accepted with p(x) only)
+    floor = 1.1 if isinstance(tree, DynamicTree) and not tree.sample_children else 1.4
+    assert out.stats.mean_accepted_length >= floor, out.stats
 
 
 class ResidualIsTarget(AcceptanceRule):

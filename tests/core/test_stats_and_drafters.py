@@ -2,18 +2,18 @@ import torch
 
 from multispec import Chain, NGramDrafter, SamplingConfig, speculative_generate
 from multispec.acceptance import Verdict
-from multispec.testing import make_layer_skip_draft, make_target, ragged_prompts
+from multispec.testing import make_perturbed_copy, make_target, ragged_prompts
 
 
 def test_stats_account_for_every_token():
     target = make_target("qwen2")
     ids, mask = ragged_prompts(3, seed=2)
-    out = speculative_generate(target, make_layer_skip_draft(target), ids, mask, max_new_tokens=17, tree=3,
+    out = speculative_generate(target, make_perturbed_copy(target), ids, mask, max_new_tokens=17, tree=3,
                                eos_token_id=[], pad_token_id=0)
     st = out.stats
     assert st.committed == 3 * 17 == sum(out.num_new_tokens)
     assert st.target_forwards == len(st.steps)
-    assert 1.0 <= st.mean_accepted_length <= 4.0
+    assert 1.8 <= st.mean_accepted_length <= 4.0
     assert st.mean_accepted_length == st.committed / sum(s.rows for s in st.steps)
     assert 0.0 <= st.acceptance_rate <= 1.0 and st.accepted <= st.drafted
     assert all(s.committed <= s.accepted + s.rows for s in st.steps)

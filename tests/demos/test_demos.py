@@ -4,8 +4,6 @@ import pytest
 
 from demos import app, compare, ssm_tab, text_tab
 from multispec import DynamicTree, zoo
-from multispec.drafters.model import ModelDrafter
-from multispec.testing import make_mamba2
 
 
 def test_text_tab_rows_match_plain_and_show_traces():
@@ -17,14 +15,14 @@ def test_text_tab_rows_match_plain_and_show_traces():
 
 
 def test_ssm_tab_compares_replay_closed_form_and_stree():
-    model = make_mamba2(seed=3, vocab=256, layers=2, hidden=64)
-    pair = zoo.load("stdlib-bytes")  # its byte Llama drafts for the random Mamba-2 (same 256-byte vocabulary)
-
-    ms = ssm_tab.methods(model, ModelDrafter(pair.target), chain_k=3, tree=DynamicTree(3, 2, 6))
+    pair = zoo.load("stdlib-mamba2")  # the trained byte-level Mamba-2 and its byte Llama draft
+    ms = ssm_tab.methods(pair.target, pair.drafter, chain_k=3, tree=DynamicTree(3, 2, 6))
     assert list(ms) == ["chain k=3, state replay", "chain k=3, closed-form commit", "STree 3/2/6"]
-    results = compare.compare(model, pair.tokenizer, "import os\n", ms, max_new_tokens=16)
+    results = compare.compare(pair.target, pair.tokenizer, "import os\nimport sys\n\n\ndef main(", ms,
+                              max_new_tokens=16)
     assert all(r.token_ids == results[0].token_ids for r in results)
     assert all(r.tokens == 16 for r in results)
+    assert all(r.mean_accepted_length >= 1.8 for r in results[1:]), [r.mean_accepted_length for r in results]
     assert "| NO |" not in compare.summary_markdown(results)
 
 

@@ -1,130 +1,235 @@
-"""The random verification rules reproduce the target distribution (chi-square, with negative controls)."""
+"""The lossless rules reproduce the target's distribution exactly: rule-level tests with stated power.
 
-import os
+The "language" is a bigram model over V = 16 tokens: after token a the target's logits are LP[a] and the
+drafter's LQ[a] (LP plus noise, so drafts are often, not always, accepted). Each test pushes N rows with the
+same root through the real tree growing (`multispec.tree.grow_tree`) and the real `Exact` rule, in batched
+calls, continuing every row until it has emitted `depth + 1` tokens, and compares by chi-square
+(`multispec.testing.chi_square_pvalue`: a token of probability 0 observed fails outright):
+- the first token with p(. | root);
+- the first two tokens, as pairs, with p(x1 | root) p(x2 | x1);
+- the last two (positions depth, depth + 1; the last is the bonus token when a whole path was accepted).
+
+Power, at the tests' level ALPHA = 1e-3 with N = 400,000 rows: a token of probability 0.10 moved by 0.29
+points (0.0029) is caught with 90% probability, one of probability 0.01 by 0.10 points, in the first-token
+test (13 possible outcomes); pair tests (up to 169 outcomes) need 0.47 and 0.16 points
+(`test_the_stated_power_holds` recomputes these). Each negative control is a bug a real implementation made or
+could make, at its natural size on these distributions, and fails the same tests (p < 1e-6):
+- siblings drawn without replacement verified as independent draws: the first token moves by at most 0.16
+  points (on a token of probability 0.006), first-token p ~ 1e-62;
+- the residual not renormalised between siblings: 17 points;
+- the bonus token (after a fully accepted chain) not filtered by top-k: only the last pair sees it, as
+  observations of impossible tokens;
+- q taken from the neighbouring node: 7.7 points.
+"""
+
+import dataclasses
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
-from multispec.kernels import chain_verify_random, tree_verify_random
+import multispec.kernels.tree_verify as tree_verify
+import multispec.tree as tree_module
+from multispec import Chain, DynamicTree, Exact, SamplingConfig, StaticTree
+from multispec.acceptance import Verdict
+from multispec.kernels import chain_verify_random
+from multispec.sampling import exponential, uniform
+from multispec.testing import chi_square_pvalue, detectable_deviation
+from multispec.tree import grow_tree
 
-V = 10
+V, ROOT, N, ALPHA = 16, 3, 400_000, 1e-3
+TOP_K = dict(temperature=0.8, top_k=12)
+TOP_P = dict(temperature=1.2, top_p=0.85)
+D2T = torch.tensor([11, 14, 10, 0, 2, 9, 6, 1, 12, 5])  # a reduced draft vocabulary: misses some likely tokens
 
 
-def _dists(seed):
+def bigram(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    p = torch.softmax(torch.randn(3, V, generator=g) * 1.5, -1)  # target after root, after d1, after d2
-    q = torch.softmax(torch.randn(2, V, generator=g) * 1.5, -1)  # draft at root, after d1
-    return p, q
+    lp = torch.randn(V, V, generator=g)
+    return lp, lp + 0.7 * torch.randn(V, V, generator=g)
 
 
-def _pvalue(samples, probs):
-    counts = torch.bincount(samples, minlength=V).double()
-    expected = probs.double() / probs.double().sum() * len(samples)
-    return chisquare(counts.numpy(), expected.numpy()).pvalue
+LP, LQ = bigram()
 
 
-def _chain_draws(n, p, q, backend="torch", broken=False, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    d1 = torch.multinomial(q[0], n, replacement=True, generator=g)
-    d2 = torch.multinomial(q[1], n, replacement=True, generator=g)  # drafts conditioned on d1 = whatever it is;
-    # the draft distribution after d1 does not depend on d1 here, and neither does the target's (p[1], p[2])
-    drafts = torch.stack([d1, d2], 1)
-    target = p[None].expand(n, -1, -1).contiguous()
-    draft = q[None].expand(n, -1, -1).contiguous()
-    uniforms = torch.rand(n, 2, generator=g)
-    noise = torch.empty(n, V).exponential_(generator=g)
-    if broken:  # the classic bug: resample from p instead of the residual max(p - q, 0)
-        out, acc = chain_verify_random(drafts, torch.full((n,), 2), target, draft, uniforms, noise,
-                                       torch.zeros(n, dtype=torch.bool), backend=backend)
-        rejected = acc < 2
-        race = (target[torch.arange(n), acc] / noise).argmax(-1)
-        out[torch.arange(n), acc] = torch.where(rejected, race, out[torch.arange(n), acc])
-        return out, acc
-    return chain_verify_random(drafts, torch.full((n,), 2), target, draft, uniforms, noise,
-                               torch.zeros(n, dtype=torch.bool), backend=backend)
+def exact_transition(temperature: float, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
+    """p(next | prev) [V, V] in float64, written independently of `SamplingConfig`."""
+    x = LP.double() / temperature
+    if top_k is not None:
+        kth = torch.topk(x, top_k, dim=-1).values[:, -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if top_p is not None:  # keep the most likely tokens until their mass reaches top_p
+        p = torch.softmax(x, -1)
+        order = p.argsort(-1, descending=True)
+        before = torch.cumsum(p.gather(1, order), -1) - p.gather(1, order)
+        drop = torch.zeros_like(p, dtype=torch.bool).scatter(1, order, before >= top_p)
+        x = x.masked_fill(drop, float("-inf"))
+    return torch.softmax(x, -1)
 
 
-def test_chain_reference_matches_target_distribution():
-    p, q = _dists(0)
-    n = 20000
-    out, acc = _chain_draws(n, p, q)
-    assert _pvalue(out[:, 0], p[0]) > 1e-3
-    second = out[acc >= 1, 1]  # the token after an accepted first draft follows p[1]
-    assert _pvalue(second, p[1]) > 1e-3
-    # first-position acceptance rate = sum(min(p, q))
-    expected = torch.minimum(p[0], q[0]).sum().item()
-    assert abs((acc >= 1).double().mean().item() - expected) < 4 * (expected * (1 - expected) / n) ** 0.5
+def one_step(roots, spec, sampling, rule, g, reduced):
+    """Grow a tree after `roots` and verify it: the emitted tokens [n, depth + 1] (-1 padded) and counts."""
+    lq, vocab_map = (LQ[:, D2T], D2T) if reduced else (LQ, None)
+    tree = grow_tree(spec, lq[roots], lambda ids, tokens, parents: lq[tokens], sampling, g, vocab_map=vocab_map,
+                     vocab_size=V if reduced else None)
+    verdict = rule.accept(tree, LP[torch.cat([roots[:, None], tree.tokens], 1)], sampling, g)
+    return verdict.tokens, verdict.num_accepted + 1
 
 
-def test_chain_negative_control_fails():
-    p, q = _dists(0)
-    out, _ = _chain_draws(20000, p, q, broken=True)
-    assert _pvalue(out[:, 0], p[0]) < 1e-6
+def emitted(spec, sampling, rule=None, reduced=False, n=N, seed=0, chunk=100_000) -> torch.Tensor:
+    """The first `depth + 1` tokens of n rows that all start from ROOT: [n, depth + 1]."""
+    rule, g = rule or Exact(), torch.Generator().manual_seed(seed)
+    m = _depth(spec) + 1
+    out = []
+    for start in range(0, n, chunk):
+        rows = min(chunk, n - start)
+        toks = torch.full((rows, m), -1, dtype=torch.long)
+        have = torch.zeros(rows, dtype=torch.long)
+        while (have < m).any():
+            todo = (have < m).nonzero().flatten()
+            last = torch.where(have[todo] > 0, toks[todo, (have[todo] - 1).clamp(min=0)], ROOT)
+            new, count = one_step(last, spec, sampling, rule, g, reduced)
+            for j in range(new.shape[1]):  # append each row's emitted tokens, up to m
+                put = (j < count) & (have[todo] + j < m)
+                toks[todo[put], have[todo[put]] + j] = new[put, j]
+            have[todo] = (have[todo] + count).clamp(max=m)
+        out.append(toks)
+    return torch.cat(out)
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the Triton interpreter")
-def test_chain_kernel_matches_target_distribution():
-    p, q = _dists(1)
-    out, acc = _chain_draws(1200, p, q, backend="triton", seed=1)
-    assert _pvalue(out[:, 0], p[0]) > 1e-3
-    bad, _ = _chain_draws(1200, p, q, backend="triton", broken=True, seed=1)
-    assert _pvalue(bad[:, 0], p[0]) < 1e-3
+def _depth(spec) -> int:
+    if isinstance(spec, Chain):
+        return spec.k
+    if isinstance(spec, StaticTree):
+        return max(len(c) for c in spec.choices)
+    return spec.depth
 
 
-def _tree_draws(n, p, q, with_q, backend="torch", seed=0):
-    """Root with three children (i.i.d. from q[0] when with_q, else fixed distinct tokens), each with one
-    child. Verification walks siblings with the residual; the first emitted token must follow p[0]."""
-    g = torch.Generator().manual_seed(seed)
-    t = 7  # root, children 1..3, grandchildren 4..6
-    if with_q:
-        kids = torch.multinomial(q[0], 3 * n, replacement=True, generator=g).view(n, 3)
-    else:
-        kids = torch.tensor([3, 7, 1]).expand(n, 3)
-    grand = torch.multinomial(q[1], 3 * n, replacement=True, generator=g).view(n, 3)
-    tokens = torch.cat([torch.zeros(n, 1, dtype=torch.long), kids, grand], 1)
-    fc = torch.tensor([1, 4, 5, 6, -1, -1, -1]).expand(n, t).contiguous()
-    ns = torch.tensor([-1, 2, 3, -1, -1, -1, -1]).expand(n, t).contiguous()
-    target = torch.stack([p[0], p[1], p[1], p[1], p[2], p[2], p[2]])[None].expand(n, -1, -1).contiguous()
-    draft = None
-    if with_q:
-        draft = torch.stack([q[0], q[0], q[0], q[0], q[1], q[1], q[1]])[None].expand(n, -1, -1).contiguous()
-    uniforms = torch.rand(n, t, generator=g)
-    noise = torch.empty(n, V).exponential_(generator=g)
-    return tree_verify_random(tokens, fc, ns, target, draft, uniforms, noise, torch.zeros(n, dtype=torch.bool),
-                              backend=backend)
+def pvalues(tokens: torch.Tensor, transition: torch.Tensor) -> dict[str, float]:
+    """Chi-square p-values of the first token, the first pair and the last pair against their exact law."""
+    m = tokens.shape[1]
+    law = torch.linalg.matrix_power(transition, m - 1)[ROOT]  # of token m - 1
+    return {
+        "first": chi_square_pvalue(tokens[:, 0], transition[ROOT]),
+        "first pair": chi_square_pvalue(tokens[:, 0] * V + tokens[:, 1],
+                                        (transition[ROOT][:, None] * transition).flatten()),
+        "last pair": chi_square_pvalue(tokens[:, -2] * V + tokens[:, -1], (law[:, None] * transition).flatten()),
+    }
 
 
-@pytest.mark.parametrize("with_q", [True, False], ids=["sampled-siblings", "one-hot-siblings"])
-def test_tree_reference_matches_target_distribution(with_q):
-    p, q = _dists(2)
-    out, path, acc = _tree_draws(6000, p, q, with_q)
-    assert _pvalue(out[:, 0], p[0]) > 1e-3
-    assert _pvalue(out[acc >= 1, 1], p[1]) > 1e-3
-    assert (acc >= 1).float().mean() > 0.3
+CONFIGS = {
+    "chain": (Chain(3), TOP_K, False),
+    "static-iid-siblings": (StaticTree.full([3, 2]), TOP_K, False),
+    "dynamic-sampled-siblings": (DynamicTree(depth=3, topk=3, total=8), TOP_K, False),
+    "dynamic-topk-siblings": (DynamicTree(depth=3, topk=3, total=8, sample_children=False), TOP_K, False),
+    "reduced-vocab-chain-top-p": (Chain(3), TOP_P, True),
+    "reduced-vocab-dynamic-top-p": (DynamicTree(depth=2, topk=3, total=6), TOP_P, True),
+}
 
 
-def test_tree_negative_control_fails():
-    """Treating the siblings as if each were the only draft (no residual update between them) is biased."""
-    p, q = _dists(2)
-    n = 6000
-    g = torch.Generator().manual_seed(5)
-    kids = torch.multinomial(q[0], 3 * n, replacement=True, generator=g).view(n, 3)
-    first = []
-    for r in range(n):  # wrong: accept sibling i with min(1, p/q) against the *original* p each time
-        tok = None
-        for x in kids[r].tolist():
-            if torch.rand((), generator=g) * q[0, x] < p[0, x]:
-                tok = x
-                break
-        if tok is None:
-            tok = int(torch.multinomial((p[0] - q[0]).clamp(min=0), 1, generator=g))
-        first.append(tok)
-    assert _pvalue(torch.tensor(first), p[0]) < 1e-6
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_exact_rule_reproduces_the_target(name):
+    spec, settings, reduced = CONFIGS[name]
+    tokens = emitted(spec, SamplingConfig(do_sample=True, **settings), reduced=reduced)
+    got = pvalues(tokens, exact_transition(**settings))
+    assert min(got.values()) > ALPHA, got
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the Triton interpreter")
-def test_tree_kernel_matches_target_distribution():
-    p, q = _dists(3)
-    out, path, acc = _tree_draws(1000, p, q, with_q=True, backend="triton", seed=3)
-    assert _pvalue(out[:, 0], p[0]) > 1e-3
+def test_first_draft_is_accepted_with_probability_sum_min_p_q():
+    """Chain acceptance at the first position is sum_x min(p(x), q(x)) (to 4 standard errors)."""
+    sampling = SamplingConfig(do_sample=True, **TOP_K)
+    g = torch.Generator().manual_seed(1)
+    n = 200_000
+    _, count = one_step(torch.full((n,), ROOT), Chain(1), sampling, Exact(), g, reduced=False)
+    p, q = sampling.probs(LP[ROOT]), sampling.probs(LQ[ROOT])
+    expected = torch.minimum(p, q).sum().item()
+    rate = (count == 2).double().mean().item()
+    assert abs(rate - expected) < 4 * (expected * (1 - expected) / n) ** 0.5
+
+
+def test_the_stated_power_holds():
+    assert detectable_deviation(N, 0.10, 13) <= 0.0029
+    assert detectable_deviation(N, 0.01, 13) <= 0.0010
+    assert detectable_deviation(N, 0.10, 169) <= 0.0047
+    assert detectable_deviation(N, 0.01, 169) <= 0.0016
+
+
+# ---- negative controls: each a realistic bug, each must fail the same test --------------------------------
+
+
+def _fails(spec, settings, rule=None, reduced=False):
+    got = pvalues(emitted(spec, SamplingConfig(do_sample=True, **settings), rule=rule, reduced=reduced),
+                  exact_transition(**settings))
+    assert min(got.values()) < 1e-6, got
+
+
+@pytest.mark.slow
+def test_control_siblings_without_replacement_verified_as_independent_draws(monkeypatch):
+    monkeypatch.setattr(tree_module, "_without_earlier", lambda q, group, position: q)
+    _fails(DynamicTree(depth=3, topk=3, total=8), TOP_K)
+
+
+@pytest.mark.slow
+def test_control_residual_not_renormalised_between_siblings(monkeypatch):
+    def unnormalised(r, scale, q):
+        return (r / scale[:, None] - q).clamp(min=0.0), torch.ones_like(scale)
+
+    monkeypatch.setattr(tree_verify, "residual_after_rejection", unnormalised)
+    _fails(StaticTree.full([3, 2]), TOP_K)
+
+
+class BonusNotFiltered(Exact):
+    """Accepts and corrects like `Exact`, but draws the bonus token (after a fully accepted chain) from the
+    temperature-scaled target without its top-k / top-p filter."""
+
+    def accept(self, draft, target_logits, sampling, generator=None):
+        b, t, v = target_logits.shape
+        p = sampling.probs(target_logits)
+        p[:, -1] = dataclasses.replace(sampling, top_k=None, top_p=None).probs(target_logits[:, -1])
+        out, acc = chain_verify_random(draft.tokens, draft.valid.sum(1), p, draft.draft_probs,
+                                       uniform((b, t - 1), generator, "cpu"), exponential((b, v), generator, "cpu"),
+                                       torch.zeros(b, dtype=torch.bool))
+        idx = torch.arange(t)[None]
+        return Verdict(out, acc, torch.where(idx <= acc[:, None], idx, -1).expand(b, t).contiguous())
+
+
+@pytest.mark.slow
+def test_control_bonus_token_not_filtered():
+    _fails(Chain(3), TOP_K, rule=BonusNotFiltered())
+
+
+class QFromTheWrongNode(Exact):
+    """Verifies each node against the draft distribution of the node before it (an off-by-one)."""
+
+    def accept(self, draft, target_logits, sampling, generator=None):
+        moved = dataclasses.replace(draft, draft_probs=draft.draft_probs.roll(1, dims=1))
+        return super().accept(moved, target_logits, sampling, generator)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", [Chain(3), StaticTree.full([3, 2])], ids=["chain", "static"])
+def test_control_q_from_the_wrong_node(spec):
+    _fails(spec, TOP_K, rule=QFromTheWrongNode())
+
+
+# ---- the Triton kernels on the same inputs -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["chain", "static-iid-siblings", "dynamic-sampled-siblings",
+                                  "reduced-vocab-dynamic-top-p"])
+def test_kernels_decide_these_trees_as_the_torch_path(name, monkeypatch):
+    """The powered tests above run the PyTorch walks; the kernels (interpreted) must take the same decisions
+    on the same trees and randomness."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton on CPU needs TRITON_INTERPRET=1 (set by tests/conftest.py)")
+    spec, settings, reduced = CONFIGS[name]
+    sampling = SamplingConfig(do_sample=True, **settings)
+    results = {}
+    for backend in ("torch", "triton"):
+        monkeypatch.setenv("MULTISPEC_KERNELS", backend)
+        results[backend] = one_step(torch.full((48,), ROOT), spec, sampling, Exact(),
+                                    torch.Generator().manual_seed(7), reduced)
+    assert torch.equal(results["torch"][0], results["triton"][0])
+    assert torch.equal(results["torch"][1], results["triton"][1])

@@ -1,13 +1,17 @@
 """Speculative sampling with SSM targets reproduces the target's distribution (chi-square at the first and
 second token: the second depends on the tree scan when drafts were accepted and on the committed state
-when they were not), with a negative control: a commit that drops the root's update fails the same test."""
+when they were not), with a negative control: a commit that drops the root's update fails the same test.
+
+Power (N = 4,000 rows, level 1e-3, 90%): a token of probability 0.10 moved by 2.9 points, one of 0.01 by 1.0
+point; the rule-level tests (tests/kernels/test_verify_distribution.py) carry the fine-grained power, these
+check that the SSM adapters feed the rule the right distributions."""
 
 import pytest
 import torch
 
 from multispec import DynamicTree, SamplingConfig, speculative_generate
 from multispec.ssm import BambaTarget, Mamba2Target
-from multispec.testing import chi_square_pvalue, first_two_token_dists, make_bamba, make_mamba2, make_target
+from multispec.testing import chi_square_pvalue, first_two_token_dists, make_bamba, make_mamba2, make_perturbed_copy
 
 N = 4000
 SETTINGS = dict(temperature=0.9, top_k=12)
@@ -15,7 +19,8 @@ PROMPT = torch.tensor([5, 17, 42, 9, 77])
 
 
 def _draws(target, seed=0):
-    draft = make_target("llama", seed=3, head_scale=1.0)  # a flatter, independent draft: q != p
+    model = target if isinstance(target, torch.nn.Module) else target.model  # a model or its adapter
+    draft = make_perturbed_copy(model, noise=0.1, seed=3)  # q != p, but often accepted
     ids = PROMPT.expand(N, -1).contiguous()
     return speculative_generate(target, draft, ids, max_new_tokens=2, do_sample=True,
                                 tree=DynamicTree(depth=2, topk=3, total=6),
@@ -31,7 +36,7 @@ def test_exact_rule_reproduces_ssm_target_distribution(kind):
     p1, p2 = first_two_token_dists(model, PROMPT, SamplingConfig(do_sample=True, **SETTINGS))
     assert chi_square_pvalue(out.sequences[:, -2], p1) > 1e-3
     assert chi_square_pvalue(out.sequences[:, -1], p2) > 1e-3
-    assert out.stats.accepted > 0.05 * N  # drafts were really accepted, so both paths were exercised
+    assert out.stats.mean_accepted_length >= 1.3, out.stats  # of at most 2: drafts really accepted
     assert out.stats.target_forwards >= 2  # and some rows needed a second step after a commit
 
 

@@ -6,9 +6,10 @@ import functools
 import pytest
 import torch
 
-from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate
+from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate, zoo
 from multispec.ssm import BambaTarget, Mamba2Target, MambaTarget
-from multispec.testing import make_bamba, make_mamba, make_mamba2, make_target, ragged_prompts
+from multispec.testing import (make_bamba, make_mamba, make_mamba2, make_perturbed_copy, make_target, ragged_prompts,
+                               source_prompts)
 
 from test_tree_scan import path_of, random_parents
 
@@ -80,8 +81,7 @@ def test_commit_equals_decoding_the_accepted_path(kind, replay):
             assert torch.allclose(after[r], want, atol=1e-4, rtol=1e-4), r
 
 
-CASES = [("ngram", 3), ("llama", 3), ("llama", StaticTree.full([2, 2])),
-         ("llama", DynamicTree(depth=3, topk=2, total=6))]
+CASES = {"chain": 3, "static": StaticTree.full([2, 2]), "dynamic": DynamicTree(depth=3, topk=2, total=6)}
 
 
 def _reference(mamba, ids, mask, n):
@@ -95,16 +95,37 @@ def _reference(mamba, ids, mask, n):
     return torch.stack(rows)
 
 
-@pytest.mark.parametrize("drafter_kind,tree", CASES, ids=["ngram-chain", "llama-chain", "llama-static", "llama-dynamic"])
+@pytest.mark.parametrize("tree", list(CASES))
 @pytest.mark.parametrize("batch", [1, 3])
-def test_greedy_speculation_equals_greedy_decoding(mamba, drafter_kind, tree, batch):
+def test_greedy_speculation_equals_greedy_decoding(mamba, tree, batch):
+    """A perturbed copy of the target drafts (a state-space draft model: agrees often, not always)."""
     ids, mask = ragged_prompts(batch, seed=7)
-    ids = torch.cat([ids, ids[:, -4:], ids[:, -4:]], 1)  # repetition, so lookup drafts get accepted
-    mask = torch.cat([mask, torch.ones(batch, 8, dtype=mask.dtype)], 1)
-    drafter = NGramDrafter() if drafter_kind == "ngram" else make_target("llama", seed=3)
-    out = speculative_generate(mamba, drafter, ids, mask, max_new_tokens=20, tree=tree, eos_token_id=[],
+    drafter = make_perturbed_copy(mamba, noise=0.05, seed=batch)
+    out = speculative_generate(mamba, drafter, ids, mask, max_new_tokens=20, tree=CASES[tree], eos_token_id=[],
                                pad_token_id=0)
     assert torch.equal(out.sequences[:, -20:], _reference(mamba, ids, mask, 20))
+    assert out.stats.mean_accepted_length >= 1.8, out.stats
+
+
+@functools.cache
+def _zoo_pair(name):
+    return zoo.load(name)
+
+
+@pytest.mark.parametrize("drafter,tree", [("llama", "chain"), ("llama", "dynamic"), ("lookup", "chain")])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("name", ["stdlib-mamba2", "stdlib-bamba"])
+def test_trained_ssm_targets_with_llama_and_lookup_drafts(name, drafter, tree, batch):
+    """The zoo's trained SSM targets with their byte-level Llama draft (and prompt lookup, which drafts
+    chains) on held-out source: lossless, batch 1 and ragged 3, and the drafts are accepted."""
+    pair = _zoo_pair(name)
+    ids, mask = source_prompts((420, 260, 330)[:batch])
+    source = pair.drafter if drafter == "llama" else NGramDrafter()
+    n = 32
+    out = speculative_generate(pair.target, source, ids, mask, max_new_tokens=n, tree=CASES[tree], eos_token_id=[],
+                               pad_token_id=0)
+    assert torch.equal(out.sequences[:, -n:], _reference(pair.target, ids, mask, n))
+    assert out.stats.mean_accepted_length >= (2.0 if drafter == "llama" else 1.2), out.stats
 
 
 class OracleTreeDrafter(Drafter):
@@ -182,7 +203,7 @@ def test_rows_that_stop_early_leave_the_others_exact(mamba):
     n = 16
     free = _reference(mamba, ids, mask, n)
     eos = int(free[1, 4])  # row 1 stops at its 5th token; others stop wherever that token appears
-    out = speculative_generate(mamba, make_target("llama", seed=3), ids, mask, max_new_tokens=n, tree=3,
+    out = speculative_generate(mamba, make_perturbed_copy(mamba, noise=0.02), ids, mask, max_new_tokens=n, tree=3,
                                eos_token_id=eos, pad_token_id=0)
     new = out.sequences[:, ids.shape[1]:]
     for r in range(3):
@@ -190,6 +211,7 @@ def test_rows_that_stop_early_leave_the_others_exact(mamba):
         stop = int(hits[0]) + 1 if len(hits) else n
         assert torch.equal(new[r, :stop], free[r, :stop]), r
         assert (new[r, stop:] == 0).all(), r
+    assert out.stats.mean_accepted_length >= 2.0, out.stats  # rows dropped after accepted runs, not plain steps
 
 
 @pytest.mark.parametrize("length", [2, 3, 40, 70])

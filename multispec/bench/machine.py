@@ -1,0 +1,48 @@
+"""What machine and software a benchmark ran on: stored with every results JSON (ratios differ between
+machines, so a figure without its machine is not comparable)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def machine_info() -> dict:
+    import transformers
+
+    info = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+            "cpu": _cpu_model(), "logical_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+            "git_commit": _git_commit(), "MULTISPEC_FAST_HEAD": os.environ.get("MULTISPEC_FAST_HEAD", "0")}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def describe(info: dict) -> str:
+    return (f"{info['cpu']}, {info['torch_threads']} threads of {info['logical_cpus']} CPUs, torch {info['torch']}, "
+            f"{info['date_utc']} UTC, commit {info['git_commit']}")
