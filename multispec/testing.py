@@ -146,6 +146,19 @@ def source_prompts(lengths: tuple[int, ...] = (330, 200, 260)) -> tuple[torch.Te
     return ids, mask
 
 
+def greedy_rows_alone(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      n: int) -> torch.Tensor:
+    """[B, n]: each row's prompt (its padding removed) decoded greedily by the model's own `generate`, alone.
+    The reference for batched speculation (an explicit all-ones mask: a prompt may contain the pad id)."""
+    rows = []
+    with torch.no_grad():
+        for r in range(input_ids.shape[0]):
+            prompt = input_ids[r, attention_mask[r].bool()][None]
+            rows.append(model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
+                                       do_sample=False, pad_token_id=0, eos_token_id=None)[0, -n:])
+    return torch.stack(rows)
+
+
 def first_two_token_dists(model: torch.nn.Module, prompt: torch.Tensor, sampling) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact distributions (float64) of the first sampled token after `prompt` [L] and, marginally, of the
     second, under the `SamplingConfig` transform: the reference for chi-square tests of samplers."""

@@ -93,7 +93,8 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
                                                                 tree=tree, **no_eos),
     }
     target.generate(ps[0][1][:, :8], max_new_tokens=4, do_sample=False, **hf_no_eos)  # warm-up
-    results: dict[str, dict] = {"machine": machine_info(), "pair": pair_name, "max_new_tokens": n, "prompts": [p for p, _ in ps],
+    results: dict[str, dict] = {"machine": machine_info(), "pair": pair_name, "max_new_tokens": n,
+                                "temperature": temperature, "prompts": [p for p, _ in ps],
                                 "threads": torch.get_num_threads(), "greedy": {}, "sampling": {}}
     counts = {"identical": 0, "near-tie": 0, "mismatch": 0}
     acc = {name: {"secs": 0.0, "toks": 0, "committed": 0, "forwards": 0, "verdicts": []} for name in greedy}

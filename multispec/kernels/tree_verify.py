@@ -53,13 +53,18 @@ def tree_verify_greedy_ref(tokens, first_child, next_sibling, target_argmax):
     return out.to(dev), path.to(dev), acc.to(dev)
 
 
+def _as_float32(target_probs, draft_probs, uniforms, exp_noise):
+    """The random walk's inputs in float32, NaN probabilities as 0 (see `common`)."""
+    p = torch.nan_to_num(target_probs.float(), nan=0.0)
+    q = None if draft_probs is None else torch.nan_to_num(draft_probs.float(), nan=0.0)
+    return p, q, uniforms.float(), exp_noise.float()
+
+
 def tree_verify_random_ref(tokens, first_child, next_sibling, target_probs, draft_probs, uniforms, exp_noise,
                            is_greedy):
     b, t, v = target_probs.shape
     dev = tokens.device
-    p_all = torch.nan_to_num(target_probs.float(), nan=0.0)
-    q_all = None if draft_probs is None else torch.nan_to_num(draft_probs.float(), nan=0.0)
-    u_all, noise = uniforms.float(), exp_noise.float()
+    p_all, q_all, u_all, noise = _as_float32(target_probs, draft_probs, uniforms, exp_noise)
     out = torch.full((b, t), -1, dtype=torch.long, device=dev)
     path = torch.full((b, t), -1, dtype=torch.long, device=dev)
     acc = torch.zeros(b, dtype=torch.long, device=dev)
@@ -116,16 +121,21 @@ def tree_verify_random_ref(tokens, first_child, next_sibling, target_probs, draf
 BATCHED_FROM = 16
 
 
-def tree_verify_greedy_batched(tokens, first_child, next_sibling, target_argmax):
-    b, t = tokens.shape
-    dev = tokens.device
-    rows = torch.arange(b, device=dev)
+def _walk_start(first_child: torch.Tensor):
+    """Every row at the root, about to try its first child: (rows, out, path, num_accepted, current node,
+    child being tried)."""
+    b, t = first_child.shape
+    dev = first_child.device
     out = torch.full((b, t), -1, dtype=torch.long, device=dev)
     path = torch.full((b, t), -1, dtype=torch.long, device=dev)
     path[:, 0] = 0
-    acc = torch.zeros(b, dtype=torch.long, device=dev)
-    cur = torch.zeros(b, dtype=torch.long, device=dev)
-    child = first_child[:, 0].clone()
+    zeros = torch.zeros(b, dtype=torch.long, device=dev)
+    return torch.arange(b, device=dev), out, path, zeros, zeros.clone(), first_child[:, 0].clone()
+
+
+def tree_verify_greedy_batched(tokens, first_child, next_sibling, target_argmax):
+    t = tokens.shape[1]
+    rows, out, path, acc, cur, child = _walk_start(first_child)
     for _ in range(t):
         trying = child >= 0
         if not bool(trying.any()):
@@ -153,17 +163,9 @@ def tree_verify_random_batched(tokens, first_child, next_sibling, target_probs, 
                                is_greedy):
     b, t, v = target_probs.shape
     dev = tokens.device
-    rows = torch.arange(b, device=dev)
-    p_all = torch.nan_to_num(target_probs.float(), nan=0.0)
-    q_all = None if draft_probs is None else torch.nan_to_num(draft_probs.float(), nan=0.0)
-    u_all, noise = uniforms.float(), exp_noise.float()
+    p_all, q_all, u_all, noise = _as_float32(target_probs, draft_probs, uniforms, exp_noise)
     argmax = argmax_ref(p_all)  # [B, T]
-    out = torch.full((b, t), -1, dtype=torch.long, device=dev)
-    path = torch.full((b, t), -1, dtype=torch.long, device=dev)
-    path[:, 0] = 0
-    acc = torch.zeros(b, dtype=torch.long, device=dev)
-    cur = torch.zeros(b, dtype=torch.long, device=dev)
-    child = first_child[:, 0].clone()
+    rows, out, path, acc, cur, child = _walk_start(first_child)
     r = p_all[:, 0].clone()  # the running residual, r / scale normalised
     scale = torch.ones(b, device=dev)
     for _ in range(t):

@@ -8,7 +8,7 @@ import torch
 
 from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate, zoo
 from multispec.ssm import BambaTarget, Mamba2Target, MambaTarget
-from multispec.testing import (make_bamba, make_mamba, make_mamba2, make_perturbed_copy, make_target, ragged_prompts,
+from multispec.testing import (greedy_rows_alone, make_bamba, make_mamba, make_mamba2, make_perturbed_copy, make_target, ragged_prompts,
                                source_prompts)
 
 from test_tree_scan import path_of, random_parents
@@ -84,17 +84,6 @@ def test_commit_equals_decoding_the_accepted_path(kind, replay):
 CASES = {"chain": 3, "static": StaticTree.full([2, 2]), "dynamic": DynamicTree(depth=3, topk=2, total=6)}
 
 
-def _reference(mamba, ids, mask, n):
-    rows = []
-    with torch.no_grad():
-        for r in range(ids.shape[0]):
-            prompt = ids[r, mask[r].bool()][None]
-            # an explicit mask: the repeated tail may contain the pad id, which generate() would mask out
-            rows.append(mamba.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
-                                       do_sample=False, pad_token_id=0, eos_token_id=None)[0, -n:])
-    return torch.stack(rows)
-
-
 @pytest.mark.parametrize("tree", list(CASES))
 @pytest.mark.parametrize("batch", [1, 3])
 def test_greedy_speculation_equals_greedy_decoding(mamba, tree, batch):
@@ -103,7 +92,7 @@ def test_greedy_speculation_equals_greedy_decoding(mamba, tree, batch):
     drafter = make_perturbed_copy(mamba, noise=0.05, seed=batch)
     out = speculative_generate(mamba, drafter, ids, mask, max_new_tokens=20, tree=CASES[tree], eos_token_id=[],
                                pad_token_id=0)
-    assert torch.equal(out.sequences[:, -20:], _reference(mamba, ids, mask, 20))
+    assert torch.equal(out.sequences[:, -20:], greedy_rows_alone(mamba, ids, mask, 20))
     assert out.stats.mean_accepted_length >= 1.8, out.stats
 
 
@@ -124,7 +113,7 @@ def test_trained_ssm_targets_with_llama_and_lookup_drafts(name, drafter, tree, b
     n = 32
     out = speculative_generate(pair.target, source, ids, mask, max_new_tokens=n, tree=CASES[tree], eos_token_id=[],
                                pad_token_id=0)
-    assert torch.equal(out.sequences[:, -n:], _reference(pair.target, ids, mask, n))
+    assert torch.equal(out.sequences[:, -n:], greedy_rows_alone(pair.target, ids, mask, n))
     assert out.stats.mean_accepted_length >= (2.0 if drafter == "llama" else 1.2), out.stats
 
 
@@ -172,7 +161,7 @@ def test_deep_accepted_paths_commit_the_right_state(kind, batch, replay):
     mamba = model_of(kind)
     ids, mask = ragged_prompts(batch, seed=8)
     n = 30
-    expected = _reference(mamba, ids, mask, n)
+    expected = greedy_rows_alone(mamba, ids, mask, n)
     drafter = OracleTreeDrafter(expected, mask.sum(1), seed=batch)
     out = speculative_generate(adapter(mamba, replay), drafter, ids, mask, max_new_tokens=n, tree=3, eos_token_id=[], pad_token_id=0)
     assert torch.equal(out.sequences[:, -n:], expected)
@@ -201,7 +190,7 @@ def test_rows_that_stop_early_leave_the_others_exact(mamba):
     """EOS in one row drops it from the batch (`select`): the other rows' states must follow."""
     ids, mask = ragged_prompts(3, seed=9)
     n = 16
-    free = _reference(mamba, ids, mask, n)
+    free = greedy_rows_alone(mamba, ids, mask, n)
     eos = int(free[1, 4])  # row 1 stops at its 5th token; others stop wherever that token appears
     out = speculative_generate(mamba, make_perturbed_copy(mamba, noise=0.02), ids, mask, max_new_tokens=n, tree=3,
                                eos_token_id=eos, pad_token_id=0)
