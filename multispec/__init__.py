@@ -6,7 +6,8 @@
 """
 
 from .acceptance import AcceptanceRule, Exact, Greedy, Verdict
-from .drafters import Drafter, EagleDrafter, HybridDrafter, ModelDrafter, NGramDrafter
+from .drafters import (Drafter, EagleDrafter, HybridDrafter, ModelDrafter, NGramDrafter, SuffixDecodingDrafter,
+                       TokenRecyclingDrafter)
 from .generate import SpeculativeOutput, speculative_generate
 from .metrics import SpeculativeStats, StepStats
 from .sampling import SamplingConfig, classifier_free_guidance
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AcceptanceRule", "Chain", "Drafter", "DraftTree", "DynamicTree", "Exact", "Greedy", "HFCausalLM",
-    "EagleDrafter", "HybridDrafter", "ModelDrafter", "NGramDrafter", "SamplingConfig", "SpeculativeOutput", "SpeculativeStats", "StaticTree",
+    "EagleDrafter", "HybridDrafter", "ModelDrafter", "NGramDrafter", "SamplingConfig", "SpeculativeOutput",
+    "SpeculativeStats", "StaticTree", "SuffixDecodingDrafter", "TokenRecyclingDrafter",
     "StepStats", "Verdict", "classifier_free_guidance", "register_target_adapter", "speculative_generate",
 ]

@@ -196,6 +196,8 @@ def _run(target, drafter: Drafter, input_ids, attention_mask, max_new_tokens, sa
         verdict = rule.accept(draft, logits, sampling, generator)
         _sync(device)
         t2 = time.perf_counter()
+        if drafter.observes_target:  # counted with the commits: the drafter updates itself
+            drafter.observe(tokens, logits, draft.full_valid())
         if on_step is not None:
             on_step(draft, verdict, list(active))
         counts = (verdict.num_accepted + 1).tolist()

@@ -11,21 +11,28 @@ from .model import ModelDrafter
 from .ngram import NGramDrafter
 from .eagle import EagleConfig, EagleDrafter, EagleHead
 from .hybrid import HybridDrafter
+from .recycling import TokenRecyclingDrafter
+from .suffix import SuffixDecodingDrafter
 
 
 def as_drafter(drafter: Any) -> Drafter:
-    """A `Drafter` as is; a `transformers` model -> `ModelDrafter`; "ngram" -> `NGramDrafter()`."""
+    """A `Drafter` as is; a `transformers` model -> `ModelDrafter`; "ngram" -> `NGramDrafter()`;
+    "recycling" -> `TokenRecyclingDrafter()`; "suffix" -> `SuffixDecodingDrafter()` (named drafters are
+    fresh each call: keep an instance to carry their state across generations)."""
     if isinstance(drafter, Drafter):
         return drafter
     if isinstance(drafter, PreTrainedModel):
         return ModelDrafter(drafter)
     if isinstance(drafter, str):
-        if drafter.lower() in ("ngram", "prompt_lookup"):
-            return NGramDrafter()
-        raise ValueError(f"drafter: unknown drafter name {drafter!r}; expected 'ngram'")
+        named = {"ngram": NGramDrafter, "prompt_lookup": NGramDrafter, "recycling": TokenRecyclingDrafter,
+                 "suffix": SuffixDecodingDrafter}
+        if drafter.lower() in named:
+            return named[drafter.lower()]()
+        raise ValueError(f"drafter: unknown drafter name {drafter!r}; expected one of {sorted(named)}")
     raise TypeError(
-        f"drafter: expected a Drafter, a transformers PreTrainedModel or 'ngram', got {type(drafter).__name__}"
+        f"drafter: expected a Drafter, a transformers PreTrainedModel or a drafter name, got {type(drafter).__name__}"
     )
 
 
-__all__ = ["Drafter", "EagleConfig", "EagleDrafter", "EagleHead", "HybridDrafter", "ModelDrafter", "NGramDrafter", "as_drafter"]
+__all__ = ["Drafter", "EagleConfig", "EagleDrafter", "EagleHead", "HybridDrafter", "ModelDrafter", "NGramDrafter",
+           "SuffixDecodingDrafter", "TokenRecyclingDrafter", "as_drafter"]

@@ -36,6 +36,14 @@ class Drafter:
     def select(self, rows: torch.Tensor) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement select()")
 
+    # drafters that learn from the target's verdict on every node (Token Recycling) set this: the loop then
+    # calls `observe` after each verification with the full tree and the target's logits there
+    observes_target: bool = False
+
+    def observe(self, tokens: torch.Tensor, target_logits: torch.Tensor, valid: torch.Tensor) -> None:
+        """`tokens` [B, T] the full tree (node 0 = root), `target_logits` [B, T, V] the target after each
+        node, `valid` [B, T] which nodes are real."""
+
     # drafters that can sit out a step another drafter drafts (see `HybridDrafter`) set this, and get
     # `skip(roots)` instead of `propose` for that step, then `commit` as usual
     supports_skipped_steps: bool = False

@@ -17,16 +17,19 @@ from .ngram import NGramDrafter
 
 
 class HybridDrafter(Drafter):
-    """Each step: if prompt lookup finds, for every active row, a match of at least `min_ngram` tokens
-    continuing for at least `min_draft` tokens, draft that chain (up to `lookup_k` tokens); otherwise
-    let `model` draft with the step's tree spec. Lossless like any drafter: verification decides.
+    """Each step: if the lookup drafter proposes, for every active row, a chain of at least `min_draft`
+    tokens (up to `lookup_k`), draft that; otherwise let `model` draft with the step's tree spec. Lossless
+    like any drafter: verification decides.
 
-    `model` must support skipped steps (`supports_skipped_steps`: `EagleDrafter`, `ModelDrafter`): on a
-    lookup step it drafts nothing (`skip(roots)`) and catches up on the committed tokens at its next draft.
+    `lookup`: the model-free drafter asked first; default prompt lookup (`NGramDrafter` matching at
+    least `min_ngram`, at most `max_ngram` tokens); a `SuffixDecodingDrafter` also fits.
+    `model` must support skipped steps (`supports_skipped_steps`: `EagleDrafter`, `ModelDrafter`,
+    `TokenRecyclingDrafter`): on a lookup step it drafts nothing (`skip(roots)`) and catches up on the
+    committed tokens at its next draft.
     """
 
     def __init__(self, model: "Drafter | torch.nn.Module", lookup_k: int = 5, min_ngram: int = 2, max_ngram: int = 4,
-                 min_draft: int = 2):
+                 min_draft: int = 2, lookup: Drafter | None = None):
         if isinstance(model, torch.nn.Module):  # a transformers draft model
             from .model import ModelDrafter
 
@@ -41,8 +44,11 @@ class HybridDrafter(Drafter):
                 raise ValueError(f"{name}: expected a positive int, got {value!r}")
         if min_draft > lookup_k:
             raise ValueError(f"min_draft: {min_draft} exceeds lookup_k={lookup_k}")
+        if lookup is not None and not isinstance(lookup, Drafter):
+            raise TypeError(f"lookup: expected a Drafter, got {type(lookup).__name__}")
         self.model = model
-        self.lookup = NGramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
+        self.lookup = lookup if lookup is not None else NGramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
+        self.observes_target = model.observes_target or self.lookup.observes_target
         self.lookup_k, self.min_draft = lookup_k, min_draft
         self.vocab_size = model.vocab_size
         self.uses_target_features = model.uses_target_features
@@ -64,6 +70,11 @@ class HybridDrafter(Drafter):
             return draft
         self.model_steps += 1
         return self.model.propose(roots, spec, sampling, generator)
+
+    def observe(self, tokens: torch.Tensor, target_logits: torch.Tensor, valid: torch.Tensor) -> None:
+        for part in (self.lookup, self.model):
+            if part.observes_target:
+                part.observe(tokens, target_logits, valid)
 
     def commit(self, draft: DraftTree, verdict: Verdict, features: torch.Tensor | None = None) -> None:
         self.lookup.commit(draft, verdict)
