@@ -14,6 +14,7 @@ import torch
 
 from multispec import Chain, DraftTree, HFCausalLM, SamplingConfig, zoo
 from multispec.bench.machine import describe, machine_info
+from multispec.targets import as_target
 from multispec.targets.lm_head import tall_linear
 from multispec.zoo.data import read_source, stdlib_files
 
@@ -40,7 +41,7 @@ def main() -> None:
     pair = zoo.load(args.pair)
     text = read_source(stdlib_files("heldout")[0])
     ids = pair.tokenizer(text, return_tensors="pt")["input_ids"][:, : args.prompt_tokens]
-    target = HFCausalLM(pair.target)
+    target = as_target(pair.target)  # the adapter the loop uses (the lean forward where it applies)
     roots, _ = target.start(ids, torch.ones_like(ids), output_hidden_states=True)
 
     def verify(m):
@@ -51,7 +52,8 @@ def main() -> None:
 
     head = pair.target.get_output_embeddings().weight
     sizes = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32]
-    results = {"machine": machine_info(), "pair": args.pair, "prefix_tokens": ids.shape[1], "reps": args.reps,
+    results = {"machine": machine_info(), "pair": args.pair, "adapter": type(target).__name__,
+               "prefix_tokens": ids.shape[1], "reps": args.reps,
                "verify": [], "draft_chain_ms": {}}
     print(f"pair {args.pair}, prefix {ids.shape[1]} tokens, {torch.get_num_threads()} threads, best of {args.reps}")
     print(f"machine: {describe(results['machine'])}")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import copy
 
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 VOCAB = 128
-KINDS = ("llama", "qwen2", "gemma3")
+KINDS = ("llama", "qwen2", "gemma3", "mistral")
 
 
 def make_target(kind: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: int = 3, hidden: int = 64,
@@ -24,6 +24,8 @@ def make_target(kind: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: 
         model = LlamaForCausalLM(LlamaConfig(**common))
     elif kind == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(**common))
+    elif kind == "mistral":  # a sliding window in every layer, shorter than the tests' contexts
+        model = MistralForCausalLM(MistralConfig(**common, sliding_window=6))
     elif kind == "gemma3":
         # two sliding layers with a tiny window, so the sliding-window masks are exercised
         types = ["sliding_attention", "sliding_attention", "full_attention"][:layers]

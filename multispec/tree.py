@@ -191,13 +191,19 @@ def root_to_leaf_paths(parents: torch.Tensor, valid: torch.Tensor) -> torch.Tens
 
 @dataclass(frozen=True)
 class Chain:
-    """k drafted tokens in a line."""
+    """Up to k drafted tokens in a line. `min_prob` makes the length adaptive (as SpecDec++ and EAGLE-2
+    stop on the draft's confidence): a row stops drafting once the draft's probability of its whole chain
+    so far falls below `min_prob` (its first token is always drafted), and drafting ends when every row
+    has stopped. Lossless: when to stop depends on the draft alone."""
 
     k: int
+    min_prob: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or self.k < 0:
             raise ValueError(f"k: expected an int >= 0, got {self.k!r}")
+        if self.min_prob is not None and not 0.0 < self.min_prob < 1.0:
+            raise ValueError(f"min_prob: expected None or a number in (0, 1), got {self.min_prob!r}")
 
     @property
     def max_nodes(self) -> int:
@@ -344,15 +350,27 @@ def _grow_chain(spec: Chain, logits: torch.Tensor, feed: FeedFn, sampling: Sampl
     if spec.k == 0:
         return DraftTree.empty(b, logits.device)
     tokens, probs = [], []
+    path_prob = torch.ones(b, device=logits.device)
+    alive = torch.ones(b, dtype=torch.bool, device=logits.device)  # rows still drafting
+    length = torch.zeros(b, dtype=torch.long, device=logits.device)  # nodes each row keeps
     for i in range(spec.k):
         tok, q = sampling.pick(logits, generator)
         tokens.append(tok)
         probs.append(q)
+        if spec.min_prob is not None and i > 0:
+            dist = q if q is not None else sampling.probs(logits)
+            path_prob = path_prob * dist.gather(-1, tok[:, None])[:, 0]
+            alive &= path_prob >= spec.min_prob
+        elif spec.min_prob is not None:
+            path_prob = (q if q is not None else sampling.probs(logits)).gather(-1, tok[:, None])[:, 0]
+        length = torch.where(alive, i + 1, length)
+        if not bool(alive.any()):
+            break
         if i + 1 < spec.k:
             ids = torch.full((b, 1), i, dtype=torch.long, device=logits.device)
             logits = feed(ids, tok[:, None], ids - 1)[:, 0]
     q = torch.stack(probs, dim=1) if sampling.do_sample else None
-    return DraftTree.chain(torch.stack(tokens, dim=1), draft_probs=q)
+    return DraftTree.chain(torch.stack(tokens, dim=1), lengths=length, draft_probs=q)
 
 
 def _grow_static(spec: StaticTree, root_logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,

@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from .. import DynamicTree, NGramDrafter, speculative_generate
+from .. import (DynamicTree, NGramDrafter, StaticTree, SuffixDecodingDrafter, TokenRecyclingDrafter,
+                 speculative_generate)
 from ..testing import make_layer_skip_draft
 from .machine import describe, machine_info
 
@@ -72,16 +73,20 @@ def run(quick: bool = False, max_new_tokens: int | None = None, prompts: int | N
         return lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False, **no_eos, **kw)
 
     def ours(drafter, tree):
-        return lambda ids: speculative_generate(target, drafter, ids, max_new_tokens=n, tree=tree,
-                                                eos_token_id=[], pad_token_id=0)
+        """`drafter`: a model, or a factory of drafters (a fresh one per run: the repeats of a prompt must
+        not learn from each other)."""
+        return lambda ids: speculative_generate(target, drafter() if callable(drafter) else drafter, ids,
+                                                max_new_tokens=n, tree=tree, eos_token_id=[], pad_token_id=0)
 
     methods = {
         "plain (generate)": hf(),
         "hf assisted (draft model)": hf(assistant_model=draft),
         "hf prompt lookup": hf(prompt_lookup_num_tokens=4),
-        "ours n-gram chain k=4": ours(NGramDrafter(), 4),
+        "ours n-gram chain k=4": ours(NGramDrafter, 4),
         "ours chain k=4": ours(draft, 4),
         "ours dynamic tree": ours(draft, DynamicTree(depth=4, topk=4, total=16)),
+        "ours token recycling tree": ours(TokenRecyclingDrafter, StaticTree.full([4, 2, 1, 1])),
+        "ours suffix decoding tree": ours(SuffixDecodingDrafter, DynamicTree(depth=4, topk=4, total=16)),
     }
     hf(num_beams=1)(prompt_ids[0][:, :4])  # warm-up
     results: dict[str, tuple[float, int, float | None, bool]] = {}

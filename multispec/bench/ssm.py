@@ -8,7 +8,8 @@ use, so `speedup_vs_adapter_ar` isolates what speculation adds), chain speculati
 "vanilla SD for SSMs" baseline: the commit re-runs the accepted tokens), chain speculation with the
 closed-form state commit, STree with a static and a dynamic tree (all drafted by the pair's draft model),
 the chain and STree drafted by a state-space draft model instead (the zoo's 2-layer byte Mamba-2, for the
-byte-level pairs), a prompt-lookup chain (a drafter that costs no forward), and the hybrid (prompt lookup when the text
+byte-level pairs), the training-free trees (Token Recycling, SuffixDecoding with the stdlib training split as corpus), a
+prompt-lookup chain (a drafter that costs no forward), and the hybrid (prompt lookup when the text
 repeats itself, the draft model otherwise) as a chain and with STree. Greedy rows are checked against
 plain decoding (a differing token at a target top-2 gap < 1e-4 counts as a near-tie); temperature-1
 rows report speed and acceptance (distribution correctness is the core's tests).
@@ -17,13 +18,14 @@ rows report speed and acceptance (distribution correctness is the core's tests).
 from __future__ import annotations
 
 import json
-import time
 
 import torch
 from tqdm.auto import tqdm
 
-from .. import DynamicTree, HybridDrafter, NGramDrafter, StaticTree, speculative_generate, zoo
+from .. import (DynamicTree, HybridDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter, TokenRecyclingDrafter,
+                 speculative_generate, zoo)
 from .machine import describe, machine_info
+from .tally import Tally, table
 from .text import _classify, prompts
 
 
@@ -38,32 +40,19 @@ def _target(model, replay: bool = False):
     return {"mamba2": Mamba2Target, "mamba": MambaTarget}[kind](model, replay=replay)
 
 
-def _collect(acc: dict, name: str, out, dt: float, prompt_len: int) -> torch.Tensor:
-    seq = out.sequences if hasattr(out, "stats") else out
-    a = acc.setdefault(name, {"secs": 0.0, "toks": 0, "committed": 0, "forwards": 0, "verdicts": []})
-    a["secs"] += dt
-    a["toks"] += seq.shape[1] - prompt_len
-    if hasattr(out, "stats"):
-        a["committed"] += out.stats.committed
-        a["forwards"] += sum(st.rows for st in out.stats.steps)
-    return seq
+def _byte_corpus(chars: int) -> list[list[int]] | None:
+    """The stdlib training split as byte documents (the byte pairs' vocabulary), for SuffixDecoding."""
+    if not chars:
+        return None
+    from ..zoo.data import read_source, stdlib_files
 
-
-def _table(acc: dict) -> dict:
-    rows = {}
-    for name, a in acc.items():
-        rows[name] = {"tokens_per_s": round(a["toks"] / a["secs"], 3), "seconds": round(a["secs"], 2),
-                      "tokens": a["toks"],
-                      "mean_accepted_length": round(a["committed"] / a["forwards"], 3) if a["forwards"] else None}
-        if a["verdicts"]:
-            rows[name]["outputs"] = {v: a["verdicts"].count(v) for v in set(a["verdicts"])}
-    base = rows["plain"]["tokens_per_s"]
-    ours = rows.get("ar_adapter", {}).get("tokens_per_s")
-    for r in rows.values():
-        r["speedup_vs_ar"] = round(r["tokens_per_s"] / base, 3)
-        if ours:
-            r["speedup_vs_adapter_ar"] = round(r["tokens_per_s"] / ours, 3)
-    return rows
+    docs, total = [], 0
+    for path in stdlib_files("train"):
+        docs.append(list(read_source(path).encode("utf-8")))
+        total += len(docs[-1])
+        if total >= chars:
+            break
+    return docs
 
 
 def _ssm_draft(pair_name: str):
@@ -85,7 +74,7 @@ def _assisted_refusal(model, draft_model, ids) -> str | None:
 
 def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | None = None,
         max_new_tokens: int | None = None, temperature: float = 1.0, threads: int | None = None,
-        chain_k: int = 4, tree: DynamicTree | None = None) -> dict:
+        chain_k: int = 4, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000) -> dict:
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
@@ -121,6 +110,10 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     if ssm_draft is not None:
         greedy[f"ssm_draft_chain_k{chain_k}"] = spec(chain_k, draft=ssm_draft)
         greedy["ssm_draft_stree_dynamic"] = spec(tree, draft=ssm_draft)
+    # the training-free tree drafters (one instance per row: each keeps what it learns across prompts)
+    greedy["recycling_tree"] = spec(StaticTree.full([4, 2, 1, 1]), draft=TokenRecyclingDrafter())
+    greedy["suffix_tree"] = spec(DynamicTree(depth=4, topk=4, total=16),
+                                 draft=SuffixDecodingDrafter(corpus=_byte_corpus(corpus_chars)))
     # prompt lookup when the text repeats itself, the draft model's tree otherwise
     greedy[f"hybrid_chain_k{chain_k}"] = spec(chain_k, draft=HybridDrafter(drafter))
     greedy["hybrid_stree_dynamic"] = spec(tree, draft=HybridDrafter(drafter))
@@ -135,28 +128,26 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
                                             temperature=temperature, generator=g)}
 
     greedy["plain"](ps[0][1][:, :16])  # warm-up
-    gacc: dict = {}
-    sacc: dict = {}
+    gacc = {name: Tally() for name in greedy}
+    sacc = {name: Tally() for name in sampled}
     torch.manual_seed(0)
     for _, ids in tqdm(ps, desc=f"bench ssm ({pair_name})", unit="prompt"):
         reference = None
         for name, fn in greedy.items():
-            t0 = time.perf_counter()
-            out = fn(ids)
-            seq = _collect(gacc, name, out, time.perf_counter() - t0, ids.shape[1])
+            seq = gacc[name].run(fn, ids)
             if reference is None:
                 reference = seq
             else:
-                gacc[name]["verdicts"].append(_classify(model, reference, seq, ids.shape[1]))
+                gacc[name].verdicts.append(_classify(model, reference, seq, ids.shape[1]))
         for name, fn in sampled.items():
-            t0 = time.perf_counter()
-            _collect(sacc, name, fn(ids), time.perf_counter() - t0, ids.shape[1])
+            sacc[name].run(fn, ids)
+    baselines = {"speedup_vs_ar": "plain", "speedup_vs_adapter_ar": "ar_adapter"}
     results = {"machine": machine_info(), "pair": pair_name, "target_class": type(model).__name__, "max_new_tokens": n,
                "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
                "dynamic_tree": [tree.depth, tree.topk, tree.total], "static_tree": [3, 2, 1, 1],
-               "temperature": temperature, "greedy": _table(gacc), "sampling": _table(sacc),
+               "temperature": temperature, "greedy": table(gacc, baselines), "sampling": table(sacc, baselines),
                "transformers_assisted": "measured" if assisted is None else f"unsupported ({assisted})"}
-    verdicts = [v for a in gacc.values() for v in a["verdicts"]]
+    verdicts = [v for t in gacc.values() for v in t.verdicts]
     results["near_ties"] = verdicts.count("near-tie")
     results["mismatches"] = verdicts.count("mismatch")
     results["outputs_identical"] = results["near_ties"] == 0 and results["mismatches"] == 0
@@ -172,12 +163,14 @@ def _print(results: dict) -> None:
           f"{results['max_new_tokens']} new tokens, {results['threads']} threads")
     print(f"machine: {describe(results['machine'])}")
     for kind, title in (("greedy", "greedy"), ("sampling", f"sampling T={results['temperature']}")):
-        print(f"{title:24s} {'tok/s':>8s} {'vs AR':>7s} {'vs ours':>7s} {'acc. len':>8s}  outputs")
+        print(f"{title:24s} {'tok/s':>8s} {'vs AR':>7s} {'vs ours':>7s} {'acc. len':>8s} "
+              f"{'draft/verify/commit/other ms per step':>38s}  outputs")
         for name, r in results[kind].items():
             mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
             ours = f"{r['speedup_vs_adapter_ar']:6.2f}x" if "speedup_vs_adapter_ar" in r else f"{'-':>7s}"
+            split = "/".join(f"{v:.2f}" for v in r["per_step"].values()) if "per_step" in r else "-"
             shown = r.get("outputs", "reference" if kind == "greedy" else "")
-            print(f"{name:24s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {ours} {mal:>8s}  {shown}")
+            print(f"{name:24s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {ours} {mal:>8s} {split:>38s}  {shown}")
     print("vs AR: against the model's own generate; vs ours: against ar_adapter (our loop, one token per step)")
     print(f"transformers assisted generation: {results['transformers_assisted']}")
     print(f"outputs_identical={results['outputs_identical']} near_ties={results['near_ties']} "

@@ -10,15 +10,17 @@ Sampling (temperature 0.8): speed and acceptance only (correctness is the core's
 from __future__ import annotations
 
 import json
-import time
 
 import torch
 from tqdm.auto import tqdm
 
-from .. import DynamicTree, HybridDrafter, NGramDrafter, speculative_generate
+from .. import (Chain, DynamicTree, HybridDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter,
+                 TokenRecyclingDrafter, speculative_generate)
 from .. import zoo
 from ..zoo.data import read_source, stdlib_files
+from ..targets.lm_head import fast_head_applies, tall_lm_head
 from .machine import describe, machine_info
+from .tally import Tally, table
 
 NATURAL = [
     "The history of the printing press begins in the fifteenth century, when",
@@ -54,117 +56,113 @@ def _classify(target, reference: torch.Tensor, other: torch.Tensor, prompt_len: 
     return "near-tie" if float(top2[0] - top2[1]) < NEAR_TIE else "mismatch"
 
 
-def _time(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
+def _with_fast_head(model, fn):
+    with tall_lm_head(model):
+        return fn()
+
+
+def _corpus(tokenizer, chars: int) -> list[list[int]]:
+    """The stdlib training split (never the held-out prompts) as token documents, for SuffixDecoding."""
+    from ..zoo.data import stdlib_files
+
+    docs, total = [], 0
+    for path in stdlib_files("train"):
+        text = read_source(path)
+        docs.append(tokenizer(text)["input_ids"])
+        total += len(text)
+        if total >= chars:
+            break
+    return [d if isinstance(d, list) else list(d) for d in docs]
 
 
 def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: str | None = None,
         max_new_tokens: int | None = None, temperature: float = 0.8, threads: int | None = None,
-        chain_k: int = 4, tree: DynamicTree | None = None) -> dict:
+        chain_k: int = 4, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000) -> dict:
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
     target, eagle, tok = pair.target, pair.drafter, pair.tokenizer
     # 16 verified nodes: on CPUs the LM-head GEMM costs about the same for 16 rows as for 8
     tree = tree or DynamicTree(depth=4, topk=4, total=15)
-    n = max_new_tokens or (48 if quick else 128)
+    small_static = StaticTree.full([4, 2, 1, 1])  # 16 nodes, Token Recycling's shape at CPU size
+    n = max_new_tokens or 128  # --quick: fewer prompts, not fewer tokens (short runs measure the prefill)
     ps = prompts(tok, quick)
     no_eos = dict(eos_token_id=[], pad_token_id=0)
     hf_no_eos = dict(eos_token_id=None, pad_token_id=0)
+    # The training-free drafters keep what they learn across the prompts (Token Recycling's hot start,
+    # SuffixDecoding's earlier outputs), as they would across a user's requests. Each row has its own
+    # instance: one that saw another row's output for the same prompt would draft it back verbatim.
+    corpus = _corpus(tok, corpus_chars) if corpus_chars else None
+
+    def suffix():
+        return SuffixDecodingDrafter(corpus=corpus)
+
+    def ours(drafter, spec, **kw):
+        return lambda ids: speculative_generate(target, drafter() if callable(drafter) else drafter, ids,
+                                                max_new_tokens=n, tree=spec, **no_eos, **kw)
 
     greedy = {
         "plain": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False, **hf_no_eos),
         "hf_prompt_lookup": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False,
                                                         prompt_lookup_num_tokens=5, **hf_no_eos),
+    }
+    if fast_head_applies(target):
+        # control: the model's own decoding through the LM-head layout MULTISPEC_FAST_HEAD opted into (our
+        # adapter uses it too), so the table shows how much of a speedup is that layout alone
+        greedy["plain_fast_head"] = lambda ids: _with_fast_head(target, lambda: target.generate(
+            ids, max_new_tokens=n, do_sample=False, **hf_no_eos))
+    greedy |= {
         # the same lookup as transformers' row (5 tokens), then at the chain length of the other rows
-        "ngram_chain": lambda ids: speculative_generate(target, NGramDrafter(), ids, max_new_tokens=n, tree=5,
-                                                        **no_eos),
-        f"ngram_chain_k{chain_k}": lambda ids: speculative_generate(target, NGramDrafter(), ids, max_new_tokens=n,
-                                                                    tree=chain_k, **no_eos),
-        f"eagle_chain_k{chain_k}": lambda ids: speculative_generate(target, eagle, ids, max_new_tokens=n,
-                                                                    tree=chain_k, **no_eos),
-        "eagle_dynamic_tree": lambda ids: speculative_generate(target, eagle, ids, max_new_tokens=n, tree=tree,
-                                                               **no_eos),
-        f"hybrid_chain_k{chain_k}": lambda ids: speculative_generate(target, HybridDrafter(eagle), ids,
-                                                                     max_new_tokens=n, tree=chain_k, **no_eos),
-        "hybrid_dynamic_tree": lambda ids: speculative_generate(target, HybridDrafter(eagle), ids, max_new_tokens=n,
-                                                                tree=tree, **no_eos),
+        "ngram_chain": ours(NGramDrafter, 5),
+        f"ngram_chain_k{chain_k}": ours(NGramDrafter, chain_k),
+        f"eagle_chain_k{chain_k}": ours(eagle, chain_k),
+        "eagle_chain_adaptive": ours(eagle, Chain(2 * chain_k, min_prob=0.3)),
+        "eagle_dynamic_tree": ours(eagle, tree),
+        f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k),
+        "hybrid_dynamic_tree": ours(lambda: HybridDrafter(eagle), tree),
+        "recycling_tree": ours(TokenRecyclingDrafter(), small_static),
+        "suffix_chain": ours(suffix(), 16),
+        "suffix_tree": ours(suffix(), DynamicTree(depth=4, topk=4, total=16)),
+        f"hybrid_suffix_eagle_k{chain_k}": ours(HybridDrafter(eagle, lookup=suffix(), lookup_k=8), chain_k),
     }
     target.generate(ps[0][1][:, :8], max_new_tokens=4, do_sample=False, **hf_no_eos)  # warm-up
     results: dict[str, dict] = {"machine": machine_info(), "pair": pair_name, "max_new_tokens": n,
                                 "temperature": temperature, "prompts": [p for p, _ in ps],
-                                "threads": torch.get_num_threads(), "greedy": {}, "sampling": {}}
-    counts = {"identical": 0, "near-tie": 0, "mismatch": 0}
-    acc = {name: {"secs": 0.0, "toks": 0, "committed": 0, "forwards": 0, "verdicts": []} for name in greedy}
+                                "threads": torch.get_num_threads(), "chain_k": chain_k,
+                                "dynamic_tree": [tree.depth, tree.topk, tree.total], "corpus_chars": corpus_chars}
+    tallies = {name: Tally() for name in greedy}
     # prompts outer, methods inner: a machine whose speed drifts during the run (shared CPUs do) then
     # slows every method alike instead of whichever happened to run during the slow minutes
-    for i, (_, ids) in enumerate(tqdm(ps, desc="greedy", unit="prompt")):
+    for _, ids in tqdm(ps, desc="greedy", unit="prompt"):
         reference = None
         for name, fn in greedy.items():
-            out, dt = _time(lambda: fn(ids))
-            seq = out.sequences if hasattr(out, "stats") else out
-            a = acc[name]
-            if name == "plain":
+            seq = tallies[name].run(fn, ids)
+            if reference is None:
                 reference = seq
             else:
-                a["verdicts"].append(_classify(target, reference, seq, ids.shape[1]))
-            a["secs"] += dt
-            a["toks"] += seq.shape[1] - ids.shape[1]
-            if hasattr(out, "stats"):
-                a["committed"] += out.stats.committed
-                a["forwards"] += sum(st.rows for st in out.stats.steps)
-    for name, a in acc.items():
-        for v in a["verdicts"]:
-            counts[v] += 1
-        results["greedy"][name] = {
-            "tokens_per_s": round(a["toks"] / a["secs"], 3), "seconds": round(a["secs"], 2), "tokens": a["toks"],
-            "mean_accepted_length": round(a["committed"] / a["forwards"], 3) if a["forwards"] else None,
-            "outputs": {v: a["verdicts"].count(v) for v in set(a["verdicts"])}}
-    base = results["greedy"]["plain"]["tokens_per_s"]
-    for r in results["greedy"].values():
-        r["speedup_vs_ar"] = round(r["tokens_per_s"] / base, 3)
-    lookup = results["greedy"]["hf_prompt_lookup"]["tokens_per_s"]
-    for r in results["greedy"].values():
-        r["speedup_vs_hf_prompt_lookup"] = round(r["tokens_per_s"] / lookup, 3)
+                tallies[name].verdicts.append(_classify(target, reference, seq, ids.shape[1]))
+    results["greedy"] = table(tallies, {"speedup_vs_ar": "plain", "speedup_vs_hf_prompt_lookup": "hf_prompt_lookup"})
+    verdicts = [v for t in tallies.values() for v in t.verdicts]
 
     g = torch.Generator().manual_seed(0)
+    sample = dict(do_sample=True, temperature=temperature, generator=g)
     sampling = {
         "plain": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=True, temperature=temperature,
                                              top_k=0, **hf_no_eos),
-        f"eagle_chain_k{chain_k}": lambda ids: speculative_generate(
-            target, eagle, ids, max_new_tokens=n, tree=chain_k, do_sample=True, temperature=temperature,
-            generator=g, **no_eos),
-        "eagle_dynamic_tree": lambda ids: speculative_generate(
-            target, eagle, ids, max_new_tokens=n, tree=tree, do_sample=True, temperature=temperature, generator=g,
-            **no_eos),
-        f"hybrid_chain_k{chain_k}": lambda ids: speculative_generate(
-            target, HybridDrafter(eagle), ids, max_new_tokens=n, tree=chain_k, do_sample=True,
-            temperature=temperature, generator=g, **no_eos),
+        f"eagle_chain_k{chain_k}": ours(eagle, chain_k, **sample),
+        "eagle_dynamic_tree": ours(eagle, tree, **sample),
+        f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k, **sample),
+        "suffix_tree": ours(suffix(), DynamicTree(depth=4, topk=4, total=16), **sample),
     }
     torch.manual_seed(0)
-    sacc = {name: {"secs": 0.0, "toks": 0, "committed": 0, "forwards": 0} for name in sampling}
+    stallies = {name: Tally() for name in sampling}
     for _, ids in tqdm(ps, desc="sampling", unit="prompt"):
         for name, fn in sampling.items():
-            out, dt = _time(lambda: fn(ids))
-            seq = out.sequences if hasattr(out, "stats") else out
-            a = sacc[name]
-            a["secs"] += dt
-            a["toks"] += seq.shape[1] - ids.shape[1]
-            if hasattr(out, "stats"):
-                a["committed"] += out.stats.committed
-                a["forwards"] += sum(st.rows for st in out.stats.steps)
-    for name, a in sacc.items():
-        results["sampling"][name] = {
-            "tokens_per_s": round(a["toks"] / a["secs"], 3), "seconds": round(a["secs"], 2),
-            "mean_accepted_length": round(a["committed"] / a["forwards"], 3) if a["forwards"] else None}
-    sbase = results["sampling"]["plain"]["tokens_per_s"]
-    for r in results["sampling"].values():
-        r["speedup_vs_ar"] = round(r["tokens_per_s"] / sbase, 3)
-    results["outputs_identical"] = counts["mismatch"] == 0 and counts["near-tie"] == 0
-    results["near_ties"] = counts["near-tie"]
-    results["mismatches"] = counts["mismatch"]
+            stallies[name].run(fn, ids)
+    results["sampling"] = table(stallies, {"speedup_vs_ar": "plain"})
+    results["near_ties"] = verdicts.count("near-tie")
+    results["mismatches"] = verdicts.count("mismatch")
+    results["outputs_identical"] = results["near_ties"] == 0 and results["mismatches"] == 0
     _print(results, temperature)
     if json_path:
         with open(json_path, "w") as f:
@@ -176,11 +174,13 @@ def _print(results: dict, temperature: float) -> None:
     print(f"pair {results['pair']}: {len(results['prompts'])} prompts x {results['max_new_tokens']} new tokens, "
           f"{results['threads']} threads")
     print(f"machine: {describe(results['machine'])}")
-    print(f"{'greedy':28s} {'tok/s':>8s} {'vs AR':>7s} {'vs HF PLD':>9s} {'acc. len':>8s}  outputs")
+    print(f"{'greedy':28s} {'tok/s':>8s} {'vs AR':>7s} {'vs HF PLD':>9s} {'acc. len':>8s} "
+          f"{'draft/verify/commit/other ms per step':>38s}  outputs")
     for name, r in results["greedy"].items():
         mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
+        split = "/".join(f"{v:.2f}" for v in r["per_step"].values()) if "per_step" in r else "-"
         print(f"{name:28s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {r['speedup_vs_hf_prompt_lookup']:8.2f}x "
-              f"{mal:>8s}  {r['outputs'] or 'reference'}")
+              f"{mal:>8s} {split:>38s}  {r.get('outputs', 'reference')}")
     print(f"{'sampling T=' + str(temperature):28s} {'tok/s':>8s} {'vs AR':>7s} {'acc. len':>8s}")
     for name, r in results["sampling"].items():
         mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"

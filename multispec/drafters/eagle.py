@@ -26,6 +26,7 @@ from transformers import PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 from ..acceptance import Verdict
 from ..sampling import SamplingConfig
 from ..targets.hf import HFCausalLM, check_causal_lm, output_vocab_size
+from ..targets.lean import LeanCausalLM, lean_unsupported
 from ..tree import DraftTree, TreeSpec, grow_tree
 from .base import Drafter
 
@@ -136,7 +137,14 @@ class EagleDrafter(Drafter):
         if head.config.hidden_size != self.embed.weight.shape[1]:
             raise ValueError(f"head: hidden size {head.config.hidden_size} does not match the target's "
                              f"{self.embed.weight.shape[1]}")
-        self.lm = HFCausalLM(head.decoder, name="eagle_head")
+        # the one-layer decoder through the lean forward (its per-call overhead is most of a draft step).
+        # With a sliding window, a one-layer head's keys and values at a position depend on that position's
+        # input alone, and no query reaches back further than the window: the lean engine's window (prefill
+        # and read only the last `window` positions) then computes the same attention, with positions shifted
+        # by a constant that RoPE does not see.
+        window = head.config.sliding_window if head.decoder.config.num_hidden_layers == 1 else None
+        self.lm = (LeanCausalLM(head.decoder, name="eagle_head", window=window)
+                   if lean_unsupported(head.decoder) is None else HFCausalLM(head.decoder, name="eagle_head"))
         self.device = self.lm.device
 
     @torch.no_grad()
@@ -154,6 +162,9 @@ class EagleDrafter(Drafter):
         feats = feats * attention_mask[:, :-1, None].to(feats)  # zero features at padding
         if length > 1:
             tokens, mask = input_ids[:, 1:], attention_mask[:, 1:]
+            window = getattr(self.lm, "window", None)
+            if window is not None and tokens.shape[1] > window + 1:  # the rest is never read (see __init__)
+                tokens, mask, feats = tokens[:, -window - 1:], mask[:, -window - 1:], feats[:, -window - 1:]
             self.lm.start(tokens, mask, inputs_embeds=self._embeds(tokens, feats))
             self._pending_features = feats[:, -1:]  # the root's (possibly zero) feature
         else:  # a one-token prompt: nothing to pair yet; the root gets a zero feature

@@ -49,7 +49,18 @@ def as_target(model: Any) -> Any:
     if isinstance(model, HFCausalLM) or hasattr(model, "forward") and hasattr(model, "commit") and hasattr(model, "start"):
         return model
     adapter = _registered(_ADAPTERS, model)
-    return adapter if adapter is not None else HFCausalLM(model, name="target")
+    if adapter is not None:
+        return adapter
+    from .lean import LeanCausalLM, lean_unsupported
+    from .lean_gemma import LeanGemma3CausalLM, lean_gemma_unsupported
+
+    # Llama-family and Gemma 3 decoders run through a lean forward (same logits, a fraction of the per-call
+    # cost); every other decoder through its own forward
+    if lean_unsupported(model) is None:
+        return LeanCausalLM(model, name="target")
+    if lean_gemma_unsupported(model) is None:
+        return LeanGemma3CausalLM(model, name="target")
+    return HFCausalLM(model, name="target")
 
 
 def stateful_draft_engine(model: Any) -> Any | None:

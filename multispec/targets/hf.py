@@ -40,6 +40,19 @@ def check_causal_lm(model: object, name: str, allow_stateful: bool = False) -> N
         raise TypeError(f"{name}: {type(model).__name__} has no language-model head (use a *ForCausalLM class)")
 
 
+def attention_layer_types(config) -> tuple[list[str] | None, int | None]:
+    """(layer types, sliding window) as the model applies them: `layer_types` when the config lists them;
+    a config with a sliding window and no list (Mistral, Mixtral) slides in every layer; the window is
+    None when no layer slides."""
+    types = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+    if types is None and window is not None and getattr(config, "use_sliding_window", True):
+        types = ["sliding_attention"] * int(config.num_hidden_layers)
+    if types is None or "sliding_attention" not in types:
+        window = None
+    return types, window
+
+
 def output_vocab_size(model: PreTrainedModel) -> int:
     head = model.get_output_embeddings()
     return int(head.weight.shape[0]) if hasattr(head, "weight") else int(model.config.get_text_config().vocab_size)
@@ -65,10 +78,7 @@ class HFCausalLM:
         self.name = name
         self.vocab_size = output_vocab_size(model)
         text_config = model.config.get_text_config(decoder=True)
-        self.layer_types: list[str] | None = getattr(text_config, "layer_types", None)
-        self.sliding_window: int | None = getattr(text_config, "sliding_window", None)
-        if self.layer_types is None or "sliding_attention" not in self.layer_types:
-            self.sliding_window = None
+        self.layer_types, self.sliding_window = attention_layer_types(text_config)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache: DynamicCache | None = None
@@ -211,13 +221,17 @@ class HFCausalLM:
         return out.logits.float(), hidden
 
     def _layer_masks(self, allowed: torch.Tensor, distance: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
-        """Additive float masks [B, 1, Q, K]; a dict per layer type when some layers slide."""
+        """Additive float masks [B, 1, Q, K]: one when every layer attends alike, else a dict per layer type."""
         neg = torch.finfo(self.dtype).min
+        if self.sliding_window is not None:
+            allowed_sliding = allowed & (distance < self.sliding_window)
+            sliding = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill(
+                ~allowed_sliding, neg)[:, None]
+            if set(self.layer_types) == {"sliding_attention"}:
+                return sliding
         full = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill(~allowed, neg)[:, None]
         if self.sliding_window is None:
             return full
-        in_window = allowed & (distance < self.sliding_window)
-        sliding = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill(~in_window, neg)[:, None]
         return {t: (sliding if t == "sliding_attention" else full) for t in set(self.layer_types)}
 
     # ---- commit / rollback ----------------------------------------------------------------------------

@@ -8,8 +8,9 @@ decides (ragged rows, tree masks, positions, commit by gather) and replaces only
 q/k/v and gate/up projections, `F.rms_norm`, one rotary pass over q and k, SDPA with grouped heads, and a
 preallocated KV buffer that grows by doubling instead of a concatenation per layer per step.
 
-Supported: `llama`, `mistral` and `qwen2` configs with SiLU MLPs, default RoPE and no sliding window
-(`lean_unsupported(model)` says why another model is not). Weights are packed at `start` and re-packed
+Supported: `llama`, `mistral` and `qwen2` configs with SiLU MLPs, default RoPE, and either no sliding
+window or one in every layer (`lean_unsupported(model)` says why another model is not). It serves as
+a target too (final hidden states for feature-level drafters included) and runs EAGLE heads. Weights are packed at `start` and re-packed
 there when a parameter was modified in place or replaced since (tracked by tensor version counters); do
 not change the weights in the middle of a generation.
 """
@@ -22,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from .hf import HFCausalLM
+from .hf import HFCausalLM, attention_layer_types
+from .lm_head import tall_lm_head
 
 LEAN_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
@@ -39,9 +41,9 @@ def lean_unsupported(model: object) -> str | None:
     rope = getattr(config, "rope_parameters", None) or {}
     if rope.get("rope_type", "default") != "default":
         return f"rope_type {rope.get('rope_type')!r} (only default RoPE)"
-    window = getattr(config, "sliding_window", None)
-    if window is not None and getattr(config, "use_sliding_window", True):
-        return "sliding-window attention"
+    types, window = attention_layer_types(config)
+    if window is not None and set(types) != {"sliding_attention"}:
+        return "sliding-window attention in some layers only"
     decoder = getattr(model, "model", None)
     if decoder is None or not hasattr(decoder, "layers") or not hasattr(decoder, "rotary_emb"):
         return f"{type(model).__name__} does not have the Llama module layout (model.layers, model.rotary_emb)"
@@ -185,6 +187,8 @@ class LeanCausalLM(HFCausalLM):
         self._lo = 0
         if not bool(mask2d.all()):
             return super()._prefill(ids, mask2d, output_hidden_states, inputs_embeds)
+        if self.sliding_window is not None and ids.shape[1] > self.sliding_window:
+            return super()._prefill(ids, mask2d, output_hidden_states, inputs_embeds)  # a banded mask
         # no padding: plain causal attention, without building (and reading) an L x L float mask
         n = ids.shape[1]
         skip = n - self.window if self.window is not None and n > self.window else 0
@@ -196,9 +200,11 @@ class LeanCausalLM(HFCausalLM):
             self._lo = skip
         pos = torch.arange(n - skip, device=self.device).expand(ids.shape[0], n - skip)
         tokens = dict(input_ids=ids[:, skip:]) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds[:, skip:])
-        self._run(output_hidden_states, attention_mask=None, position_ids=pos, cache_position=pos[0],
-                  logits_to_keep=1, **tokens)
-        return None
+        _, hidden = self._run(output_hidden_states, attention_mask=None, position_ids=pos, cache_position=pos[0],
+                              logits_to_keep=1, **tokens)
+        if hidden is not None and skip:  # the skipped head of the prompt has no features: zeros
+            hidden = torch.cat([hidden.new_zeros(hidden.shape[0], skip, hidden.shape[2]), hidden], 1)
+        return hidden
 
     def _score(self, inputs, masks, positions, cache_position, output_hidden_states, parents):
         if self.window is not None:  # every row still sees at least its last `window` committed tokens
@@ -221,8 +227,6 @@ class LeanCausalLM(HFCausalLM):
     def _run(self, output_hidden_states: bool, attention_mask: torch.Tensor, position_ids: torch.Tensor,
              cache_position: torch.Tensor, input_ids: torch.Tensor | None = None,
              inputs_embeds: torch.Tensor | None = None, logits_to_keep: int = 0):
-        if output_hidden_states:
-            raise ValueError("output_hidden_states: not supported by the lean engine (use engine='hf')")
         if isinstance(attention_mask, dict):
             raise ValueError("attention_mask: per-layer-type masks are not supported by the lean engine")
         decoder = self.model.model
@@ -246,7 +250,11 @@ class LeanCausalLM(HFCausalLM):
             h = F.rms_norm(x, (x.shape[-1],), p.ln2, p.eps2)
             gate, up = F.linear(h, p.gate_up, p.gate_up_bias).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, p.down, p.down_bias)
-        if logits_to_keep:
+        if logits_to_keep and not output_hidden_states:
             x = x[:, -logits_to_keep:]
         x = F.rms_norm(x, (x.shape[-1],), decoder.norm.weight, decoder.norm.variance_epsilon)
-        return SimpleNamespace(logits=self.model.lm_head(x)), None
+        hidden = x if output_hidden_states else None  # what the LM head reads (EAGLE's features)
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        with tall_lm_head(self.model):
+            return SimpleNamespace(logits=self.model.lm_head(x)), hidden

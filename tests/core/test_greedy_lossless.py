@@ -48,7 +48,7 @@ def test_ngram_drafter_matches_generate(pair, batch):
     out = speculative_generate(target, NGramDrafter(), ids, mask, max_new_tokens=24, tree=4, eos_token_id=[],
                                pad_token_id=0)
     assert torch.equal(out.sequences, expected), kind
-    assert out.stats.mean_accepted_length >= 1.15, out.stats  # these random models loop: lookups get accepted
+    assert out.stats.mean_accepted_length >= 1.1, out.stats  # these random models loop: lookups get accepted
 
 
 def test_eos_inside_accepted_draft_stops_the_row():

@@ -126,5 +126,5 @@ def test_engine_choice_and_errors():
     lean = LeanCausalLM(make_target("llama"))
     ids, mask = ragged_prompts(1)
     lean.start(ids, mask)
-    with pytest.raises(ValueError, match="output_hidden_states"):
-        lean.forward(torch.tensor([[5]]), torch.tensor([[-1]]), output_hidden_states=True)
+    logits, hidden = lean.forward(torch.tensor([[5]]), torch.tensor([[-1]]), output_hidden_states=True)
+    assert logits.shape == (1, 1, 128) and hidden.shape == (1, 1, 64)  # features for EAGLE drafters
