@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from .. import (DynamicTree, NGramDrafter, StaticTree, SuffixDecodingDrafter, TokenRecyclingDrafter,
+from .. import (DynamicTree, NGramDrafter, SuffixDecodingDrafter, TokenRecyclingDrafter,
                  speculative_generate)
 from ..testing import make_layer_skip_draft
+from ..drafters.recycling import cpu_tree
 from .machine import describe, machine_info
 
 
@@ -85,7 +86,7 @@ def run(quick: bool = False, max_new_tokens: int | None = None, prompts: int | N
         "ours n-gram chain k=4": ours(NGramDrafter, 4),
         "ours chain k=4": ours(draft, 4),
         "ours dynamic tree": ours(draft, DynamicTree(depth=4, topk=4, total=16)),
-        "ours token recycling tree": ours(TokenRecyclingDrafter, StaticTree.full([4, 2, 1, 1])),
+        "ours token recycling tree": ours(TokenRecyclingDrafter, cpu_tree()),
         "ours suffix decoding tree": ours(SuffixDecodingDrafter, DynamicTree(depth=4, topk=4, total=16)),
     }
     hf(num_beams=1)(prompt_ids[0][:, :4])  # warm-up

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from .. import (DynamicTree, HybridDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter, TokenRecyclingDrafter,
                  speculative_generate, zoo)
+from ..drafters.recycling import cpu_tree
 from .machine import describe, machine_info
 from .tally import Tally, table
 from .text import _classify, prompts
@@ -111,7 +112,7 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
         greedy[f"ssm_draft_chain_k{chain_k}"] = spec(chain_k, draft=ssm_draft)
         greedy["ssm_draft_stree_dynamic"] = spec(tree, draft=ssm_draft)
     # the training-free tree drafters (one instance per row: each keeps what it learns across prompts)
-    greedy["recycling_tree"] = spec(StaticTree.full([4, 2, 1, 1]), draft=TokenRecyclingDrafter())
+    greedy["recycling_tree"] = spec(cpu_tree(), draft=TokenRecyclingDrafter())
     greedy["suffix_tree"] = spec(DynamicTree(depth=4, topk=4, total=16),
                                  draft=SuffixDecodingDrafter(corpus=_byte_corpus(corpus_chars)))
     # prompt lookup when the text repeats itself, the draft model's tree otherwise

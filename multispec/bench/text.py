@@ -14,11 +14,12 @@ import json
 import torch
 from tqdm.auto import tqdm
 
-from .. import (Chain, DynamicTree, HybridDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter,
+from .. import (Chain, DynamicTree, HybridDrafter, NGramDrafter, SuffixDecodingDrafter,
                  TokenRecyclingDrafter, speculative_generate)
 from .. import zoo
 from ..zoo.data import read_source, stdlib_files
 from ..targets.lm_head import fast_head_applies, tall_lm_head
+from ..drafters.recycling import cpu_tree
 from .machine import describe, machine_info
 from .tally import Tally, table
 
@@ -84,7 +85,6 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
     target, eagle, tok = pair.target, pair.drafter, pair.tokenizer
     # 16 verified nodes: on CPUs the LM-head GEMM costs about the same for 16 rows as for 8
     tree = tree or DynamicTree(depth=4, topk=4, total=15)
-    small_static = StaticTree.full([4, 2, 1, 1])  # 16 nodes, Token Recycling's shape at CPU size
     n = max_new_tokens or 128  # --quick: fewer prompts, not fewer tokens (short runs measure the prefill)
     ps = prompts(tok, quick)
     no_eos = dict(eos_token_id=[], pad_token_id=0)
@@ -120,7 +120,7 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
         "eagle_dynamic_tree": ours(eagle, tree),
         f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k),
         "hybrid_dynamic_tree": ours(lambda: HybridDrafter(eagle), tree),
-        "recycling_tree": ours(TokenRecyclingDrafter(), small_static),
+        "recycling_tree": ours(TokenRecyclingDrafter(), cpu_tree()),
         "suffix_chain": ours(suffix(), 16),
         "suffix_tree": ours(suffix(), DynamicTree(depth=4, topk=4, total=16)),
         f"hybrid_suffix_eagle_k{chain_k}": ours(HybridDrafter(eagle, lookup=suffix(), lookup_k=8), chain_k),

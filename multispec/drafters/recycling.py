@@ -40,8 +40,15 @@ _PAPER_TEMPLATE = (
 
 def paper_tree() -> StaticTree:
     """The 80-node template of the Token Recycling paper (sized for a GPU, where 81 verified rows cost
-    about one; on a CPU a smaller tree such as `StaticTree.full([4, 2, 1, 1])` pays better)."""
+    about one; on a CPU a smaller tree such as `cpu_tree()` pays better)."""
     return StaticTree(_PAPER_TEMPLATE)
+
+
+def cpu_tree() -> StaticTree:
+    """A 12-node template for CPUs, where every verified node costs: the paper's shape (earlier ranks get
+    more children and go deeper) cut to 3, 4, 3, 1, 1 nodes per depth."""
+    return StaticTree([[0], [1], [2], [0, 0], [0, 1], [1, 0], [2, 0], [0, 0, 0], [0, 0, 1], [0, 1, 0],
+                       [0, 0, 0, 0], [0, 0, 0, 0, 0]])
 
 
 def _as_static(spec: TreeSpec) -> StaticTree:

@@ -197,7 +197,8 @@ class HFCausalLM:
             anc = ancestor_mask_from_parents(kept_parents)
             pos = own_len[:, None] + anc.sum(dim=-1) - 1  # a pending root sits at the row's length
         new_anc = anc[:, p0:]  # [B, M, P0+M]
-        cols = torch.arange(self.width, device=self.device)
+        # the committed columns this call reads (an engine with an attention window skips the oldest)
+        cols = torch.arange(self._first_read_column(), self.width, device=self.device)
         prefix = (cols[None, :] >= self.start_col[:, None]) & (cols[None, :] < self.length[:, None])
         prefix = prefix[:, None, :] & valid[:, :, None]  # [B, M, W]
         allowed = torch.cat([prefix, new_anc], dim=2)
@@ -210,6 +211,10 @@ class HFCausalLM:
                                      torch.where(valid, parents, -1))
         self.pending = _Pending(kept_parents, pos, anc)
         return (logits, hidden) if output_hidden_states else logits
+
+    def _first_read_column(self) -> int:
+        """The first cache column the next scoring call attends to; masks start there (all: 0)."""
+        return 0
 
     def _score(self, inputs: dict, masks, positions: torch.Tensor, cache_position: torch.Tensor,
                output_hidden_states: bool, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

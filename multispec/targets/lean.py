@@ -206,10 +206,10 @@ class LeanCausalLM(HFCausalLM):
             hidden = torch.cat([hidden.new_zeros(hidden.shape[0], skip, hidden.shape[2]), hidden], 1)
         return hidden
 
-    def _score(self, inputs, masks, positions, cache_position, output_hidden_states, parents):
-        if self.window is not None:  # every row still sees at least its last `window` committed tokens
-            self._lo = max(0, int(self.length.min()) - self.window)
-        return super()._score(inputs, masks, positions, cache_position, output_hidden_states, parents)
+    def _first_read_column(self) -> int:
+        # every row still sees at least its last `window` committed tokens; the mask starts at that column
+        self._lo = max(0, int(self.length.min()) - self.window) if self.window is not None else 0
+        return self._lo
 
     def _rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [B, 1, M, D] for `positions` [B, M], read from a table built once (and doubled when a
@@ -230,9 +230,7 @@ class LeanCausalLM(HFCausalLM):
         if isinstance(attention_mask, dict):
             raise ValueError("attention_mask: per-layer-type masks are not supported by the lean engine")
         decoder = self.model.model
-        lo = self._lo
-        if lo and attention_mask is not None:
-            attention_mask = attention_mask[..., lo:]
+        lo = self._lo  # masks built for this call already start at column `lo`
         x = decoder.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         b, m, _ = x.shape
         cos, sin = self._rotary(position_ids, x.dtype)

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from multispec import DynamicTree, ModelDrafter, speculative_generate
+from multispec import DynamicTree, speculative_generate
 from multispec.sampling import check_logits_finite, exponential, uniform
 from multispec.testing import make_perturbed_copy, make_target, ragged_prompts
 
