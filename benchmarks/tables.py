@@ -21,8 +21,16 @@ def _outputs(r: dict) -> str:
     return ", ".join(f"{v} {k}" for k, v in sorted(out.items()))
 
 
+def _split(r: dict) -> str:
+    s = r.get("per_step")
+    return "-" if not s else f"{s['draft_ms']:.2f} / {s['verify_ms']:.2f} / {s['commit_ms']:.2f}"
+
+
 def _speed_table(rows: dict, columns: list[tuple[str, str]], with_outputs: bool) -> list[str]:
     head = ["method", "tok/s"] + [title for _, title in columns] + ["mean accepted length"]
+    split = any(r.get("per_step") for r in rows.values())
+    if split:
+        head.append("draft / verify / commit ms per step")
     if with_outputs:
         head.append("outputs vs plain")
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -30,6 +38,8 @@ def _speed_table(rows: dict, columns: list[tuple[str, str]], with_outputs: bool)
         cells = [f"`{name}`", f"{r['tokens_per_s']:.2f}"]
         cells += [f"{r[key]:.2f}x" if key in r else "-" for key, _ in columns]
         cells.append(_mal(r))
+        if split:
+            cells.append(_split(r))
         if with_outputs:
             cells.append(_outputs(r))
         lines.append("| " + " | ".join(cells) + " |")

@@ -14,6 +14,7 @@ import torch
 
 from multispec import Chain, DraftTree, HFCausalLM, SamplingConfig, zoo
 from multispec.bench.machine import describe, machine_info
+from multispec.prompt import Prompt
 from multispec.targets import as_target
 from multispec.targets.lm_head import tall_linear
 from multispec.zoo.data import read_source, stdlib_files
@@ -42,12 +43,14 @@ def main() -> None:
     text = read_source(stdlib_files("heldout")[0])
     ids = pair.tokenizer(text, return_tensors="pt")["input_ids"][:, : args.prompt_tokens]
     target = as_target(pair.target)  # the adapter the loop uses (the lean forward where it applies)
-    roots, _ = target.start(ids, torch.ones_like(ids), output_hidden_states=True)
+    drafter = pair.drafter
+    prompt = Prompt.build(ids)
+    roots = target.prefill(prompt, drafter.feature_request).roots
 
     def verify(m):
         draft = DraftTree.chain(torch.randint(0, 1000, (1, m - 1)))
         tokens = torch.cat([roots[:, None], draft.tokens], 1)
-        target.forward(tokens, draft.full_parents(), draft.full_valid(), output_hidden_states=True)
+        target.score(tokens, draft.full_parents(), draft.full_valid(), drafter.feature_request)
         target.discard()
 
     head = pair.target.get_output_embeddings().weight
@@ -70,10 +73,9 @@ def main() -> None:
         print(f"{m:8d} {ms:10.1f} {ms / t1:7.2f} {hm:15.1f} {ht:13.1f}")
         results["verify"].append({"nodes": m, "verify_ms": round(ms, 2), "x_t1": round(ms / t1, 3),
                                   "head_linear_ms": round(hm, 2), "head_tall_ms": round(ht, 2)})
-    drafter = pair.drafter
-    _, feats = HFCausalLM(pair.target).start(ids, torch.ones_like(ids), output_hidden_states=True)
+    feats = HFCausalLM(pair.target).prefill(prompt, drafter.feature_request).features
     for k in (1, 2, 4):
-        drafter.start(ids, torch.ones_like(ids), features=feats)
+        drafter.start(prompt, feats)
         ms = best(lambda: drafter.propose(ids[:, -1], Chain(k), SamplingConfig()), 1)
         print(f"draft chain k={k}: {ms:.1f} ms per step")
         results["draft_chain_ms"][k] = round(ms, 2)

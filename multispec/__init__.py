@@ -11,13 +11,16 @@ from .drafters import (Drafter, EagleDrafter, HybridDrafter, ModelDrafter, NGram
 from .generate import SpeculativeOutput, speculative_generate
 from .metrics import SpeculativeStats, StepStats
 from .sampling import SamplingConfig, classifier_free_guidance
-from .targets import HFCausalLM, register_target_adapter
+from .session import Checkpoint, Session, SpanScore
+from .prompt import Prompt
+from .targets import FeatureRequest, Features, HFCausalLM, PrefillOutput, Target, TargetOutput, register_target_adapter
 from .tree import Chain, DraftTree, DynamicTree, StaticTree
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AcceptanceRule", "Chain", "Drafter", "DraftTree", "DynamicTree", "Exact", "Greedy", "HFCausalLM",
+    "AcceptanceRule", "Chain", "Drafter", "DraftTree", "DynamicTree", "Exact", "FeatureRequest", "Features",
+    "Checkpoint", "Greedy", "HFCausalLM", "PrefillOutput", "Prompt", "Session", "SpanScore", "Target", "TargetOutput",
     "EagleDrafter", "HybridDrafter", "ModelDrafter", "NGramDrafter", "SamplingConfig", "SpeculativeOutput",
     "SpeculativeStats", "StaticTree", "SuffixDecodingDrafter", "TokenRecyclingDrafter",
     "StepStats", "Verdict", "classifier_free_guidance", "register_target_adapter", "speculative_generate",

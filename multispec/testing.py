@@ -226,3 +226,23 @@ def detectable_deviation(n: int, p: float, bins: int, alpha: float = 1e-3, power
     critical = chi2.isf(alpha, dof)
     lam = brentq(lambda x: ncx2.sf(critical, dof, x) - power, 1e-9, 1e6)
     return (lam * p * (1 - p) / n) ** 0.5
+
+
+def energy_distance_pvalue(a: torch.Tensor, b: torch.Tensor, permutations: int = 200, seed: int = 0) -> float:
+    """Two-sample test of `a` [n, d] against `b` [m, d] (flattened beyond the first dimension): the energy
+    distance 2 E|X - Y| - E|X - X'| - E|Y - Y'| with a permutation p-value ((1 + #permuted >= observed) /
+    (1 + permutations)). The smallest p-value it can give is 1 / (1 + permutations)."""
+    a, b = a.reshape(len(a), -1).double(), b.reshape(len(b), -1).double()
+    n, m = len(a), len(b)
+    pooled = torch.cat([a, b])
+    dist = torch.cdist(pooled, pooled)
+    g = torch.Generator().manual_seed(seed)
+    labels = [torch.arange(n + m) < n] + [torch.randperm(n + m, generator=g) < n for _ in range(permutations)]
+    ind = torch.stack(labels, 1).double()  # [n + m, 1 + permutations], 1 = first sample
+    first, second = ind, 1 - ind
+    dist_first = dist @ first
+    cross = (second * dist_first).sum(0) / (n * m)
+    within_a = (first * dist_first).sum(0) / (n * n)
+    within_b = (second * (dist @ second)).sum(0) / (m * m)
+    stat = 2 * cross - within_a - within_b
+    return float((1 + (stat[1:] >= stat[0]).sum()) / (1 + permutations))

@@ -122,11 +122,10 @@ class DraftTree:
 
 
 def depths_from_parents(parents: torch.Tensor) -> torch.Tensor:
-    depth = torch.zeros_like(parents)
-    for i in range(parents.shape[1]):
-        p = parents[:, i]
-        depth[:, i] = torch.where(p >= 0, depth.gather(1, p.clamp(min=0)[:, None])[:, 0] + 1, 0)
-    return depth
+    """[B, T] depth of each node (a root: 0), from its ancestor count (no loop over nodes)."""
+    if parents.shape[1] == 0:
+        return torch.zeros_like(parents)
+    return ancestor_mask_from_parents(parents).sum(dim=-1) - 1
 
 
 def ancestor_mask_from_parents(parents: torch.Tensor) -> torch.Tensor:
@@ -161,30 +160,25 @@ def linked_from_parents(parents: torch.Tensor, valid: torch.Tensor) -> tuple[tor
 
 
 def root_to_leaf_paths(parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """[B, leaves, max_depth + 1]: each row's root-to-leaf node paths (leaves in index order), -1 padded.
+    Parents precede children, so a node's ancestors in index order are its path: one sort of the ancestor
+    mask, no loop over nodes."""
     b, t = parents.shape
-    par, val = parents.cpu().tolist(), valid.cpu().tolist()
-    all_paths = []
-    for r in range(b):
-        has_child = [False] * t
-        for i in range(1, t):
-            if val[r][i] and par[r][i] >= 0:
-                has_child[par[r][i]] = True
-        paths = []
-        for i in range(t):
-            if val[r][i] and not has_child[i]:
-                path, j = [], i
-                while j >= 0:
-                    path.append(j)
-                    j = par[r][j]
-                paths.append(path[::-1])
-        all_paths.append(paths)
-    leaves = max(len(p) for p in all_paths)
-    depth = max(len(q) for p in all_paths for q in p)
-    out = torch.full((b, leaves, depth), -1, dtype=torch.long)
-    for r, paths in enumerate(all_paths):
-        for li, path in enumerate(paths):
-            out[r, li, : len(path)] = torch.tensor(path)
-    return out.to(parents.device)
+    parents = torch.where(valid, parents, -1)
+    anc = ancestor_mask_from_parents(parents)
+    has_child = torch.zeros(b, t + 1, dtype=torch.bool, device=parents.device)
+    has_child.scatter_(1, torch.where(valid & (parents >= 0), parents, t), True)
+    leaf = valid & ~has_child[:, :t]
+    idx = torch.arange(t, device=parents.device)
+    paths = torch.where(anc, idx, t).sort(dim=-1).values  # [B, T, T]: each node's path, then t's
+    depth = int(anc.sum(-1).max()) if t else 0
+    paths = paths[..., :depth]
+    paths = torch.where(paths == t, -1, paths)
+    count = leaf.sum(dim=1)
+    width = int(count.max()) if b else 0
+    order = torch.sort((~leaf).to(torch.int8), dim=1, stable=True).indices[:, :width]
+    out = paths.gather(1, order[..., None].expand(-1, -1, depth))
+    return torch.where((torch.arange(width, device=parents.device) < count[:, None])[..., None], out, -1)
 
 
 # ---- tree specs ------------------------------------------------------------------------------------

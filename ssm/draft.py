@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import torch
 
+from multispec.prompt import Prompt
+from multispec.targets.base import FeedingEngine, PrefillOutput, TargetOutput
 
-class StatefulDraftEngine:
-    """Incremental feeding over an SSM target adapter (`Mamba2Target`, `MambaTarget`, `BambaTarget`):
-    `start`, `forward(tokens, parents, valid)` with parents as pending indices (-1 = the committed
-    prefix), `commit(path of pending indices)`, `discard`, `select`, as `HFCausalLM` offers them."""
+
+class StatefulDraftEngine(FeedingEngine):
+    """The core's `FeedingEngine` over an SSM target adapter (`Mamba2Target`, `MambaTarget`,
+    `BambaTarget`): parents are pending indices (-1 = the committed prefix)."""
 
     def __init__(self, adapter, name: str = "draft_model"):
         self.adapter = adapter
@@ -40,14 +42,14 @@ class StatefulDraftEngine:
         return int(self.tokens.shape[0])
 
     @torch.no_grad()
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Prefill all prompt tokens but the last; return the last ones (the first roots)."""
-        roots = self.adapter.start(input_ids, attention_mask)
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> PrefillOutput:
+        """Prefill all prompt tokens but the last (the first roots)."""
+        out = self.adapter.prefill(Prompt(input_ids, attention_mask))
         self._reset(input_ids.shape[0])
-        return roots
+        return out
 
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    def feed(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None) -> TargetOutput:
         """Feed M new nodes per row (`parents[b, m]`: the pending index of node m's parent, -1 = the
         committed prefix; new node m becomes pending index `num_pending + m`); their logits [B, M, V]."""
         b, m = tokens.shape
@@ -65,7 +67,7 @@ class StatefulDraftEngine:
         self.valid = torch.cat([self.valid, valid], 1)
         if p0:
             self.adapter.discard()
-        return self.adapter.forward(self.tokens, self.parents, self.valid)[:, p0:]
+        return TargetOutput(self.adapter.score(self.tokens, self.parents, self.valid).logits[:, p0:])
 
     @torch.no_grad()
     def commit(self, path: torch.Tensor) -> None:

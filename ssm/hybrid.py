@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
-from multispec.targets import HFCausalLM
+from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
 from multispec.tree import ancestor_mask_from_parents
 
 from .mamba2 import _Mamba2Step, mamba2_commit_layers, mamba2_prefill_mix, mamba2_tree_mix
@@ -75,6 +75,7 @@ class BambaTarget(HFCausalLM):
 
     stateful = True
     model_type = "bamba"
+    provides = FeatureRequest(hidden=True)
 
     def __init__(self, model: PreTrainedModel):
         if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) == self.model_type):
@@ -91,20 +92,20 @@ class BambaTarget(HFCausalLM):
         return DynamicCache(config=self.model.config)  # typed layers: KV for attention, states for Mamba
 
     @torch.no_grad()
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, output_hidden_states: bool = False,
-              inputs_embeds: torch.Tensor | None = None):
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+              inputs_embeds: torch.Tensor | None = None, request: FeatureRequest = NO_FEATURES) -> PrefillOutput:
         b = input_ids.shape[0]
         for i in self.mamba_layers:  # a one-token prompt prefills nothing: zero states
             mixer = self.decoder.layers[i].mamba
             self.conv[i] = torch.zeros(b, mixer.conv_dim, mixer.conv_kernel_size, dtype=self.dtype, device=self.device)
             self.ssm[i] = torch.zeros(b, mixer.num_heads, mixer.head_dim, mixer.ssm_state_size, device=self.device)
         self._step = None
-        return super().start(input_ids, attention_mask, output_hidden_states, inputs_embeds)
+        return super().start(input_ids, attention_mask, inputs_embeds=inputs_embeds, request=request)
 
     @torch.no_grad()
-    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, output_hidden_states: bool = False,
-                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | None:
-        unpadded = inputs_embeds is None and not output_hidden_states and bool(mask2d.all())
+    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
+                 inputs_embeds: torch.Tensor | None = None) -> Features | None:
+        unpadded = inputs_embeds is None and request.empty and bool(mask2d.all())
         if unpadded and not mamba_ssm_prefill(self.device):
             return self._prefill_unpadded(ids)
         # the model's own forward (its chunked scan) over the left-padded prompts; positions count real tokens
@@ -115,7 +116,7 @@ class BambaTarget(HFCausalLM):
         for i in self.mamba_layers:
             self.conv[i] = self.cache.get_conv_state(i).clone()
             self.ssm[i] = self.cache.get_recurrent_state(i).float().clone()
-        return out.last_hidden_state if output_hidden_states else None
+        return Features(out.last_hidden_state) if request.hidden else None
 
     def _prefill_unpadded(self, ids: torch.Tensor) -> None:
         """Mamba-2 layers through `mamba2_prefill_mix` (conv1d + chunked SSD), attention layers through the
@@ -135,9 +136,9 @@ class BambaTarget(HFCausalLM):
             hidden = hidden + h
             hidden = hidden + layer.feed_forward(layer.pre_ff_layernorm(hidden))
 
-    def _score(self, inputs, masks, positions, cache_position, output_hidden_states, parents):
+    def _score(self, inputs, masks, positions, cache_position, request, parents):
         if self.num_pending:
-            raise RuntimeError("forward: commit or discard the previous tree first (one tree per step)")
+            raise RuntimeError("score: commit or discard the previous tree first (one tree per step)")
         ancestors = ancestor_mask_from_parents(parents)
         width = self.decoder.layers[self.mamba_layers[0]].mamba.conv_kernel_size if self.mamba_layers else 1
         sources = conv_sources(parents, width, depth=ancestors.sum(-1) - 1)
@@ -155,7 +156,7 @@ class BambaTarget(HFCausalLM):
             hidden = hidden + feed_forward(layer.feed_forward, rms_norm(layer.pre_ff_layernorm, hidden))
         hidden = rms_norm(self.decoder.final_layernorm, hidden)
         self._step, self._sources = step, sources
-        return self.model.lm_head(hidden).float(), (hidden if output_hidden_states else None)
+        return self.model.lm_head(hidden).float(), (Features(hidden) if request.hidden else None)
 
     @torch.no_grad()
     def commit(self, path: torch.Tensor) -> None:
@@ -174,6 +175,18 @@ class BambaTarget(HFCausalLM):
 
     def discard(self) -> None:
         super().discard()
+        self._step = None
+
+    def checkpoint(self) -> tuple:
+        if self._step is not None:
+            raise RuntimeError("checkpoint: commit or discard the scored tree first")
+        clone = lambda states: {i: t.clone() for i, t in states.items()}  # noqa: E731
+        return super().checkpoint(), clone(self.conv), clone(self.ssm)
+
+    def rollback(self, state: tuple) -> None:
+        attention, conv, ssm = state
+        super().rollback(attention)
+        self.conv, self.ssm = {i: t.clone() for i, t in conv.items()}, {i: t.clone() for i, t in ssm.items()}
         self._step = None
 
     def select(self, rows: torch.Tensor) -> None:

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from multispec.prompt import Prompt
+from multispec.targets.base import NO_FEATURES, FeatureRequest, PrefillOutput, Target, TargetOutput
 from multispec.tree import ancestor_mask_from_parents
 
 from .tree_scan import conv_sources, gather_windows
@@ -62,10 +64,7 @@ def commit_layer_states(conv: torch.Tensor, ssm: torch.Tensor, new_ssm: torch.Te
             torch.where(has.view(shape), new_ssm, ssm))
 
 
-NO_FEATURES = "output_hidden_states: feature-level drafters are not supported for SSM targets yet"
-
-
-class SSMTarget:
+class SSMTarget(Target):
     """Prefill / score a tree / commit over a `transformers` *ForCausalLM whose blocks are
     `norm -> mixer -> residual` (Mamba, Mamba-2). Pure PyTorch plus `multispec.ssm.kernels`."""
 
@@ -112,10 +111,11 @@ class SSMTarget:
         return 0 if self._step is None else int(self._step[0].xbc.shape[1])
 
     @torch.no_grad()
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, output_hidden_states: bool = False):
-        """Prefill all prompt tokens but the last (the first root); return the roots [B]."""
-        if output_hidden_states:
-            raise ValueError(NO_FEATURES)
+    def prefill(self, prompt: Prompt, request: FeatureRequest = NO_FEATURES) -> PrefillOutput:
+        """Prefill all prompt tokens but the last (the first root)."""
+        self.check_prompt(prompt)
+        self.check_request(request)
+        input_ids, attention_mask = prompt.input_ids, prompt.attention_mask
         b, length = input_ids.shape
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         layers = self.backbone.layers
@@ -128,7 +128,7 @@ class SSMTarget:
         if length > 1:
             self._prefill(input_ids[:, :-1], attention_mask[:, :-1])
         self._step = None
-        return input_ids[:, -1]
+        return PrefillOutput(input_ids[:, -1])
 
     def _prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         """Run the prompt from zero states and keep every layer's final states (default: the model's own
@@ -140,14 +140,13 @@ class SSMTarget:
 
     # ---- scoring --------------------------------------------------------------------------------------
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> torch.Tensor:
+    def score(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None,
+              request: FeatureRequest = NO_FEATURES) -> TargetOutput:
         """Logits [B, T, V] (float32) of a whole tree: node 0 is each row's root, `parents[b, t]` < t the
         tree index of node t's parent (-1 for the root). Invalid nodes are computed as roots and ignored."""
-        if output_hidden_states:
-            raise ValueError(NO_FEATURES)
+        self.check_request(request)
         if self._step is not None:
-            raise RuntimeError("forward: commit or discard the previous tree first (one tree per step)")
+            raise RuntimeError("score: commit or discard the previous tree first (one tree per step)")
         b, t = tokens.shape
         if parents.shape != (b, t):
             raise ValueError(f"parents: expected shape {(b, t)}, got {tuple(parents.shape)}")
@@ -161,7 +160,7 @@ class SSMTarget:
         hidden = self._layers(tokens, parents)
         self._tokens = tokens
         hidden = rms_norm(self.backbone.norm_f, hidden)
-        return self.model.lm_head(hidden.to(self.model.lm_head.weight.dtype)).float()
+        return TargetOutput(self.model.lm_head(hidden.to(self.model.lm_head.weight.dtype)).float())
 
     def _layers(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
         """Run every block over the tree; keep what the commit needs in `_step`."""
@@ -211,6 +210,19 @@ class SSMTarget:
         return path, keep, (keep.sum(dim=1) - 1).clamp(min=0)
 
     def discard(self) -> None:
+        self._step = None
+
+    def checkpoint(self) -> tuple:
+        """Every layer's states (copies: a later commit must not reach them)."""
+        if self._step is not None:
+            raise RuntimeError("checkpoint: commit or discard the scored tree first")
+        return [c.clone() for c in self.conv], [h.clone() for h in self.ssm]
+
+    def rollback(self, state: tuple) -> None:
+        conv, ssm = state
+        if conv and conv[0].shape[0] != self.batch_size:
+            raise ValueError("state: a checkpoint from another batch (rows were selected since)")
+        self.conv, self.ssm = [c.clone() for c in conv], [h.clone() for h in ssm]
         self._step = None
 
     def select(self, rows: torch.Tensor) -> None:

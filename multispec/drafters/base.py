@@ -5,32 +5,34 @@ from __future__ import annotations
 import torch
 
 from ..acceptance import Verdict
+from ..prompt import Prompt
 from ..sampling import SamplingConfig
+from ..targets.base import NO_FEATURES, FeatureRequest, Features
 from ..tree import DraftTree, TreeSpec
 
 
 class Drafter:
     """A source of draft trees.
 
-    Lifecycle: `start(input_ids, attention_mask)` once; then per step `propose(roots, spec, sampling,
-    generator)` -> `DraftTree`, and `commit(draft, verdict)` with the target's verdict; `select(rows)`
-    when rows finish. `roots[b]` is row b's last committed token (not yet seen by the target).
+    Lifecycle: `start(prompt, features)` once; then per step `propose(roots, spec, sampling, generator)`
+    -> `DraftTree`, and `commit(draft, verdict, features)` with the target's verdict; `select(rows)` when
+    rows finish. `roots[b]` is row b's last committed token (not yet seen by the target).
     """
 
     vocab_size: int | None = None  # None: the drafter works in token space and fits any vocabulary
-    # feature-level drafters (EAGLE) read the target's final hidden states: the loop then passes them to
-    # `start` (prefilled tokens, [B, L-1, H]) and `commit` (every full-tree node of the step, [B, T, H])
-    uses_target_features: bool = False
+    # feature-level drafters (EAGLE) say what they read of the target: the loop asks the target for it and
+    # passes it to `start` (at the prefilled tokens, [B, L-1, ...]) and `commit` (at every full-tree node
+    # of the step, [B, T, ...]); None otherwise
+    feature_request: FeatureRequest = NO_FEATURES
 
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-              features: torch.Tensor | None = None) -> None:
+    def start(self, prompt: Prompt, features: Features | None = None) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement start()")
 
     def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
         raise NotImplementedError(f"{type(self).__name__} must implement propose()")
 
-    def commit(self, draft: DraftTree, verdict: Verdict, features: torch.Tensor | None = None) -> None:
+    def commit(self, draft: DraftTree, verdict: Verdict, features: Features | None = None) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement commit()")
 
     def select(self, rows: torch.Tensor) -> None:

@@ -24,7 +24,9 @@ from torch import nn
 from transformers import PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from ..acceptance import Verdict
+from ..prompt import Prompt
 from ..sampling import SamplingConfig
+from ..targets.base import FeatureRequest, Features
 from ..targets.hf import HFCausalLM, check_causal_lm, output_vocab_size
 from ..targets.lean import LeanCausalLM, lean_unsupported
 from ..tree import DraftTree, TreeSpec, grow_tree
@@ -123,7 +125,7 @@ class EagleHead(nn.Module):
 class EagleDrafter(Drafter):
     """Drafts chains or trees with an `EagleHead` over a target's features."""
 
-    uses_target_features = True
+    feature_request = FeatureRequest(hidden=True)  # EAGLE-1/2: the target's final hidden state
     supports_skipped_steps = True  # `commit` after a step it did not draft queues the committed tokens
 
     def __init__(self, head: EagleHead, target: PreTrainedModel):
@@ -152,9 +154,10 @@ class EagleDrafter(Drafter):
         return self.head.fuse(self.embed(tokens.to(self.embed.weight.device)).to(self.device), features.to(self.device))
 
     @torch.no_grad()
-    def start(self, input_ids, attention_mask, features=None) -> None:
-        if features is None:
+    def start(self, prompt: Prompt, features: Features | None = None) -> None:
+        if features is None or features.hidden is None:
             raise ValueError("features: the EAGLE drafter needs the target's prefill hidden states")
+        input_ids, attention_mask, features = prompt.input_ids, prompt.attention_mask, features.hidden
         b, length = input_ids.shape
         # draft entry j pairs token x_{j+1} with the target feature f_j; the root x_{L-1} pairs with f_{L-2}
         feats = torch.zeros(b, length - 1, features.shape[-1], device=self.device, dtype=features.dtype)
@@ -184,8 +187,9 @@ class EagleDrafter(Drafter):
         idx = torch.arange(width, device=device)[None, :]
         valid = idx < counts[:, None]
         safe = tokens.clamp(min=0)
-        logits, hidden = lm.forward(safe, (idx - 1).expand(b, width).contiguous(), valid, output_hidden_states=True,
-                                    inputs_embeds=self._embeds(safe, feats))
+        out = lm.feed(safe, (idx - 1).expand(b, width).contiguous(), valid, inputs_embeds=self._embeds(safe, feats),
+                      request=self.feature_request)
+        logits, hidden = out.logits, out.features.hidden
         rows = torch.arange(b, device=device)
         last = counts - 1
         self._chain_valid = valid
@@ -203,10 +207,10 @@ class EagleDrafter(Drafter):
             parent_feat = all_hidden.gather(1, parent_pending[..., None].expand(-1, -1, all_hidden.shape[-1]))
             new = lm.num_pending + torch.arange(ids.shape[1], device=device).expand_as(ids)
             fed.scatter_(1, ids, new)
-            out_logits, out_hidden = lm.forward(toks, parent_pending, output_hidden_states=True,
-                                                inputs_embeds=self._embeds(toks, parent_feat))
-            node_hidden.append(out_hidden)
-            return out_logits
+            out = lm.feed(toks, parent_pending, inputs_embeds=self._embeds(toks, parent_feat),
+                          request=self.feature_request)
+            node_hidden.append(out.features.hidden)
+            return out.logits
 
         tree = grow_tree(spec, logits[rows, last], feed, sampling, generator, vocab_map=self.head.d2t,
                          vocab_size=self.vocab_size, who="drafter (EagleHead)")
@@ -214,9 +218,10 @@ class EagleDrafter(Drafter):
         return tree
 
     @torch.no_grad()
-    def commit(self, draft: DraftTree, verdict: Verdict, features: torch.Tensor | None = None) -> None:
-        if features is None:
+    def commit(self, draft: DraftTree, verdict: Verdict, features: Features | None = None) -> None:
+        if features is None or features.hidden is None:
             raise ValueError("features: the EAGLE drafter needs the target's hidden states at every tree node")
+        features = features.hidden
         device = self.device
         path = verdict.path.to(device)
         keep = path >= 0

@@ -10,7 +10,9 @@ from __future__ import annotations
 import torch
 
 from ..acceptance import Verdict
+from ..prompt import Prompt
 from ..sampling import SamplingConfig
+from ..targets.base import Features
 from ..tree import Chain, DraftTree, TreeSpec
 from .base import Drafter
 from .ngram import NGramDrafter
@@ -51,14 +53,18 @@ class HybridDrafter(Drafter):
         self.observes_target = model.observes_target or self.lookup.observes_target
         self.lookup_k, self.min_draft = lookup_k, min_draft
         self.vocab_size = model.vocab_size
-        self.uses_target_features = model.uses_target_features
+        self.feature_request = model.feature_request
         self.lookup_steps = 0  # steps drafted by lookup since `start`
         self.model_steps = 0
+        self.supports_skipped_steps = self.lookup.supports_skipped_steps  # the model part always can
 
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-              features: torch.Tensor | None = None) -> None:
-        self.lookup.start(input_ids, attention_mask)
-        self.model.start(input_ids, attention_mask, features=features)
+    def skip(self, roots: torch.Tensor) -> None:
+        self.lookup.skip(roots)
+        self.model.skip(roots)
+
+    def start(self, prompt: Prompt, features: Features | None = None) -> None:
+        self.lookup.start(prompt)
+        self.model.start(prompt, features)
         self.lookup_steps = self.model_steps = 0
 
     def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
@@ -76,7 +82,7 @@ class HybridDrafter(Drafter):
             if part.observes_target:
                 part.observe(tokens, target_logits, valid)
 
-    def commit(self, draft: DraftTree, verdict: Verdict, features: torch.Tensor | None = None) -> None:
+    def commit(self, draft: DraftTree, verdict: Verdict, features: Features | None = None) -> None:
         self.lookup.commit(draft, verdict)
         self.model.commit(draft, verdict, features=features)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from ..prompt import Prompt
 from ..acceptance import Verdict
 from ..sampling import SamplingConfig
-from ..targets import stateful_draft_engine
+from ..targets import FeedingEngine, Target, registered_feeding_engine, stateful_draft_engine
 from ..targets.hf import HFCausalLM
 from ..targets.lean import LeanCausalLM, lean_unsupported
 from ..tree import DraftTree, TreeSpec, grow_tree
@@ -33,12 +34,24 @@ class ModelDrafter(Drafter):
         context (see `LeanCausalLM`)."""
         if engine not in ("auto", "hf", "lean"):
             raise ValueError(f"engine: expected 'auto', 'hf' or 'lean', got {engine!r}")
+        if isinstance(model, FeedingEngine):  # an engine built by the caller (e.g. a GuidedTarget draft)
+            if engine != "auto" or window is not None:
+                raise ValueError("engine/window: the model is already a feeding engine; leave them at their defaults")
+            self.lm, self.engine = model, "given"
+            self.who = f"draft_model ({type(getattr(model, 'model', model)).__name__})"
+            self.vocab_size = self.lm.vocab_size
+            self._skipped_roots = None
+            return
         stateful = stateful_draft_engine(model)
+        adapter = registered_feeding_engine(model) if stateful is None and engine == "auto" else None
         if stateful is not None:
             if engine != "auto" or window is not None:
                 raise ValueError(f"engine/window: {type(model).__name__} keeps a recurrent state and is driven by "
                                  "multispec.ssm's engine; leave engine='auto' and window=None")
             self.lm, self.engine = stateful, "stateful"
+        elif adapter is not None and window is None:  # e.g. a small VLM: its adapter prefills its images
+            adapter.name = "draft_model"
+            self.lm, self.engine = adapter, "adapter"
         else:
             lean = engine == "lean" or engine == "auto" and lean_unsupported(model) is None
             if window is not None and not lean:
@@ -51,9 +64,13 @@ class ModelDrafter(Drafter):
         self.vocab_size = self.lm.vocab_size
         self._skipped_roots: torch.Tensor | None = None
 
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, features=None) -> None:
-        self.lm.start(input_ids, attention_mask)
-        b = input_ids.shape[0]
+    def start(self, prompt: Prompt, features=None) -> None:
+        # a draft model that takes the prompt's inputs (a VLM drafting for a VLM) sees them; others read tokens
+        if prompt.inputs and isinstance(self.lm, Target) and set(prompt.inputs) <= set(self.lm.prefill_inputs):
+            self.lm.prefill(prompt)
+        else:
+            self.lm.start(prompt.input_ids, prompt.attention_mask)
+        b = prompt.batch_size
         self.unfed = torch.full((b, 0), -1, dtype=torch.long, device=self.lm.device)
         self._skipped_roots = None
 
@@ -75,7 +92,7 @@ class ModelDrafter(Drafter):
         chain.scatter_(1, counts[:, None], roots[:, None])
         valid = idx <= counts[:, None]
         parents = (idx - 1).expand(b, width).contiguous()
-        logits = lm.forward(chain, parents, valid)
+        logits = lm.feed(chain, parents, valid).logits
         root_logits = logits[torch.arange(b, device=device), counts]
         self._chain_valid, self._root_pending = valid, counts
         self._fed = torch.full((b, 0), -1, dtype=torch.long, device=device)  # feed id -> pending index
@@ -89,7 +106,7 @@ class ModelDrafter(Drafter):
                 parent_ids >= 0, self._fed.gather(1, parent_ids.clamp(min=0)), self._root_pending[:, None])
             new = lm.num_pending + torch.arange(ids.shape[1], device=device).expand_as(ids)
             self._fed.scatter_(1, ids, new)
-            return lm.forward(tokens, parent_pending)
+            return lm.feed(tokens, parent_pending).logits
 
         return grow_tree(spec, root_logits, feed, sampling, generator, who=self.who)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..prompt import Prompt
 from ..acceptance import Verdict
 from ..sampling import SamplingConfig
 from ..tree import Chain, DraftTree, TreeSpec
@@ -18,6 +19,8 @@ class NGramDrafter(Drafter):
     Rows without a match propose nothing that step. Drafts carry no probabilities (one-hot q).
     """
 
+    supports_skipped_steps = True  # `commit` reads the committed tokens; nothing depends on the proposal
+
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, search_window: int | None = None):
         if not (isinstance(min_ngram, int) and isinstance(max_ngram, int) and 1 <= min_ngram <= max_ngram):
             raise ValueError(f"max_ngram/min_ngram: need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
@@ -25,7 +28,8 @@ class NGramDrafter(Drafter):
             raise ValueError(f"search_window: expected a positive int or None, got {search_window}")
         self.max_ngram, self.min_ngram, self.search_window = max_ngram, min_ngram, search_window
 
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, features=None) -> None:
+    def start(self, prompt: Prompt, features=None) -> None:
+        input_ids, attention_mask = prompt.input_ids, prompt.attention_mask
         self.device = input_ids.device
         self.history = [ids[m.bool()].tolist() for ids, m in zip(input_ids.cpu(), attention_mask.cpu())]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..prompt import Prompt
 from ..acceptance import Verdict
 from ..sampling import SamplingConfig
 from ..tree import Chain, DraftTree, StaticTree, TreeSpec
@@ -88,7 +89,8 @@ class TokenRecyclingDrafter(Drafter):
             m = torch.cat([m, torch.full((rows - m.shape[0], self.k), -1, dtype=torch.long, device=device)])
         self.matrix = m
 
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, features=None) -> None:
+    def start(self, prompt: Prompt, features=None) -> None:
+        input_ids, attention_mask = prompt.input_ids, prompt.attention_mask
         self._ensure(int(input_ids.max()) + 1, input_ids.device)
         if not self.seed_from_prompt or input_ids.shape[1] < 2:
             return

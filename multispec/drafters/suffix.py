@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..prompt import Prompt
 from ..acceptance import Verdict
 from ..sampling import SamplingConfig
 from ..tree import Chain, DraftTree, TreeSpec
@@ -289,7 +290,8 @@ class SuffixDecodingDrafter(Drafter):
         self.rows: list[TextIndex] = []
         self._outputs: list[list[int]] = []
 
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, features=None) -> None:
+    def start(self, prompt: Prompt, features=None) -> None:
+        input_ids, attention_mask = prompt.input_ids, prompt.attention_mask
         self._retire_outputs()
         self.device = input_ids.device
         ids, mask = input_ids.cpu().numpy(), attention_mask.cpu().numpy().astype(bool)

@@ -1,22 +1,40 @@
 """Target adapters: prefill, score a draft tree in one forward, commit the accepted path.
 
-Modality packages register adapters for model families the core does not know (e.g. state-space
-models in `multispec.ssm`) with `register_target_adapter`; the core never imports them.
+The contract is `multispec.targets.base.Target`. Modality packages register adapters for model families
+the core does not know (state-space models in `multispec.ssm`, VLMs in `multispec.vision`) with
+`register_target_adapter` when imported, and name themselves under the `multispec.adapters` entry-point
+group of their distribution; the core imports them from there the first time a model matches no
+registered adapter, so it never names a modality package.
 """
 
 from __future__ import annotations
 
-import importlib
+import warnings
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Any
 
+from .base import (NO_FEATURES, FeatureRequest, Features, FeedingEngine, PrefillOutput, Target, TargetOutput)
+from .guidance import GuidedTarget
 from .hf import HFCausalLM, check_causal_lm
 
 _ADAPTERS: list[tuple[Callable[[Any], bool], Callable[[Any], Any]]] = []
 _DRAFT_ENGINES: list[tuple[Callable[[Any], bool], Callable[[Any], Any]]] = []
-# modality packages that register adapters when imported; loaded by name on first need, so the core does
-# not depend on them (a stateful model, e.g. Mamba-2, loads multispec.ssm)
-_PLUGINS = ("multispec.ssm",)
+PLUGIN_GROUP = "multispec.adapters"
+_plugins_loaded = False
+
+
+def load_adapter_plugins() -> None:
+    """Import every package registered under the `multispec.adapters` entry-point group (once)."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for entry in entry_points(group=PLUGIN_GROUP):
+        try:
+            entry.load()
+        except Exception as error:  # a broken plugin must not take the core down with it
+            warnings.warn(f"multispec: the adapter plugin {entry.name!r} ({entry.value}) failed to load: {error}")
 
 
 def register_target_adapter(matches: Callable[[Any], bool], factory: Callable[[Any], Any]) -> None:
@@ -25,28 +43,26 @@ def register_target_adapter(matches: Callable[[Any], bool], factory: Callable[[A
 
 
 def register_draft_engine(matches: Callable[[Any], bool], factory: Callable[[Any], Any]) -> None:
-    """Let `ModelDrafter` drive models for which `matches(model)` is true through `factory(model)`: an
-    incremental feeding engine (`start`, `forward(tokens, parents, valid)`, `commit`, `discard`,
-    `select`, `num_pending`, `vocab_size`, `device`, as `HFCausalLM` offers them)."""
+    """Let `ModelDrafter` drive models for which `matches(model)` is true through `factory(model)`, a
+    `FeedingEngine`."""
     _DRAFT_ENGINES.insert(0, (matches, factory))
 
 
 def _registered(registry: list, model: Any) -> Any | None:
-    """The first registered factory's product for `model`; stateful models load the plugins first."""
+    """The first registered factory's product for `model` (the plugins are loaded when none matches)."""
     for attempt in range(2):
         for matches, factory in registry:
             if matches(model):
                 return factory(model)
-        if attempt or not getattr(model, "_is_stateful", False):
+        if attempt or _plugins_loaded:
             break
-        for name in _PLUGINS:
-            importlib.import_module(name)
+        load_adapter_plugins()
     return None
 
 
-def as_target(model: Any) -> Any:
-    """Wrap `model` in its target adapter (adapters pass through unchanged)."""
-    if isinstance(model, HFCausalLM) or hasattr(model, "forward") and hasattr(model, "commit") and hasattr(model, "start"):
+def as_target(model: Any) -> Target:
+    """Wrap `model` in its target adapter (a `Target` passes through unchanged)."""
+    if isinstance(model, Target):
         return model
     adapter = _registered(_ADAPTERS, model)
     if adapter is not None:
@@ -63,6 +79,15 @@ def as_target(model: Any) -> Any:
     return HFCausalLM(model, name="target")
 
 
+def registered_feeding_engine(model: Any) -> FeedingEngine | None:
+    """A registered target adapter for `model` that also feeds trees incrementally (e.g. a VLM adapter, so
+    a small VLM can draft with its images), else None."""
+    if getattr(model, "_is_stateful", False):
+        return None
+    adapter = _registered(_ADAPTERS, model)
+    return adapter if isinstance(adapter, FeedingEngine) else None
+
+
 def stateful_draft_engine(model: Any) -> Any | None:
     """The registered feeding engine for a stateful draft model (None if the model is not stateful)."""
     if not getattr(model, "_is_stateful", False):
@@ -73,5 +98,6 @@ def stateful_draft_engine(model: Any) -> Any | None:
     return engine
 
 
-__all__ = ["HFCausalLM", "as_target", "check_causal_lm", "register_draft_engine", "register_target_adapter",
-           "stateful_draft_engine"]
+__all__ = ["NO_FEATURES", "FeatureRequest", "Features", "FeedingEngine", "GuidedTarget", "HFCausalLM", "PrefillOutput", "Target",
+           "TargetOutput", "as_target", "check_causal_lm", "load_adapter_plugins", "register_draft_engine",
+           "register_target_adapter", "registered_feeding_engine", "stateful_draft_engine"]

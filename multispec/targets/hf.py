@@ -19,7 +19,10 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from ..prompt import Prompt
 from ..tree import ancestor_mask_from_parents
+from .base import (NO_FEATURES, FeatureRequest, Features, FeedingEngine, PrefillOutput, Target, TargetOutput,
+                   check_layers)
 from .lm_head import tall_lm_head
 
 
@@ -67,10 +70,12 @@ class _Pending:
     ancestors: torch.Tensor  # [B, P, P] bool, ancestor-or-self
 
 
-class HFCausalLM:
-    """Prefill / score-a-tree / commit adapter over a `transformers` causal LM."""
+class HFCausalLM(Target, FeedingEngine):
+    """Prefill / score-a-tree / commit adapter over a `transformers` causal LM; also the incremental
+    feeding engine of model drafters."""
 
     stateful = False  # subclasses that keep a model's recurrent state themselves set this
+    provides = FeatureRequest(hidden=True, layers=(0,))
 
     def __init__(self, model: PreTrainedModel, name: str = "target"):
         check_causal_lm(model, name, allow_stateful=self.stateful)
@@ -84,27 +89,42 @@ class HFCausalLM:
         self.cache: DynamicCache | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------------
-    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, output_hidden_states: bool = False,
-              inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Prefill all prompt tokens but the last one; return the last ones (the first roots) [B], and
-        with `output_hidden_states` also the final hidden states of the prefilled tokens [B, L-1, H]."""
+    def prefill(self, prompt: Prompt, request: FeatureRequest = NO_FEATURES) -> PrefillOutput:
+        self.check_prompt(prompt)
+        self.check_request(request)
+        return self.start(prompt.input_ids, prompt.attention_mask, request=request)
+
+    def check_request(self, request: FeatureRequest, who: str = "drafter") -> None:
+        super().check_request(request, who)
+        if request.layers:
+            check_layers(request.layers, self.num_layers, who)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.model.get_decoder().layers)
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+              inputs_embeds: torch.Tensor | None = None, request: FeatureRequest = NO_FEATURES) -> PrefillOutput:
+        """Prefill all prompt tokens but the last one; the last ones are the first roots [B]; features
+        (if requested) cover the prefilled tokens [B, L-1, ...]."""
         b, length = input_ids.shape
         self.cache = self._new_cache()
         self.start_col = (attention_mask == 0).sum(dim=1).to(self.device)
         self.length = torch.full((b,), length - 1, dtype=torch.long, device=self.device)
         self.width = length - 1
         self._reset_pending(b)
-        hidden = None
+        features = None
         if length > 1:
             embeds = None if inputs_embeds is None else inputs_embeds[:, :-1].to(self.device)
-            hidden = self._prefill(input_ids[:, :-1].to(self.device), attention_mask[:, :-1].to(self.device),
-                                   output_hidden_states, embeds)
-        roots = input_ids[:, -1].to(self.device)
-        if output_hidden_states:
-            if hidden is None:
-                hidden = torch.zeros(b, 0, self.hidden_size, dtype=self.dtype, device=self.device)
-            return roots, hidden
-        return roots
+            features = self._prefill(input_ids[:, :-1].to(self.device), attention_mask[:, :-1].to(self.device),
+                                     request, embeds)
+        elif not request.empty:
+            features = self._empty_features(b, request)
+        return PrefillOutput(input_ids[:, -1].to(self.device), features)
+
+    def _empty_features(self, b: int, request: FeatureRequest) -> Features:
+        empty = torch.zeros(b, 0, self.hidden_size, dtype=self.dtype, device=self.device)
+        return Features(empty if request.hidden else None, {i: empty for i in request.layers})
 
     def _new_cache(self) -> DynamicCache:
         return DynamicCache()
@@ -113,26 +133,34 @@ class HFCausalLM:
     def hidden_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[1])
 
-    def _run(self, output_hidden_states: bool, **kwargs):
-        """Call the model; with `output_hidden_states`, also return the decoder's final (normed) hidden
-        state, i.e. what the LM head reads, captured by a hook so every position is kept even when only
-        the last logits are computed."""
-        captured: list[torch.Tensor] = []
-        hook = None
-        if output_hidden_states:
-            hook = self.model.get_decoder().register_forward_hook(
-                lambda _m, _args, out: captured.append(out[0] if isinstance(out, tuple) else out.last_hidden_state))
+    def _run(self, request: FeatureRequest, **kwargs):
+        """Call the model; return its output and the requested features, captured by hooks so every
+        position is kept even when only the last logits are computed: the decoder's final (normed) hidden
+        state, and the residual stream entering each requested layer."""
+        captured: dict = {}
+        hooks = []
+        decoder = self.model.get_decoder()
+        if request.hidden:
+            hooks.append(decoder.register_forward_hook(lambda _m, _a, out: captured.__setitem__(
+                "hidden", out[0] if isinstance(out, tuple) else out.last_hidden_state)))
+        for i in request.layers:
+            module = decoder.layers[i] if i < len(decoder.layers) else decoder.norm
+            hooks.append(module.register_forward_pre_hook(
+                lambda _m, args, kw, i=i: captured.__setitem__(i, args[0] if args else kw["hidden_states"]),
+                with_kwargs=True))
         try:
             with tall_lm_head(self.model):
                 out = self.model(past_key_values=self.cache, use_cache=True, **kwargs)
         finally:
-            if hook is not None:
+            for hook in hooks:
                 hook.remove()
-        return out, (captured[-1] if captured else None)
+        if request.empty:
+            return out, None
+        return out, Features(captured.get("hidden"), {i: captured[i] for i in request.layers})
 
     @torch.no_grad()
-    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, output_hidden_states: bool = False,
-                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | None:
+    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
+                 inputs_embeds: torch.Tensor | None = None) -> Features | None:
         n = ids.shape[1]
         pos = (mask2d.long().cumsum(-1) - 1).clamp(min=0)
         q = torch.arange(n, device=self.device)
@@ -142,9 +170,14 @@ class HFCausalLM:
         allowed = allowed | torch.eye(n, dtype=torch.bool, device=self.device)[None]
         masks = self._layer_masks(allowed, pos[:, :, None] - pos[:, None, :])
         tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
-        _, hidden = self._run(output_hidden_states, attention_mask=masks, position_ids=pos, cache_position=q,
-                              logits_to_keep=1, **tokens)
-        return hidden
+        _, features = self._run(request, attention_mask=masks, position_ids=self._prefill_positions(pos),
+                                cache_position=q, logits_to_keep=1, **tokens)
+        return features
+
+    def _prefill_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """The position ids the model reads for the prefilled tokens, given each token's index among its
+        row's real tokens [B, L-1] (adapters with their own scheme override this and `_positions`)."""
+        return positions
 
     def _reset_pending(self, b: int) -> None:
         z = torch.zeros(b, 0, dtype=torch.long, device=self.device)
@@ -159,10 +192,17 @@ class HFCausalLM:
         return int(self.pending.parents.shape[1])
 
     # ---- scoring --------------------------------------------------------------------------------------
+    def score(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None,
+              request: FeatureRequest = NO_FEATURES) -> TargetOutput:
+        """Logits [B, T, V] (float32) after every node of one draft tree (node 0 = each row's root,
+        `parents[b, t]` < t its parent's tree index, -1 for the root) and the requested features there."""
+        if self.num_pending:
+            raise RuntimeError("score: commit or discard the previous tree first (one tree per step)")
+        return self.feed(tokens, parents, valid, request=request)
+
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None,
-                output_hidden_states: bool = False,
-                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def feed(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None, *,
+             inputs_embeds: torch.Tensor | None = None, request: FeatureRequest = NO_FEATURES) -> TargetOutput:
         """Feed M new nodes per row and return their logits [B, M, V] (float32).
 
         `parents[b, m]` is the pending index of node m's parent (-1 = the committed prefix); new node m
@@ -207,23 +247,29 @@ class HFCausalLM:
         masks = self._layer_masks(allowed, new_pos[:, :, None] - key_pos[:, None, :])
         cache_position = torch.arange(self.width + p0, self.width + p0 + m, device=self.device)
         inputs = dict(input_ids=tokens) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds.to(self.device))
-        logits, hidden = self._score(inputs, masks, new_pos, cache_position, output_hidden_states,
-                                     torch.where(valid, parents, -1))
+        logits, features = self._score(inputs, masks, self._positions(new_pos), cache_position, request,
+                                       torch.where(valid, parents, -1))
         self.pending = _Pending(kept_parents, pos, anc)
-        return (logits, hidden) if output_hidden_states else logits
+        return TargetOutput(logits, features)
+
+    def _positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """The position ids the model reads for nodes at `positions` [B, M] (each row's own token count:
+        committed tokens + depth). Adapters whose model numbers positions otherwise (e.g. Qwen2-VL's 3-axis
+        rotary positions after an image) map them here."""
+        return positions
 
     def _first_read_column(self) -> int:
         """The first cache column the next scoring call attends to; masks start there (all: 0)."""
         return 0
 
     def _score(self, inputs: dict, masks, positions: torch.Tensor, cache_position: torch.Tensor,
-               output_hidden_states: bool, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+               request: FeatureRequest, parents: torch.Tensor) -> tuple[torch.Tensor, Features | None]:
         """Run the model over the new nodes (their K/V appended to the cache after `width`): float32 logits
         and, if asked, final hidden states. `parents`: pending parent indices, -1 for roots and invalid
         nodes (adapters that mix attention with recurrent layers need the tree itself)."""
-        out, hidden = self._run(output_hidden_states, attention_mask=masks, position_ids=positions,
-                                cache_position=cache_position, **inputs)
-        return out.logits.float(), hidden
+        out, features = self._run(request, attention_mask=masks, position_ids=positions,
+                                  cache_position=cache_position, **inputs)
+        return out.logits.float(), features
 
     def _layer_masks(self, allowed: torch.Tensor, distance: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
         """Additive float masks [B, 1, Q, K]: one when every layer attends alike, else a dict per layer type."""
@@ -271,6 +317,22 @@ class HFCausalLM:
         self.width = int(self.length.max()) if b else 0
         self._crop(self.width)
         self._reset_pending(b)
+
+    def checkpoint(self) -> tuple:
+        """The committed lengths: columns below them are never written again, so going back is a crop."""
+        if self.num_pending:
+            raise RuntimeError("checkpoint: commit or discard pending nodes first")
+        return self.start_col.clone(), self.length.clone(), self.width
+
+    def rollback(self, state: tuple) -> None:
+        start_col, length, width = state
+        if length.shape != self.length.shape or not torch.equal(start_col, self.start_col):
+            raise ValueError("state: a checkpoint from another batch (rows were selected since)")
+        if bool((length > self.length).any()):
+            raise ValueError("state: a checkpoint from later than the current state")
+        self.length, self.width = length.clone(), width
+        self._crop(width)
+        self._reset_pending(self.batch_size)
 
     def discard(self) -> None:
         """Drop all pending nodes (nothing committed)."""

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from .base import NO_FEATURES, FeatureRequest, Features
 from .hf import HFCausalLM, attention_layer_types
 from .lm_head import tall_lm_head
 
@@ -182,13 +183,13 @@ class LeanCausalLM(HFCausalLM):
         return packed
 
     @torch.no_grad()
-    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, output_hidden_states: bool = False,
-                 inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | None:
+    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
+                 inputs_embeds: torch.Tensor | None = None) -> Features | None:
         self._lo = 0
         if not bool(mask2d.all()):
-            return super()._prefill(ids, mask2d, output_hidden_states, inputs_embeds)
+            return super()._prefill(ids, mask2d, request, inputs_embeds)
         if self.sliding_window is not None and ids.shape[1] > self.sliding_window:
-            return super()._prefill(ids, mask2d, output_hidden_states, inputs_embeds)  # a banded mask
+            return super()._prefill(ids, mask2d, request, inputs_embeds)  # a banded mask
         # no padding: plain causal attention, without building (and reading) an L x L float mask
         n = ids.shape[1]
         skip = n - self.window if self.window is not None and n > self.window else 0
@@ -200,11 +201,15 @@ class LeanCausalLM(HFCausalLM):
             self._lo = skip
         pos = torch.arange(n - skip, device=self.device).expand(ids.shape[0], n - skip)
         tokens = dict(input_ids=ids[:, skip:]) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds[:, skip:])
-        _, hidden = self._run(output_hidden_states, attention_mask=None, position_ids=pos, cache_position=pos[0],
-                              logits_to_keep=1, **tokens)
-        if hidden is not None and skip:  # the skipped head of the prompt has no features: zeros
-            hidden = torch.cat([hidden.new_zeros(hidden.shape[0], skip, hidden.shape[2]), hidden], 1)
-        return hidden
+        _, features = self._run(request, attention_mask=None, position_ids=pos, cache_position=pos[0],
+                                logits_to_keep=1, **tokens)
+        if features is not None and skip:  # the skipped head of the prompt has no features: zeros
+            def pad(t: torch.Tensor) -> torch.Tensor:
+                return torch.cat([t.new_zeros(t.shape[0], skip, t.shape[2]), t], 1)
+
+            features = Features(None if features.hidden is None else pad(features.hidden),
+                                {i: pad(t) for i, t in features.layers.items()})
+        return features
 
     def _first_read_column(self) -> int:
         # every row still sees at least its last `window` committed tokens; the mask starts at that column
@@ -224,7 +229,7 @@ class LeanCausalLM(HFCausalLM):
         table = self._rope_table[:, positions]  # [2, B, M, D]
         return table[0, :, None], table[1, :, None]
 
-    def _run(self, output_hidden_states: bool, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+    def _run(self, request: FeatureRequest, attention_mask: torch.Tensor, position_ids: torch.Tensor,
              cache_position: torch.Tensor, input_ids: torch.Tensor | None = None,
              inputs_embeds: torch.Tensor | None = None, logits_to_keep: int = 0):
         if isinstance(attention_mask, dict):
@@ -234,7 +239,10 @@ class LeanCausalLM(HFCausalLM):
         x = decoder.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         b, m, _ = x.shape
         cos, sin = self._rotary(position_ids, x.dtype)
-        for p, layer_cache in zip(self._packed, self.cache.layers):
+        layers = {}
+        for i, (p, layer_cache) in enumerate(zip(self._packed, self.cache.layers)):
+            if i in request.layers:
+                layers[i] = x
             h = F.rms_norm(x, (x.shape[-1],), p.ln1, p.eps1)
             n_qk = p.heads + p.kv_heads
             qkv = F.linear(h, p.qkv, p.qkv_bias).view(b, m, 2 * n_qk + p.kv_heads, p.head_dim).transpose(1, 2)
@@ -248,11 +256,13 @@ class LeanCausalLM(HFCausalLM):
             h = F.rms_norm(x, (x.shape[-1],), p.ln2, p.eps2)
             gate, up = F.linear(h, p.gate_up, p.gate_up_bias).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, p.down, p.down_bias)
-        if logits_to_keep and not output_hidden_states:
+        if len(self._packed) in request.layers:
+            layers[len(self._packed)] = x
+        if logits_to_keep and not request.hidden:
             x = x[:, -logits_to_keep:]
         x = F.rms_norm(x, (x.shape[-1],), decoder.norm.weight, decoder.norm.variance_epsilon)
-        hidden = x if output_hidden_states else None  # what the LM head reads (EAGLE's features)
+        features = None if request.empty else Features(x if request.hidden else None, layers)
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
         with tall_lm_head(self.model):
-            return SimpleNamespace(logits=self.model.lm_head(x)), hidden
+            return SimpleNamespace(logits=self.model.lm_head(x)), features

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from .base import FeatureRequest, Features
 from .lean import LeanCausalLM, _BufferedCache
 from .lm_head import tall_lm_head
 
@@ -104,14 +105,17 @@ class LeanGemma3CausalLM(LeanCausalLM):
     def _norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
         return F.rms_norm(x.float(), (x.shape[-1],), scale, eps).to(x.dtype)
 
-    def _run(self, output_hidden_states: bool, attention_mask, position_ids: torch.Tensor,
+    def _run(self, request: FeatureRequest, attention_mask, position_ids: torch.Tensor,
              cache_position: torch.Tensor, input_ids: torch.Tensor | None = None,
              inputs_embeds: torch.Tensor | None = None, logits_to_keep: int = 0):
         decoder = self.model.model
         x = decoder.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         b, m, _ = x.shape
         rotary = {kind: self._rotary(position_ids, x.dtype, kind) for kind in {p.kind for p in self._packed}}
-        for p, layer_cache in zip(self._packed, self.cache.layers):
+        layers = {}
+        for i, (p, layer_cache) in enumerate(zip(self._packed, self.cache.layers)):
+            if i in request.layers:
+                layers[i] = x
             mask = attention_mask[p.kind] if isinstance(attention_mask, dict) else attention_mask
             cos, sin = rotary[p.kind]
             h = self._norm(x, p.ln_in, p.eps)
@@ -131,11 +135,13 @@ class LeanGemma3CausalLM(LeanCausalLM):
             gate, up = F.linear(self._norm(x, p.ln_pre_ff, p.eps), p.gate_up).chunk(2, dim=-1)
             ff = F.linear(F.gelu(gate, approximate="tanh") * up, p.down)
             x = x + self._norm(ff, p.ln_post_ff, p.eps)
-        if logits_to_keep and not output_hidden_states:
+        if len(self._packed) in request.layers:
+            layers[len(self._packed)] = x
+        if logits_to_keep and not request.hidden:
             x = x[:, -logits_to_keep:]
         x = self._norm(x, 1.0 + decoder.norm.weight.float(), decoder.norm.eps)
-        hidden = x if output_hidden_states else None
+        features = None if request.empty else Features(x if request.hidden else None, layers)
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
         with tall_lm_head(self.model):
-            return SimpleNamespace(logits=self.model.lm_head(x)), hidden
+            return SimpleNamespace(logits=self.model.lm_head(x)), features

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from multispec import DynamicTree, SamplingConfig, StaticTree, speculative_generate
+from multispec import DynamicTree, Features, Prompt, SamplingConfig, StaticTree, speculative_generate
 from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
 from multispec.drafters.eagle_train import EagleTrainConfig, EagleTrainer, chunk_tokens, top_token_map
 from multispec.testing import make_target, ragged_prompts, source_prompts
@@ -49,7 +49,7 @@ def test_eagle_sampling_uses_full_vocabulary_probabilities(trained):
     target, head, _ = trained
     drafter = EagleDrafter(head, target)
     ids = torch.tensor([[5, 17, 42, 9]])
-    drafter.start(ids, torch.ones_like(ids), features=torch.zeros(1, 3, 64))
+    drafter.start(Prompt.build(ids), Features(hidden=torch.zeros(1, 3, 64)))
     tree = drafter.propose(ids[:, -1], __import__("multispec").Chain(3), SamplingConfig(do_sample=True),
                            torch.Generator().manual_seed(0))
     assert tree.draft_probs.shape == (1, 3, 128)
@@ -122,23 +122,24 @@ def test_skipped_steps_catch_up_to_a_fresh_start(trained):
     full = target.generate(ids, max_new_tokens=9, do_sample=False, pad_token_id=0, eos_token_id=None)
     greedy = SamplingConfig()
     tgt, skipping = HFCausalLM(target), EagleDrafter(head, target)
-    roots, feats = tgt.start(ids, mask, output_hidden_states=True)
-    skipping.start(ids, mask, features=feats)
+    request = skipping.feature_request
+    prefilled = tgt.prefill(Prompt(ids, mask), request)
+    roots = prefilled.roots
+    skipping.start(Prompt(ids, mask), prefilled.features)
     done = ids.shape[1]
     for k in (3, 2):  # two steps whose drafts come from elsewhere (the target's own continuation)
         draft = DraftTree.chain(full[:, done:done + k])
-        logits, step_feats = tgt.forward(torch.cat([roots[:, None], draft.tokens], 1), draft.full_parents(),
-                                         draft.full_valid(), output_hidden_states=True)
-        verdict = Greedy().accept(draft, logits, greedy)
+        scored = tgt.score(torch.cat([roots[:, None], draft.tokens], 1), draft.full_parents(), draft.full_valid(),
+                           request)
+        verdict = Greedy().accept(draft, scored.logits, greedy)
         assert int(verdict.num_accepted) == k
         tgt.commit(verdict.path)
-        skipping.commit(draft, verdict, features=step_feats)
+        skipping.commit(draft, verdict, scored.features)
         roots = verdict.tokens[:, k]
         done += k + 1
     fresh_target, fresh = HFCausalLM(target), EagleDrafter(head, target)
     prefix = full[:, :done]  # the prompt, every committed token and the pending root
-    _, fresh_feats = fresh_target.start(prefix, torch.ones_like(prefix), output_hidden_states=True)
-    fresh.start(prefix, torch.ones_like(prefix), features=fresh_feats)
+    fresh.start(Prompt.build(prefix), fresh_target.prefill(Prompt.build(prefix), request).features)
     assert torch.equal(roots, prefix[:, -1])
     sample = SamplingConfig(do_sample=True)
     a = skipping.propose(roots, Chain(4), sample, torch.Generator().manual_seed(5))
@@ -164,7 +165,12 @@ def test_hybrid_drafter_is_lossless_and_uses_both_sources(trained):
         assert hybrid.lookup_steps > 0 and hybrid.model_steps > 0
         assert out.stats.mean_accepted_length >= 2.0, out.stats
     target, head, _ = trained
-    with pytest.raises(TypeError, match="model: NGramDrafter cannot skip steps"):
-        HybridDrafter(NGramDrafter())
+    from multispec import Drafter
+
+    class Stubborn(Drafter):  # a drafter that must see every step it is committed
+        pass
+
+    with pytest.raises(TypeError, match="model: Stubborn cannot skip steps"):
+        HybridDrafter(Stubborn())
     with pytest.raises(ValueError, match="min_draft"):
         HybridDrafter(EagleDrafter(head, target), lookup_k=2, min_draft=3)

@@ -2,6 +2,7 @@
 
 import torch
 
+from multispec.prompt import Prompt
 from multispec import Chain, DynamicTree, HybridDrafter, ModelDrafter, SamplingConfig, speculative_generate
 from multispec.testing import make_mamba2, make_perturbed_copy, make_target, ragged_prompts
 
@@ -39,7 +40,7 @@ def test_model_drafter_after_skipped_steps_drafts_like_a_fresh_one():
     draft_model = make_target("llama", seed=7)
     prompt = torch.tensor([[5, 9, 14, 22, 31]])
     d = ModelDrafter(draft_model)
-    d.start(prompt, torch.ones_like(prompt))
+    d.start(Prompt(prompt, torch.ones_like(prompt)))
     committed, root = prompt[0, :-1].tolist(), int(prompt[0, -1])  # the prompt's last token is the first root
     for accepted, bonus in (([41, 42], 43), ([], 44)):
         d.skip(torch.tensor([root]))
@@ -51,7 +52,7 @@ def test_model_drafter_after_skipped_steps_drafts_like_a_fresh_one():
         root = bonus
     fresh = ModelDrafter(draft_model)
     full = torch.tensor([committed + [root]])
-    fresh.start(full, torch.ones_like(full))
+    fresh.start(Prompt(full, torch.ones_like(full)))
     spec, greedy = DynamicTree(depth=2, topk=2, total=4), SamplingConfig()
     a, b = d.propose(torch.tensor([root]), spec, greedy), fresh.propose(torch.tensor([root]), spec, greedy)
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.parents, b.parents)

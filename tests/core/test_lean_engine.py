@@ -6,7 +6,7 @@ import torch
 
 from multispec import DynamicTree, speculative_generate
 from multispec.drafters.model import ModelDrafter
-from multispec.targets import HFCausalLM
+from multispec.targets import FeatureRequest, HFCausalLM
 from multispec.targets.lean import LeanCausalLM, lean_unsupported
 from multispec.testing import make_perturbed_copy, make_target, ragged_prompts
 
@@ -19,16 +19,16 @@ def _rounds(a, b, batch, seed):
     for _ in range(3):
         toks = torch.randint(3, 128, (batch, 5), generator=g)
         par = torch.tensor([[-1, 0, 0, 1, 3]] * batch)
-        worst = max(worst, (a.forward(toks, par) - b.forward(toks, par)).abs().max().item())
+        worst = max(worst, (a.feed(toks, par).logits - b.feed(toks, par).logits).abs().max().item())
         toks2 = torch.randint(3, 128, (batch, 3), generator=g)
         par2 = torch.tensor([[1, 2, 6]] * batch)  # two earlier parents, one fed in this same call
         valid = torch.ones(batch, 3, dtype=torch.bool)
         valid[-1, 2] = False  # an invalid node in the last row
-        diff = a.forward(toks2, par2, valid)[valid] - b.forward(toks2, par2, valid)[valid]
+        diff = a.feed(toks2, par2, valid).logits[valid] - b.feed(toks2, par2, valid).logits[valid]
         worst = max(worst, diff.abs().max().item())
         toks3 = torch.randint(3, 128, (batch, 2), generator=g)
         par3 = torch.tensor([[3, 6]] * batch)  # every parent fed by an earlier call: the one-gather path
-        worst = max(worst, (a.forward(toks3, par3) - b.forward(toks3, par3)).abs().max().item())
+        worst = max(worst, (a.feed(toks3, par3).logits - b.feed(toks3, par3).logits).abs().max().item())
         path = torch.tensor([[0, 1, 3, 8], [0, 2, -1, -1], [0, 1, 5, 6]][:batch])
         a.commit(path)
         b.commit(path)
@@ -41,7 +41,7 @@ def test_lean_logits_equal_transformers(kind, batch):
     model = make_target(kind, seed=1)
     ids, mask = ragged_prompts(batch, seed=7)
     a, b = HFCausalLM(model), LeanCausalLM(model)
-    assert torch.equal(a.start(ids, mask), b.start(ids, mask))
+    assert torch.equal(a.start(ids, mask).roots, b.start(ids, mask).roots)
     assert _rounds(a, b, batch, seed=batch) < 1e-4
     if batch > 1:  # drop a row, keep going
         keep = torch.tensor([0, 2])
@@ -49,7 +49,7 @@ def test_lean_logits_equal_transformers(kind, batch):
         b.select(keep)
         toks = torch.randint(3, 128, (2, 2))
         par = torch.tensor([[-1, 0]] * 2)
-        assert (a.forward(toks, par) - b.forward(toks, par)).abs().max() < 1e-4
+        assert (a.feed(toks, par).logits - b.feed(toks, par).logits).abs().max() < 1e-4
 
 
 def test_lean_window_is_the_model_on_the_window():
@@ -61,7 +61,7 @@ def test_lean_window_is_the_model_on_the_window():
     ref.start(ids[:, -w - 1:], torch.ones(1, w + 1, dtype=torch.long))
     lean.start(ids, torch.ones_like(ids))
     toks, par = torch.randint(3, 128, (1, 4)), torch.tensor([[-1, 0, 0, 1]])
-    assert (ref.forward(toks, par) - lean.forward(toks, par)).abs().max() < 1e-4
+    assert (ref.feed(toks, par).logits - lean.feed(toks, par).logits).abs().max() < 1e-4
     # a window longer than the context changes nothing
     full, wide = HFCausalLM(model), LeanCausalLM(model, window=1000)
     full.start(ids, torch.ones_like(ids))
@@ -72,7 +72,7 @@ def test_lean_window_is_the_model_on_the_window():
     full2 = HFCausalLM(model)
     short.start(ids, torch.ones_like(ids))
     full2.start(ids, torch.ones_like(ids))
-    assert (short.forward(toks, par) - full2.forward(toks, par)).abs().max() > 1e-3
+    assert (short.feed(toks, par).logits - full2.feed(toks, par).logits).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("window", [None, 6])
@@ -103,7 +103,7 @@ def test_weights_changed_in_place_are_repacked():
     ref.start(ids, mask)
     lean.start(ids, mask)  # a new generation packs again
     toks, par = torch.randint(3, 128, (1, 3)), torch.tensor([[-1, 0, 1]])
-    assert (ref.forward(toks, par) - lean.forward(toks, par)).abs().max() < 1e-4
+    assert (ref.feed(toks, par).logits - lean.feed(toks, par).logits).abs().max() < 1e-4
 
 
 def test_engine_choice_and_errors():
@@ -126,5 +126,6 @@ def test_engine_choice_and_errors():
     lean = LeanCausalLM(make_target("llama"))
     ids, mask = ragged_prompts(1)
     lean.start(ids, mask)
-    logits, hidden = lean.forward(torch.tensor([[5]]), torch.tensor([[-1]]), output_hidden_states=True)
-    assert logits.shape == (1, 1, 128) and hidden.shape == (1, 1, 64)  # features for EAGLE drafters
+    out = lean.feed(torch.tensor([[5]]), torch.tensor([[-1]]), request=FeatureRequest(hidden=True, layers=(0, 2)))
+    assert out.logits.shape == (1, 1, 128) and out.features.hidden.shape == (1, 1, 64)  # features for EAGLE drafters
+    assert sorted(out.features.layers) == [0, 2] and out.features.layers[2].shape == (1, 1, 64)

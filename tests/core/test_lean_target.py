@@ -6,7 +6,8 @@ import torch
 
 from multispec import Chain, SamplingConfig, speculative_generate, zoo
 from multispec.drafters.eagle import EagleDrafter
-from multispec.targets import HFCausalLM, as_target
+from multispec.prompt import Prompt
+from multispec.targets import FeatureRequest, HFCausalLM, as_target
 from multispec.targets.lean import LeanCausalLM
 from multispec.targets.lean_gemma import LeanGemma3CausalLM
 from multispec.testing import make_perturbed_copy, make_target, ragged_prompts, source_prompts
@@ -32,18 +33,24 @@ def test_lean_target_logits_and_features_equal_transformers(kind):
     model = make_target(kind, seed=3)
     ids, mask = ragged_prompts(3, seed=2, lengths=(12, 5, 9))
     a, b = HFCausalLM(model), LEAN[kind](model, name="target")
-    ra, fa = a.start(ids, mask, output_hidden_states=True)
-    rb, fb = b.start(ids, mask, output_hidden_states=True)
+    request = FeatureRequest(hidden=True, layers=(0, 1, a.num_layers))  # embeddings, layer 1 in, last out
+    pa, pb = a.prefill(Prompt(ids, mask), request), b.prefill(Prompt(ids, mask), request)
+    ra, rb = pa.roots, pb.roots
     assert torch.equal(ra, rb)
     real = mask[:, :-1].bool()
-    assert (fa - fb)[real].abs().max() < 1e-5  # features of real (unpadded) positions
+    assert (pa.features.hidden - pb.features.hidden)[real].abs().max() < 1e-5  # real (unpadded) positions
+    for i in request.layers:
+        assert (pa.features.layers[i] - pb.features.layers[i])[real].abs().max() < 1e-5, i
     g = torch.Generator().manual_seed(0)
     for _ in range(3):
         toks = torch.randint(3, 128, (3, 5), generator=g)
         toks[:, 0] = ra
         par = torch.tensor([[-1, 0, 0, 1, 3]] * 3)
-        (la, ha), (lb, hb) = a.forward(toks, par, output_hidden_states=True), b.forward(toks, par, output_hidden_states=True)
-        assert (la - lb).abs().max() < 1e-4 and (ha - hb).abs().max() < 1e-5
+        sa, sb = a.score(toks, par, request=request), b.score(toks, par, request=request)
+        assert (sa.logits - sb.logits).abs().max() < 1e-4
+        assert (sa.features.hidden - sb.features.hidden).abs().max() < 1e-5
+        for i in request.layers:
+            assert (sa.features.layers[i] - sb.features.layers[i]).abs().max() < 1e-4, i
         path = torch.tensor([[0, 1, 3, 4], [0, 2, -1, -1], [0, -1, -1, -1]])
         a.commit(path)
         b.commit(path)
@@ -56,14 +63,16 @@ def test_windowed_eagle_head_drafts_what_the_full_head_drafts():
     pair = zoo.load("stdlib-bytes")
     ids, mask = source_prompts((600, 300))
     target = HFCausalLM(pair.target)
-    roots, feats = target.start(ids, mask, output_hidden_states=True)
+    prompt = Prompt(ids, mask)
+    prefilled = target.prefill(prompt, FeatureRequest(hidden=True))
+    roots, feats = prefilled.roots, prefilled.features
     lean = pair.drafter
     assert isinstance(lean.lm, LeanCausalLM) and lean.lm.window == 128
     full = EagleDrafter(lean.head, pair.target)
     full.lm = HFCausalLM(lean.head.decoder, name="eagle_head")
     sampling = SamplingConfig(do_sample=True)
     for drafter in (lean, full):
-        drafter.start(ids, mask, features=feats)
+        drafter.start(prompt, feats)
     a = lean.propose(roots, Chain(4), sampling, torch.Generator().manual_seed(1))
     b = full.propose(roots, Chain(4), sampling, torch.Generator().manual_seed(1))
     assert torch.equal(a.tokens, b.tokens)

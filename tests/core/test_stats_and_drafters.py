@@ -1,5 +1,6 @@
 import torch
 
+from multispec.prompt import Prompt
 from multispec import Chain, NGramDrafter, SamplingConfig, speculative_generate
 from multispec.acceptance import Verdict
 from multispec.testing import make_perturbed_copy, make_target, ragged_prompts
@@ -25,7 +26,7 @@ def test_ngram_lookup_is_ragged_and_most_recent():
     d = NGramDrafter(max_ngram=2)
     ids = torch.tensor([[0, 0, 7, 8, 9, 7, 8, 4, 7, 8], [0, 0, 0, 0, 0, 0, 0, 1, 2, 3]])
     mask = torch.tensor([[0, 0] + [1] * 8, [0] * 7 + [1] * 3])
-    d.start(ids, mask)
+    d.start(Prompt(ids, mask))
     tree = d.propose(ids[:, -1], Chain(3), SamplingConfig())
     assert tree.tokens[0].tolist() == [4, 7, 8]  # the latest "7 8" continues with 4
     assert tree.valid.sum(1).tolist() == [3, 0]  # row 1 has no repeated n-gram

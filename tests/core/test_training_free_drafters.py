@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from multispec.prompt import Prompt
 from multispec import (DynamicTree, HybridDrafter, SamplingConfig, StaticTree, SuffixDecodingDrafter,
                        TokenRecyclingDrafter, speculative_generate, zoo)
 from multispec.drafters.recycling import paper_tree
@@ -19,7 +20,7 @@ from multispec.testing import chi_square_pvalue, first_two_token_dists, greedy_r
 def test_recycling_reads_trees_out_of_its_matrix_and_overwrites_rows():
     d = TokenRecyclingDrafter(k=3, seed_from_prompt=False)
     ids = torch.tensor([[4, 5, 6]])
-    d.start(ids, torch.ones_like(ids))
+    d.start(Prompt(ids, torch.ones_like(ids)))
     d.matrix = torch.full((10, 3), -1)
     d.matrix[6] = torch.tensor([7, 8, -1])
     d.matrix[7] = torch.tensor([9, 1, 2])
@@ -45,10 +46,10 @@ def test_recycling_reads_trees_out_of_its_matrix_and_overwrites_rows():
 def test_recycling_prompt_seeding_fills_only_empty_rows():
     d = TokenRecyclingDrafter(k=2)
     ids = torch.tensor([[0, 3, 4, 3, 5]])
-    d.start(ids, torch.tensor([[0, 1, 1, 1, 1]]))  # the padded first token is no bigram
+    d.start(Prompt(ids, torch.tensor([[0, 1, 1, 1, 1]])))  # the padded first token is no bigram
     assert d.matrix[3, 0] == 5 and d.matrix[4, 0] == 3 and d.matrix[0, 0] == -1
     d.matrix[4] = torch.tensor([9, 8])
-    d.start(torch.tensor([[4, 1]]), torch.ones(1, 2, dtype=torch.long))
+    d.start(Prompt(torch.tensor([[4, 1]]), torch.ones(1, 2, dtype=torch.long)))
     assert d.matrix[4].tolist() == [9, 8]  # observed candidates are kept
 
 

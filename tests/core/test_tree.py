@@ -160,3 +160,46 @@ def test_siblings_drawn_without_replacement():
     sparse[:, 3], sparse[:, 7] = 0.25, 0.75
     _, ok = _draw_siblings(sparse, 3, g)
     assert ok[:, :2].all() and not ok[:, 2].any()
+
+
+def _paths_by_walking(parents, valid):
+    """The plain reference: walk up from every valid leaf."""
+    out = []
+    for par, val in zip(parents.tolist(), valid.tolist()):
+        children = {p for p, v in zip(par, val) if v and p >= 0}
+        rows = []
+        for i, v in enumerate(val):
+            if v and i not in children:
+                path, j = [], i
+                while j >= 0:
+                    path.append(j)
+                    j = par[j]
+                rows.append(path[::-1])
+        out.append(rows)
+    return out
+
+
+def test_vectorised_paths_and_depths_equal_walking_the_tree():
+    from multispec.tree import depths_from_parents, root_to_leaf_paths
+
+    g = torch.Generator().manual_seed(0)
+    for t in (1, 2, 7, 19):
+        parents = torch.tensor([[-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, t)]
+                                for _ in range(3)])
+        valid = torch.rand(3, t, generator=g) < 0.8
+        valid[:, 0] = True
+        # an invalid node's descendants are invalid too (the trees' contract)
+        for i in range(1, t):
+            valid[:, i] &= valid.gather(1, parents[:, i:i + 1].clamp(min=0))[:, 0]
+        want = _paths_by_walking(parents, valid)
+        got = root_to_leaf_paths(parents, valid)
+        for r in range(3):
+            rows = [[j for j in p if j >= 0] for p in got[r].tolist()]
+            assert [p for p in rows if p] == want[r], (t, r)
+        depth = depths_from_parents(parents)
+        for r in range(3):
+            for i in range(t):
+                d, j = 0, int(parents[r, i])
+                while j >= 0:
+                    d, j = d + 1, int(parents[r, j])
+                assert int(depth[r, i]) == d

@@ -36,7 +36,7 @@ def test_engine_logits_equal_each_node_decoded_alone(kind):
     seqs: list[list[list[int]]] = [[], []]  # per row, the token path of each pending node
 
     def feed(tokens, parents):
-        logits = engine.forward(torch.tensor(tokens), torch.tensor(parents))
+        logits = engine.feed(torch.tensor(tokens), torch.tensor(parents)).logits
         for r in range(2):
             for m, (tok, par) in enumerate(zip(tokens[r], parents[r])):
                 seqs[r].append((prefix[r] if par < 0 else seqs[r][par]) + [tok])

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate, zoo
+from multispec.prompt import Prompt
 from multispec.ssm import BambaTarget, Mamba2Target, MambaTarget
 from multispec.testing import (greedy_rows_alone, make_bamba, make_mamba, make_mamba2, make_perturbed_copy, make_target, ragged_prompts,
                                source_prompts)
@@ -48,9 +49,9 @@ def test_tree_logits_equal_each_path_decoded_alone(mamba, batch, backend, monkey
     g = torch.Generator().manual_seed(5)
     tree_tokens = torch.randint(3, 128, (batch, t), generator=g)
     target = adapter(mamba)
-    roots = target.start(ids, mask)
+    roots = target.prefill(Prompt(ids, mask)).roots
     tree_tokens[:, 0] = roots
-    logits = target.forward(tree_tokens, parents)
+    logits = target.score(tree_tokens, parents).logits
     with torch.no_grad():
         for r in range(batch):
             prompt = ids[r, mask[r].bool()]
@@ -67,12 +68,12 @@ def test_commit_equals_decoding_the_accepted_path(kind, replay):
     parents = torch.tensor([[-1, 0, 0, 1, 2, 3], [-1, 0, 1, 1, 3, 4]])
     tokens = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(2))
     target = adapter(mamba, replay)
-    tokens[:, 0] = target.start(ids, mask)
-    target.forward(tokens, parents)
+    tokens[:, 0] = target.prefill(Prompt(ids, mask)).roots
+    target.score(tokens, parents).logits
     path = torch.tensor([[0, 2, 4, -1], [0, 1, 3, 4]])  # accepted: node 4 in row 0, node 4 in row 1
     target.commit(path)
     nxt = torch.tensor([[17, 23], [5, 9]])  # two more tokens as a chain after the accepted nodes
-    after = target.forward(nxt, torch.tensor([[-1, 0], [-1, 0]]))
+    after = target.score(nxt, torch.tensor([[-1, 0], [-1, 0]])).logits
     with torch.no_grad():
         for r in range(2):
             prompt = ids[r, mask[r].bool()]
@@ -177,13 +178,13 @@ def test_bad_use_is_refused(mamba):
         BambaTarget(make_mamba2())
     target = adapter(mamba)
     ids, mask = ragged_prompts(1)
-    roots = target.start(ids, mask)
-    target.forward(roots[:, None], torch.tensor([[-1]]))
-    with pytest.raises(RuntimeError, match="forward: commit or discard"):
-        target.forward(roots[:, None], torch.tensor([[-1]]))
+    roots = target.prefill(Prompt(ids, mask)).roots
+    target.score(roots[:, None], torch.tensor([[-1]])).logits
+    with pytest.raises(RuntimeError, match="score: commit or discard"):
+        target.score(roots[:, None], torch.tensor([[-1]])).logits
     target.discard()
     with pytest.raises(ValueError, match="parents: a node's parent must (come|be fed) before it"):
-        target.forward(torch.tensor([[5, 6]]), torch.tensor([[-1, 1]]))
+        target.score(torch.tensor([[5, 6]]), torch.tensor([[-1, 1]])).logits
 
 
 def test_rows_that_stop_early_leave_the_others_exact(mamba):
@@ -212,9 +213,9 @@ def test_mamba2_prefill_states_equal_the_model_own(length):
     ids = torch.randint(3, 128, (2, length), generator=torch.Generator().manual_seed(length))
     mask = torch.ones_like(ids)
     ours, theirs = Mamba2Target(model), Mamba2Target(model)
-    ours.start(ids, mask)
+    ours.prefill(Prompt(ids, mask)).roots
     theirs._prefill = SSMTarget._prefill.__get__(theirs)  # the model's own forward (as for padded rows)
-    theirs.start(ids, mask)
+    theirs.prefill(Prompt(ids, mask)).roots
     for a, b in zip(ours.conv + ours.ssm, theirs.conv + theirs.ssm):
         assert a.shape == b.shape
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
@@ -227,7 +228,7 @@ def test_bamba_unpadded_prefill_equals_the_model_forward():
     model = model_of("bamba")
     ids = torch.randint(3, 128, (2, 45), generator=torch.Generator().manual_seed(3))
     ours = BambaTarget(model)
-    ours.start(ids, torch.ones_like(ids))
+    ours.prefill(Prompt(ids, torch.ones_like(ids))).roots
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
         model.model(input_ids=ids[:, :-1], past_key_values=cache, use_cache=True)
@@ -249,12 +250,12 @@ def test_prefill_routes_to_the_model_forward_where_mamba_ssm_runs(monkeypatch):
     model = model_of("mamba2")
     ids = torch.randint(3, 128, (1, 30), generator=torch.Generator().manual_seed(9))
     ours = Mamba2Target(model)
-    ours.start(ids, torch.ones_like(ids))
+    ours.prefill(Prompt(ids, torch.ones_like(ids))).roots
     called = []
     monkeypatch.setattr(m2, "mamba_ssm_prefill", lambda device: called.append(device) or True)
     theirs = Mamba2Target(model)
     monkeypatch.setattr(model.backbone, "forward", _counting(model.backbone.forward, called))
-    theirs.start(ids, torch.ones_like(ids))
+    theirs.prefill(Prompt(ids, torch.ones_like(ids))).roots
     assert len(called) == 2  # asked, then the model's forward ran
     for a, b in zip(ours.conv + ours.ssm, theirs.conv + theirs.ssm):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)

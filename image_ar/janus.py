@@ -1,0 +1,93 @@
+"""`transformers`' `JanusForConditionalGeneration` in image-generation mode as a speculative target (and
+draft model).
+
+A text prompt (ending on the begin-of-image token) is prefilled with the text embeddings; every later
+token is an image token from the VQ codebook (`vq_config.num_embeddings` of them), embedded by
+`prepare_embeddings_for_image_generation` and scored by `model.model.generation_head`, not the text
+head. The first tree's root is the prompt's last (text) token, so it alone takes the text embedding.
+Image generation has a fixed length (`vision_config.num_image_tokens`) and no end token. Guidance is the
+core's `GuidedTarget`; `unconditional_prompt` builds the unconditional half as Janus's own `generate`
+does (every token except BOS and BOI replaced by the pad id).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from transformers import PreTrainedModel
+
+from multispec.prompt import Prompt
+from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
+
+
+class JanusImageTarget(HFCausalLM):
+    """Image-token generation with a Janus model (see the module docstring)."""
+
+    provides = FeatureRequest(hidden=True)
+    stop_token_ids = ()  # a fixed number of image tokens, no end token
+
+    def __init__(self, model: PreTrainedModel, name: str = "target"):
+        if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) == "janus"):
+            raise TypeError(f"{name}: expected a transformers JanusForConditionalGeneration, got {type(model).__name__}")
+        super().__init__(model, name)
+        self.vocab_size = int(model.config.vq_config.num_embeddings)
+        self.prompt_vocab_size = int(model.config.text_config.vocab_size)
+        self.num_image_tokens = int(model.config.vision_config.num_image_tokens)
+        self._text_roots = False
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.text_config.hidden_size)
+
+    def unconditional_prompt(self, prompt: Prompt) -> Prompt:
+        """Janus's unconditional prompt: every token except BOS and BOI replaced by the pad id."""
+        config = self.model.generation_config
+        boi = (config.generation_kwargs or {}).get("boi_token_id")
+        if boi is None or config.bos_token_id is None or config.pad_token_id is None:
+            raise ValueError("guidance_scale: the model's generation_config needs bos_token_id, pad_token_id and "
+                             "generation_kwargs['boi_token_id'] to build the unconditional prompt, as Janus's generate")
+        ids = prompt.input_ids
+        keep = (ids == config.bos_token_id) | (ids == boi)
+        return Prompt(torch.where(keep, ids, config.pad_token_id), prompt.attention_mask, dict(prompt.inputs))
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+              inputs_embeds: torch.Tensor | None = None, request: FeatureRequest = NO_FEATURES) -> PrefillOutput:
+        out = super().start(input_ids, attention_mask, inputs_embeds=inputs_embeds, request=request)
+        self._text_roots = True  # the first root is the prompt's last (text) token
+        return out
+
+    def commit(self, path: torch.Tensor) -> None:
+        super().commit(path)
+        self._text_roots = False  # every later root is an image token
+
+    def checkpoint(self) -> tuple:
+        return super().checkpoint(), self._text_roots
+
+    def rollback(self, state: tuple) -> None:
+        super().rollback(state[0])
+        self._text_roots = state[1]
+
+    def _run(self, request: FeatureRequest, attention_mask, position_ids: torch.Tensor, cache_position: torch.Tensor,
+             input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
+             logits_to_keep: int = 0):
+        if inputs_embeds is None:  # the prompt: text embeddings
+            inputs_embeds = self.model.get_input_embeddings()(input_ids)
+        out = self.model.model.language_model(inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                                              position_ids=position_ids, cache_position=cache_position,
+                                              past_key_values=self.cache, use_cache=True)
+        hidden = out.last_hidden_state
+        features = Features(hidden) if request.hidden else None
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        return SimpleNamespace(logits=self.model.model.generation_head(hidden)), features
+
+    def _score(self, inputs: dict, masks, positions, cache_position, request, parents):
+        tokens = inputs["input_ids"]
+        embeds = self.model.prepare_embeddings_for_image_generation(tokens.clamp(max=self.vocab_size - 1))
+        if self._text_roots and self.num_pending == 0:
+            embeds = embeds.clone()
+            embeds[:, 0] = self.model.get_input_embeddings()(tokens[:, 0]).to(embeds.dtype)
+        out, features = self._run(request, attention_mask=masks, position_ids=positions,
+                                  cache_position=cache_position, inputs_embeds=embeds)
+        return out.logits.float(), features

@@ -1,0 +1,181 @@
+"""Continuous tokens: speculative sampling when every token is a vector and acceptance is a density ratio.
+
+The loop is the core's, at a different payload: a drafter proposes a chain of k vectors per row with
+their draft log-densities; the target scores the chain in one pass and returns, per node, its conditional
+distribution (`NodeDistributions`: `log_prob` and `sample`); the rule accepts draft i with probability
+min(1, p_i(x_i) / q_i(x_i)), in order, and at the first rejection draws the correction from the residual
+norm(max(0, p_i - q_i)) by rejection sampling (propose y ~ p_i, keep it with probability
+max(0, 1 - q_i(y) / p_i(y)): the kept y has exactly the residual's density). Sequential semantics: a
+rejection discards every later draft, so the output follows the target's law. The residual sampler gives
+up after `max_tries` proposals (it succeeds per try with probability TV(p_i, q_i)) and then takes a
+plain target sample; such fallbacks are counted and reported, never hidden.
+
+End of sequence, vocabulary checks and the output layout belong to the modality: here rows run a fixed
+number of new vectors and the output is a [B, L + n, D] tensor.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from .metrics import SpeculativeStats, StepStats
+
+
+class NodeDistributions(Protocol):
+    """The target's (or draft's) conditional distribution at every node of a chain, [B, T]."""
+
+    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
+        """log-density of `x` [B, T, D] under each node's distribution: [B, T]."""
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        """One draw per node: [B, T, D]."""
+
+
+@dataclass
+class ContinuousDraft:
+    """A chain of `k` draft vectors per row: `payload` [B, k, D] and their draft log-densities
+    `draft_logdensity` [B, k] (each under the draft's conditional given the draft's own earlier vectors)."""
+
+    payload: torch.Tensor
+    draft_logdensity: torch.Tensor
+    draft_dists: NodeDistributions | None = None  # the draft's conditionals, for the residual
+
+
+@dataclass
+class ContinuousVerdict:
+    """Per row: `payload[b, :num_accepted[b] + 1]` the accepted drafts and the correction (or bonus)."""
+
+    payload: torch.Tensor  # [B, k + 1, D]
+    num_accepted: torch.Tensor  # [B]
+    residual_fallbacks: int = 0  # rows whose residual sampler gave up and took a target sample
+
+
+class ContinuousTarget(Protocol):
+    """What `continuous_generate` needs of a target: `prefill(values [B, L, D])` once; per step
+    `score(chain [B, T, D]) -> NodeDistributions`, node t being the distribution of the vector after
+    chain[t] (node 0: after the root, the last committed vector); `commit(kept [B, n, D])` appends."""
+
+    def prefill(self, values: torch.Tensor) -> None: ...
+
+    def score(self, chain: torch.Tensor) -> NodeDistributions: ...
+
+    def commit(self, kept: torch.Tensor) -> None: ...
+
+
+class DensityRatio:
+    """Exact speculative sampling for continuous tokens (see the module docstring)."""
+
+    lossless = True
+
+    def __init__(self, max_tries: int = 64):
+        if not isinstance(max_tries, int) or max_tries < 1:
+            raise ValueError(f"max_tries: expected a positive int, got {max_tries!r}")
+        self.max_tries = max_tries
+
+    def accept(self, draft: ContinuousDraft, target: NodeDistributions,
+               generator: torch.Generator | None = None) -> ContinuousVerdict:
+        x = draft.payload
+        b, k, d = x.shape
+        device = x.device
+        logp = target.log_prob(torch.cat([x, x[:, -1:]], 1))[:, :k]  # nodes 0..k-1 predict drafts 1..k
+        ratio = (logp - draft.draft_logdensity).clamp(max=0).exp()
+        u = torch.rand(b, k, generator=generator, device=generator.device if generator is not None else "cpu").to(device)
+        rejected = u >= ratio
+        # accepted prefix length: index of the first rejection (k when none)
+        first = torch.where(rejected.any(1), rejected.float().argmax(1), torch.full((b,), k, device=device)).long()
+        out = torch.zeros(b, k + 1, d, dtype=x.dtype, device=device)
+        out[:, :k] = x
+        rows = torch.arange(b, device=device)
+        correction, fallbacks = self._residual(target, draft, first, generator)
+        out[rows, first] = correction
+        return ContinuousVerdict(out, first, fallbacks)
+
+    def _residual(self, target: NodeDistributions, draft: ContinuousDraft, first: torch.Tensor,
+                  generator: torch.Generator | None) -> tuple[torch.Tensor, int]:
+        """Per row, a draw from node `first[b]`: the residual max(0, p - q) after a rejection, the target
+        itself after a fully accepted chain (the bonus)."""
+        b, k, d = draft.payload.shape
+        rows = torch.arange(b, device=first.device)
+        chain = torch.cat([draft.payload, draft.payload[:, -1:]], 1)
+        done = first == k  # bonus rows: a plain target draw is exact
+        result = target.sample(generator)[rows, first]
+        if draft.draft_dists is None and not bool(done.all()):
+            raise ValueError("draft: a rejection needs the draft's conditionals (draft_dists) for the residual")
+        tries = 0
+        while not bool(done.all()) and tries < self.max_tries:
+            tries += 1
+            y = target.sample(generator)  # [B, T, D] one proposal per node
+            pick = y[rows, first]
+            probe = chain.clone()
+            probe[rows, first] = pick
+            logp = target.log_prob(probe)[rows, first]
+            logq = draft.draft_dists.log_prob(probe[:, :k])[rows, first.clamp(max=k - 1)]
+            keep_prob = (1 - (logq - logp).exp()).clamp(min=0)
+            u = torch.rand(b, generator=generator, device=generator.device if generator is not None else "cpu")
+            take = ~done & (u.to(keep_prob.device) < keep_prob)
+            result[take] = pick[take]
+            done = done | take
+        fallbacks = int((~done).sum())  # these rows keep their plain target draw
+        return result, fallbacks
+
+
+@dataclass
+class ContinuousOutput:
+    values: torch.Tensor  # [B, L + n, D]
+    stats: SpeculativeStats
+    residual_fallbacks: int = 0
+    per_step_accepted: list[int] = field(default_factory=list)
+
+
+@torch.no_grad()
+def continuous_generate(target, drafter, values: torch.Tensor, max_new_tokens: int, k: int = 4,
+                        rule: DensityRatio | None = None,
+                        generator: torch.Generator | None = None) -> ContinuousOutput:
+    """Speculative sampling of `max_new_tokens` vectors after `values` [B, L, D] (every row the same
+    length). `drafter.propose(roots [B, D], k, generator) -> ContinuousDraft`, `drafter.commit(values)`."""
+    if not isinstance(values, torch.Tensor) or values.dim() != 3 or not values.is_floating_point():
+        raise ValueError(f"values: expected a float [batch, length, dim] tensor, got "
+                         f"{getattr(values, 'shape', type(values).__name__)}")
+    if getattr(drafter, "payload", None) != "continuous":
+        raise TypeError(f"drafter: {type(drafter).__name__} drafts tokens, not continuous vectors")
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k: expected a positive int, got {k!r}")
+    rule = rule or DensityRatio()
+    stats = SpeculativeStats()
+    t0 = time.perf_counter()
+    target.prefill(values)
+    drafter.start(values)
+    stats.prefill_s = time.perf_counter() - t0
+    out = [values[:, i] for i in range(values.shape[1])]
+    roots = values[:, -1]
+    b = values.shape[0]
+    made = 0
+    fallbacks = 0
+    while made < max_new_tokens:
+        t0 = time.perf_counter()
+        draft = drafter.propose(roots, min(k, max_new_tokens - made), generator)
+        t1 = time.perf_counter()
+        chain = torch.cat([roots[:, None], draft.payload], 1)
+        dists = target.score(chain)
+        verdict = rule.accept(draft, dists, generator)
+        t2 = time.perf_counter()
+        # rows run in lockstep: every row keeps the shortest accepted run plus one. Exact: where a row is cut
+        # before its own rejection, the cut was decided by other rows' independent draws, and its kept
+        # vectors are accepted drafts, each an exact draw from the target given the ones before
+        n = int(verdict.num_accepted.min())
+        kept = verdict.payload[:, : n + 1]
+        fallbacks += verdict.residual_fallbacks
+        target.commit(kept)
+        drafter.commit(kept)
+        out.extend(kept[:, i] for i in range(n + 1))
+        roots = kept[:, -1]
+        made += n + 1
+        t3 = time.perf_counter()
+        stats.steps.append(StepStats(rows=b, drafted=b * draft.payload.shape[1], accepted=int(verdict.num_accepted.sum()),
+                                     committed=b * (n + 1), draft_s=t1 - t0, verify_s=t2 - t1, commit_s=t3 - t2))
+    values = torch.stack(out[: values.shape[1] + max_new_tokens], 1)
+    return ContinuousOutput(values, stats, fallbacks)

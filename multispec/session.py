@@ -1,0 +1,453 @@
+"""A speculative generation that lasts across calls: the target's and the drafter's caches are kept, so a
+caller can append text, generate up to a stop, score a candidate span, and roll back, without prefilling
+the context again (step-level reasoning speculation lives on this). `speculative_generate` is one
+`append` and one `generate`.
+
+    session = Session(target, drafter, tree=4)
+    session.append(prompt_ids)                       # prefill
+    step = session.generate(64, stop=[[271]])        # up to a "\n\n" token
+    mark = session.checkpoint()
+    score = session.score(candidate_ids)             # log p of a span, nothing committed
+    session.rollback(mark)                           # back to the checkpoint
+
+The loop per step: draft -> verify (one target pass over the tree) -> accept -> commit, for a batch of rows
+whose lengths drift apart. A row that stops while others go on leaves the session (as in `generate`, its
+text is final); rows that stop together, or a single row, stay and can continue.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from .acceptance import AcceptanceRule, Verdict, resolve_rule
+from .drafters import Drafter, as_drafter
+from .metrics import SpeculativeStats, StepStats
+from .prompt import Prompt
+from .sampling import SamplingConfig, check_logits_finite
+from .targets import GuidedTarget, Target, as_target
+from .targets.base import Features
+from .tree import DraftTree, TreeSpec, as_tree_spec
+
+
+def eos_ids(eos_token_id: int | Sequence[int] | torch.Tensor | None) -> tuple[int, ...]:
+    """EOS ids in the order given (the first is `generate`'s default pad id), without repeats."""
+    if eos_token_id is None:
+        return ()
+    if isinstance(eos_token_id, int):
+        return (eos_token_id,)
+    if isinstance(eos_token_id, torch.Tensor):
+        eos_token_id = eos_token_id.flatten().tolist()
+    return tuple(dict.fromkeys(int(x) for x in eos_token_id))
+
+
+def _default_ids(target: Target) -> tuple[tuple[int, ...], int | None]:
+    """The target's own generation-config EOS and pad ids (what `generate` would use; an adapter may say
+    its rows never stop, e.g. Janus's fixed-length image generation)."""
+    config = getattr(getattr(target, "model", None), "generation_config", None)
+    eos = eos_ids(getattr(config, "eos_token_id", None)) if config is not None else ()
+    if getattr(target, "stop_token_ids", None) is not None:
+        eos = tuple(target.stop_token_ids)
+    pad = getattr(config, "pad_token_id", None) if config is not None else None
+    return eos, pad
+
+
+def _stops(stop: Sequence[int | Sequence[int]] | None) -> list[tuple[int, ...]]:
+    out = []
+    for s in stop or ():
+        seq = (s,) if isinstance(s, int) else tuple(int(t) for t in s)
+        if not seq:
+            raise ValueError("stop: an empty stop sequence would stop at once")
+        out.append(seq)
+    return out
+
+
+def check_max_new_tokens(max_new_tokens: int) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise TypeError(f"max_new_tokens: expected an int, got {type(max_new_tokens).__name__}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens: must be >= 0, got {max_new_tokens}")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class SpanScore:
+    """`logprobs[b, i]`: the target's log-probability of span token i after the context and tokens < i
+    (raw logits, no sampling transform); `next_logits[b]`: the target's logits after the whole span."""
+
+    logprobs: torch.Tensor
+    next_logits: torch.Tensor
+
+    @property
+    def total(self) -> torch.Tensor:
+        return self.logprobs.sum(dim=-1)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    rows: tuple[int, ...]
+    lengths: tuple[int, ...]
+    roots: torch.Tensor
+    target_state: Any
+
+
+class Session:
+    """Speculative generation over a target and a drafter that keeps both caches between calls."""
+
+    def __init__(self, target, drafter="ngram", *, tree: TreeSpec | int | None = None,
+                 rule: AcceptanceRule | str | None = None, sampling: SamplingConfig | None = None,
+                 do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None, generator: torch.Generator | None = None,
+                 eos_token_id: int | Sequence[int] | None = None, pad_token_id: int | None = None,
+                 guidance_scale: float | None = None, rollback: bool = True):
+        """Arguments as `speculative_generate`'s (which see); nothing runs until the first `append`.
+        `rollback=False` skips keeping what a rollback needs (the target features a feature-level drafter
+        read so far): for one-shot generation."""
+        if sampling is None:
+            sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+        elif not isinstance(sampling, SamplingConfig):
+            raise TypeError(f"sampling: expected a SamplingConfig, got {type(sampling).__name__}")
+        self.target: Target = as_target(target)
+        if guidance_scale is not None:
+            if getattr(self.target, "unconditional_prompt", None) is None:
+                raise ValueError(
+                    f"guidance_scale: {self._describe(self.target)} builds no unconditional prompt of its own; "
+                    "wrap it in multispec.targets.GuidedTarget(model, scale, unconditional=...)")
+            self.target = GuidedTarget(self.target, guidance_scale)
+        self.drafter: Drafter = as_drafter(drafter)
+        self.target.check_request(self.drafter.feature_request)
+        if self.drafter.vocab_size is not None and self.drafter.vocab_size != self.target.vocab_size:
+            raise ValueError(
+                f"drafter: vocabulary size {self.drafter.vocab_size} does not match the target's "
+                f"{self.target.vocab_size}; a draft model must share the target's tokenizer and output vocabulary")
+        self.spec = as_tree_spec(tree)
+        self.sampling = sampling
+        self.rule = resolve_rule(rule, sampling.do_sample)
+        self.generator = generator
+        default_eos, default_pad = _default_ids(self.target)
+        self.eos = eos_ids(eos_token_id) if eos_token_id is not None else default_eos
+        if pad_token_id is None:  # as `generate`: the config's pad id, else the first EOS id
+            pad_token_id = default_pad if default_pad is not None else (self.eos[0] if self.eos else 0)
+        self.pad_token_id = pad_token_id
+        self.stats = SpeculativeStats()
+        self.tokens: list[list[int]] = []  # per original row: its real tokens so far (the root last)
+        self.active: list[int] = []  # original rows still in the caches, in batch order
+        self.roots: torch.Tensor | None = None
+        self._prompt: Prompt | None = None
+        self.can_rollback = bool(rollback)
+        self._features: list[list[Features]] = []  # per row, when the drafter reads target features
+        self._who = f"target ({type(getattr(self.target, 'model', self.target)).__name__})"
+
+    @staticmethod
+    def _describe(target: Target) -> str:
+        return f"target ({type(getattr(target, 'model', target)).__name__})"
+
+    # ---- properties ------------------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        return self.roots is not None
+
+    def _require_started(self, what: str) -> None:
+        if not self.started:
+            raise RuntimeError(f"{what}: append a prompt first")
+        if not self.active:
+            raise RuntimeError(f"{what}: every row has left the session")
+
+    def _check_room(self, extra: int) -> None:
+        max_pos = getattr(getattr(getattr(self.target, "model", None), "config", None), "max_position_embeddings", None)
+        longest = max(len(self.tokens[r]) for r in self.active) if self.active else 0
+        if isinstance(max_pos, int) and longest + extra + self.spec.max_nodes > max_pos:
+            raise ValueError(f"max_new_tokens: context ({longest}) + new tokens ({extra}) + draft nodes "
+                             f"({self.spec.max_nodes}) exceed the target's max_position_embeddings ({max_pos})")
+
+    # ---- append -------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def append(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **model_inputs) -> None:
+        """The first call prefills a (left-padded) prompt with the model's inputs (`pixel_values`, ...); later
+        calls append the same number of tokens [rows, n] to every active row (text written elsewhere),
+        through one target pass and without a new prefill."""
+        if not self.started:
+            self._prefill(Prompt.build(input_ids, attention_mask, **model_inputs))
+            return
+        self._require_started("append")
+        if attention_mask is not None or model_inputs:
+            name = "attention_mask" if attention_mask is not None else sorted(model_inputs)[0]
+            raise ValueError(f"{name}: only the first append (the prompt) takes it")
+        tokens = input_ids[None] if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 1 else input_ids
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[0] != len(self.active):
+            raise ValueError(f"input_ids: expected [{len(self.active)}, n] tokens (one row per active row), got "
+                             f"{getattr(tokens, 'shape', type(tokens).__name__)}")
+        if tokens.shape[1] == 0:
+            return
+        self._check_ids(tokens)
+        tokens = tokens.long().to(self.target.device)
+        n = tokens.shape[1]
+        draft = DraftTree.chain(tokens[:, :-1])
+        full = torch.cat([self.roots[:, None], draft.tokens], 1)
+        scored = self.target.score(full, draft.full_parents(), draft.full_valid(), self.drafter.feature_request)
+        check_logits_finite(scored.logits, self._who)
+        a = len(self.active)
+        path = torch.arange(n, device=full.device).expand(a, n)
+        verdict = Verdict(tokens, torch.full((a,), n - 1, dtype=torch.long, device=full.device), path)
+        self._commit(draft, verdict, full, scored, drafted_here=False)
+
+    def _check_ids(self, ids: torch.Tensor, vocab: int | None = None) -> None:
+        vocab = vocab or self.target.vocab_size
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"input_ids: expected an integer tensor, got {ids.dtype}")
+        if ids.numel() and (int(ids.max()) >= vocab or int(ids.min()) < 0):
+            raise ValueError(f"input_ids: token ids must lie in [0, {vocab})")
+
+    def _prefill(self, prompt: Prompt) -> None:
+        self._check_ids(prompt.input_ids, getattr(self.target, "prompt_vocab_size", None))
+        self.target.check_prompt(prompt)
+        t0 = time.perf_counter()
+        request = self.drafter.feature_request
+        prefilled = self.target.prefill(prompt, request)
+        self.drafter.start(prompt, prefilled.features)
+        _sync(self.target.device)
+        self.stats.prefill_s += time.perf_counter() - t0
+        self._prompt = prompt
+        self.roots = prefilled.roots
+        mask = prompt.attention_mask.bool()
+        self.tokens = [row[m].tolist() for row, m in zip(prompt.input_ids, mask)]
+        self.active = list(range(prompt.batch_size))
+        if not request.empty and self.can_rollback:
+            lengths = mask.sum(dim=1).tolist()
+            width = prompt.length - 1
+            self._features = [[_row_features(prefilled.features, r, width - (n - 1), width)]
+                              for r, n in enumerate(lengths)]
+
+    # ---- generate -----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, max_new_tokens: int, stop: Sequence[int | Sequence[int]] | None = None,
+                 progress: bool = False,
+                 on_step: Callable[[DraftTree, Verdict, list[int]], None] | None = None) -> dict[int, list[int]]:
+        """Generate up to `max_new_tokens` per active row, stopping a row after an EOS id or after any of the
+        `stop` sequences (token ids, or lists of ids for multi-token delimiters). Returns each row's new
+        tokens by original row index (the stop included)."""
+        check_max_new_tokens(max_new_tokens)
+        self._require_started("generate")
+        stops = _stops(stop) + [(e,) for e in self.eos]
+        self._check_room(max_new_tokens)
+        new: dict[int, list[int]] = {row: [] for row in self.active}
+        if max_new_tokens == 0:
+            return new
+        device = self.target.device
+        bar = tqdm(total=max_new_tokens * len(self.active), disable=not progress, desc="speculative", unit="tok")
+        while True:
+            t0 = time.perf_counter()
+            draft = self.drafter.propose(self.roots, self.spec, self.sampling, self.generator).trimmed()
+            _sync(device)
+            t1 = time.perf_counter()
+            full = torch.cat([self.roots[:, None], draft.tokens.to(device)], dim=1)
+            scored = self.target.score(full, draft.full_parents(), draft.full_valid(), self.drafter.feature_request)
+            check_logits_finite(scored.logits, self._who)
+            verdict = self.rule.accept(draft, scored.logits, self.sampling, self.generator)
+            _sync(device)
+            t2 = time.perf_counter()
+            if on_step is not None:
+                on_step(draft, verdict, list(self.active))
+            # each row's emitted tokens, cut after a stop or at its budget; the commit follows the cut
+            emitted, done, reach = [], [], []
+            for i, (row, toks) in enumerate(zip(self.active, verdict.tokens.tolist())):
+                room = max_new_tokens - len(new[row])
+                toks = toks[: min(int(verdict.num_accepted[i]) + 1, room)]
+                cut = _first_stop(new[row], toks, stops)
+                if cut is not None:
+                    toks = toks[:cut]
+                reach.append(len(toks) if cut is not None else room)
+                emitted.append(toks)
+                new[row].extend(toks)
+                done.append(cut is not None or len(new[row]) >= max_new_tokens)
+            drafted, accepted = _countable(draft, verdict, reach)  # before the cut: a kept draft was accepted
+            verdict = _cut(verdict, [len(t) for t in emitted])
+            self._commit(draft, verdict, full, scored, drafted_here=True)
+            committed = sum(len(t) for t in emitted)
+            if all(done):
+                finished = []
+            else:
+                finished = [i for i, d in enumerate(done) if d]
+            if finished:
+                self._retire(finished)
+            _sync(device)
+            t3 = time.perf_counter()
+            self.stats.steps.append(StepStats(rows=len(emitted), drafted=drafted, accepted=accepted,
+                                              committed=committed, draft_s=t1 - t0, verify_s=t2 - t1,
+                                              commit_s=t3 - t2))
+            bar.update(committed)
+            if all(done):
+                break
+        bar.close()
+        return new
+
+    def _commit(self, draft: DraftTree, verdict: Verdict, full: torch.Tensor, scored, drafted_here: bool) -> None:
+        """Commit the verdict's path in the target and the drafter; its last token becomes the new root."""
+        if self.drafter.observes_target:  # the drafter learns from the target's verdict on every node
+            self.drafter.observe(full, scored.logits, draft.full_valid())
+        self.target.commit(verdict.path)
+        if not drafted_here:
+            if not self.drafter.supports_skipped_steps:
+                raise TypeError(f"drafter: {type(self.drafter).__name__} cannot take text it did not draft "
+                                "(supports_skipped_steps); use another drafter for sessions that append")
+            self.drafter.skip(self.roots)
+        self.drafter.commit(draft, verdict, features=scored.features)
+        counts = verdict.num_accepted + 1
+        self.roots = verdict.tokens.gather(1, verdict.num_accepted[:, None].to(verdict.tokens.device))[:, 0]
+        self.roots = self.roots.to(self.target.device)
+        for i, (row, toks, c) in enumerate(zip(self.active, verdict.tokens.tolist(), counts.tolist())):
+            self.tokens[row].extend(toks[:c])
+            if self._features:
+                kept = verdict.path[i: i + 1, :c]  # the root and the accepted nodes: now fed and committed
+                self._features[row].append(scored.features.select(torch.tensor([i])).gather(kept))
+
+    def _retire(self, positions: list[int]) -> None:
+        """Drop the rows at these batch positions (they stopped while others go on)."""
+        keep = [i for i in range(len(self.active)) if i not in set(positions)]
+        index = torch.tensor(keep, dtype=torch.long)
+        self.active = [self.active[i] for i in keep]
+        if keep:
+            self.target.select(index)
+            self.drafter.select(index)
+            self.roots = self.roots[index.to(self.roots.device)]
+
+    # ---- score --------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def score(self, tokens: torch.Tensor) -> SpanScore:
+        """The target's log-probabilities of a candidate span [rows, m] after each row's text, and its logits
+        after the span, in one pass; nothing is committed."""
+        self._require_started("score")
+        tokens = tokens[None] if tokens.dim() == 1 else tokens
+        if tokens.dim() != 2 or tokens.shape[0] != len(self.active) or tokens.shape[1] == 0:
+            raise ValueError(f"tokens: expected [{len(self.active)}, m>0], got {tuple(tokens.shape)}")
+        self._check_ids(tokens)
+        tokens = tokens.long().to(self.target.device)
+        draft = DraftTree.chain(tokens)
+        full = torch.cat([self.roots[:, None], tokens], 1)
+        logits = self.target.score(full, draft.full_parents(), draft.full_valid()).logits
+        self.target.discard()
+        check_logits_finite(logits, self._who)
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(2, tokens[..., None])[..., 0]
+        return SpanScore(logp, logits[:, -1])
+
+    # ---- checkpoints --------------------------------------------------------------------------------------
+    def checkpoint(self) -> Checkpoint:
+        """A mark to `rollback` to (valid while no row leaves the session)."""
+        self._require_started("checkpoint")
+        if not self.can_rollback:
+            raise RuntimeError("checkpoint: this session was created with rollback=False")
+        return Checkpoint(tuple(self.active), tuple(len(self.tokens[r]) for r in self.active), self.roots.clone(),
+                          self.target.checkpoint())
+
+    @torch.no_grad()
+    def rollback(self, mark: Checkpoint) -> None:
+        """Forget everything after `mark`: the target's cache shrinks to it; the drafter starts again on the
+        text as it was (with the target features it read, for feature-level drafters)."""
+        if not isinstance(mark, Checkpoint):
+            raise TypeError(f"mark: expected a Checkpoint, got {type(mark).__name__}")
+        if tuple(self.active) != mark.rows:
+            raise ValueError("mark: rows left the session since this checkpoint; it no longer applies")
+        self.target.rollback(mark.target_state)
+        for row, n in zip(self.active, mark.lengths):
+            del self.tokens[row][n:]
+        self.roots = mark.roots.clone()
+        prompt = self._current_prompt()
+        features = None
+        if self._features:
+            features = _left_padded([torch_cat_features(self._features[r], len(self.tokens[r]) - 1)
+                                     for r in self.active], prompt.length - 1)
+            for r in self.active:
+                self._features[r] = [torch_cat_features(self._features[r], len(self.tokens[r]) - 1)]
+        self.drafter.start(prompt, features)
+
+    def _current_prompt(self) -> Prompt:
+        """The active rows' text as one left-padded prompt, with the first prompt's model inputs (per-token
+        inputs such as `mm_token_type_ids` extended with text type 0)."""
+        rows = [self.tokens[r] for r in self.active]
+        width = max(len(t) for t in rows)
+        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, t in enumerate(rows):
+            ids[i, width - len(t):] = torch.tensor(t, dtype=torch.long)
+            mask[i, width - len(t):] = 1
+        inputs = {}
+        first = self._prompt
+        per_token = getattr(self.target, "per_token_inputs", frozenset())
+        for name, value in first.inputs.items():
+            if name in per_token:  # one value per token (e.g. mm_token_type_ids): text appended is type 0
+                laid = torch.zeros(len(rows), width, dtype=value.dtype)
+                for i, r in enumerate(self.active):
+                    real = value[r][first.attention_mask[r].bool()].cpu()
+                    laid[i, width - len(rows[i]): width - len(rows[i]) + len(real)] = real
+                value = laid.to(value.device)
+            inputs[name] = value
+        return Prompt(ids.to(first.input_ids.device), mask.to(first.input_ids.device), inputs)
+
+
+def _first_stop(before: list[int], toks: list[int], stops: list[tuple[int, ...]]) -> int | None:
+    """How many of `toks` to keep so that the text ends with a stop sequence (None: no stop inside)."""
+    text = before + toks
+    for j in range(len(toks)):
+        end = len(before) + j + 1
+        for s in stops:
+            if end >= len(s) and tuple(text[end - len(s): end]) == s:
+                return j + 1
+    return None
+
+
+def _cut(verdict: Verdict, keep: list[int]) -> Verdict:
+    """The verdict shortened to `keep[b]` emitted tokens per row (a stop or the budget inside it)."""
+    keep_t = torch.tensor(keep, dtype=torch.long, device=verdict.num_accepted.device)
+    if bool((keep_t == verdict.num_accepted + 1).all()):
+        return verdict
+    idx = torch.arange(verdict.path.shape[1], device=verdict.path.device)[None]
+    path = torch.where(idx < keep_t[:, None].to(verdict.path.device), verdict.path, -1)
+    return Verdict(verdict.tokens, (keep_t - 1).clamp(min=0), path)
+
+
+def _countable(draft: DraftTree, verdict: Verdict, reach: list[int]) -> tuple[int, int]:
+    """(drafted, accepted) counting only drafts that could have been emitted: a node deeper than its row's
+    reach (the tokens left before `max_new_tokens`, or up to an emitted stop) never could."""
+    accepted = int(verdict.num_accepted.cpu().clamp(max=torch.tensor(reach)).sum())
+    if draft.num_nodes == 0 or min(reach) >= draft.num_nodes:  # no row is cut short: every node counts
+        return int(draft.valid.sum()), accepted
+    depth = draft.depths()[:, 1:].cpu()
+    drafted = int((draft.valid.cpu() & (depth <= torch.tensor(reach)[:, None])).sum())
+    return drafted, accepted
+
+
+def _row_features(features: Features, row: int, start: int, end: int) -> Features:
+    def part(t: torch.Tensor) -> torch.Tensor:
+        return t[row: row + 1, start:end]
+
+    return Features(None if features.hidden is None else part(features.hidden),
+                    {i: part(t) for i, t in features.layers.items()})
+
+
+def torch_cat_features(chunks: list[Features], n: int) -> Features:
+    """One row's feature chunks joined along positions, the first `n` kept."""
+    hidden = [c.hidden for c in chunks if c.hidden is not None]
+    return Features(torch.cat(hidden, 1)[:, :n] if hidden else None,
+                    {i: torch.cat([c.layers[i] for c in chunks], 1)[:, :n] for i in chunks[0].layers})
+
+
+def _left_padded(rows: list[Features], width: int) -> Features:
+    """Rows of [1, n_r, H] features placed right-aligned in [B, width, H] (zeros before)."""
+    def stack(parts: list[torch.Tensor]) -> torch.Tensor:
+        out = parts[0].new_zeros(len(parts), width, parts[0].shape[-1])
+        for i, p in enumerate(parts):
+            if p.shape[1]:
+                out[i, width - p.shape[1]:] = p[0]
+        return out
+
+    hidden = None if rows[0].hidden is None else stack([r.hidden for r in rows])
+    return Features(hidden, {i: stack([r.layers[i] for r in rows]) for i in rows[0].layers})

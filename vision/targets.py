@@ -1,0 +1,160 @@
+"""Vision-language models as speculative targets (and draft models): `transformers`' Llava and Qwen2-VL /
+Qwen2.5-VL classes, as users load them.
+
+Prefill runs the model's own vision tower and projector (`get_image_features`) and places the image
+embeddings at the prompt's image tokens, as the model's forward does; everything after the prompt is text,
+fed as token ids through `HFCausalLM`'s tree attention (additive float masks, commit by gather). What
+differs per family is the positions: Llava counts tokens; Qwen2-VL gives every token 3-axis rotary
+positions (`get_rope_index`), and a token after the prompt sits at its 1-D index plus the row's
+`rope_deltas` on all three axes. Forgetting the delta is silently wrong (by ~3e-3 in the logits), so
+the adapter owns the positions and the loop never computes one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from multispec.prompt import Prompt
+from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
+
+
+class VisionLanguageTarget(HFCausalLM):
+    """What Llava and Qwen2-VL share: images enter at prefill, through the image tokens of `input_ids`."""
+
+    model_types: tuple[str, ...] = ()
+    prefill_inputs = frozenset({"pixel_values"})
+    provides = FeatureRequest(hidden=True, layers=(0,), image_embeds=True)
+
+    def __init__(self, model: PreTrainedModel, name: str = "target"):
+        if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) in self.model_types):
+            raise TypeError(f"{name}: expected a transformers {' or '.join(self.model_types)} model, "
+                            f"got {type(model).__name__}")
+        super().__init__(model, name)
+        self.image_token_id = int(model.config.image_token_id)
+
+    def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
+        """Projected image embeddings of every image in the batch, in prompt order, [N, H]."""
+        raise NotImplementedError
+
+    def _prepare_positions(self, prompt: Prompt, image_tokens: torch.Tensor) -> None:
+        """Called before the prefill: adapters with their own position scheme set it up here."""
+
+    def check_prompt(self, prompt: Prompt) -> None:
+        super().check_prompt(prompt)
+        mask = prompt.attention_mask.bool()
+        image_tokens = (prompt.input_ids == self.image_token_id) & mask
+        n = int(image_tokens.sum())
+        if n and "pixel_values" not in prompt.inputs:
+            raise ValueError(f"pixel_values: input_ids hold {n} image tokens (id {self.image_token_id}) but no "
+                             "pixel_values were given")
+        if not n and "pixel_values" in prompt.inputs:
+            raise ValueError(f"pixel_values: given, but input_ids hold no image token (id {self.image_token_id}); "
+                             "build the prompt with the model's processor")
+        if bool(image_tokens[:, -1].any()):
+            # the last prompt token is fed later as a token id: its image embedding would be lost
+            raise ValueError("input_ids: a prompt ends with an image token; end it with text (as chat templates do)")
+
+    @torch.no_grad()
+    def prefill(self, prompt: Prompt, request: FeatureRequest = NO_FEATURES) -> PrefillOutput:
+        self.check_prompt(prompt)
+        self.check_request(request)
+        ids, mask = prompt.input_ids.to(self.device), prompt.attention_mask.to(self.device)
+        image_tokens = (ids == self.image_token_id) & mask.bool()
+        embeds = self.model.get_input_embeddings()(ids)
+        image = None
+        if bool(image_tokens.any()):
+            image = self._image_embeddings(prompt.inputs).to(embeds.device, embeds.dtype)
+            n = int(image_tokens.sum())
+            if image.shape[0] != n:
+                raise ValueError(f"pixel_values: the images give {image.shape[0]} embeddings, but input_ids hold {n} "
+                                 "image tokens")
+            embeds = embeds.masked_scatter(image_tokens[..., None], image)
+        self._prepare_positions(prompt, image_tokens)
+        out = self.start(ids, mask, inputs_embeds=embeds, request=request)
+        if request.image_embeds:
+            counts = image_tokens.sum(dim=1)
+            width = int(counts.max())
+            slots = torch.arange(width, device=self.device)[None, :] < counts[:, None]
+            per_row = embeds.new_zeros(ids.shape[0], width, embeds.shape[-1])
+            if image is not None:
+                per_row[slots] = image
+            features = out.features if out.features is not None else Features()
+            features.image_embeds, features.image_mask = per_row, slots
+            out.features = features
+        return out
+
+
+class LlavaTarget(VisionLanguageTarget):
+    """`LlavaForConditionalGeneration` (language model at `model.model.language_model`, head `lm_head`)."""
+
+    model_types = ("llava",)
+    prefill_inputs = frozenset({"pixel_values", "image_sizes"})
+
+    def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
+        extra = {"image_sizes": inputs["image_sizes"]} if "image_sizes" in inputs else {}
+        pixels = inputs["pixel_values"].to(self.device, self.dtype)
+        out = self.model.model.get_image_features(pixel_values=pixels, return_dict=True, **extra)
+        return torch.cat(list(out.pooler_output), dim=0)
+
+
+class Qwen2VLTarget(VisionLanguageTarget):
+    """`Qwen2VLForConditionalGeneration` and `Qwen2_5_VLForConditionalGeneration`: 3-axis rotary positions
+    from `get_rope_index` at prefill; tree nodes at each row's token count + its rope delta, on every axis."""
+
+    model_types = ("qwen2_vl", "qwen2_5_vl")
+    prefill_inputs = frozenset({"pixel_values", "image_grid_thw", "mm_token_type_ids"})
+    per_token_inputs = frozenset({"mm_token_type_ids"})
+
+    def check_prompt(self, prompt: Prompt) -> None:
+        super().check_prompt(prompt)
+        if "pixel_values" in prompt.inputs:
+            for name, what in (("image_grid_thw", "each image's (t, h, w) patch grid"),
+                               ("mm_token_type_ids", "which tokens are text (0) and image (1)")):
+                if name not in prompt.inputs:
+                    raise ValueError(f"{name}: {type(self.model).__name__} needs it with pixel_values ({what}); "
+                                     "the processor returns it with input_ids")
+            types = prompt.inputs["mm_token_type_ids"]
+            if tuple(types.shape) != tuple(prompt.input_ids.shape):
+                raise ValueError(f"mm_token_type_ids: shape {tuple(types.shape)} does not match input_ids "
+                                 f"{tuple(prompt.input_ids.shape)}")
+
+    def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
+        out = self.model.model.get_image_features(inputs["pixel_values"].to(self.device),
+                                                  inputs["image_grid_thw"].to(self.device), return_dict=True)
+        return torch.cat(list(out.pooler_output), dim=0)
+
+    def _prepare_positions(self, prompt: Prompt, image_tokens: torch.Tensor) -> None:
+        ids, mask = prompt.input_ids.to(self.device), prompt.attention_mask.to(self.device)
+        if bool(image_tokens.any()):
+            positions, deltas = self.model.model.get_rope_index(
+                input_ids=ids, mm_token_type_ids=prompt.inputs["mm_token_type_ids"].to(self.device),
+                image_grid_thw=prompt.inputs["image_grid_thw"].to(self.device), attention_mask=mask)
+            self.rope_deltas = deltas.reshape(-1).to(self.device)
+        else:  # text only: 1-D positions on every axis
+            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[None].expand(3, -1, -1)
+            self.rope_deltas = torch.zeros(ids.shape[0], dtype=torch.long, device=self.device)
+        self._prompt_positions = positions[:, :, :-1]  # the prefilled tokens (the last one is the first root)
+
+    def _prefill_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        return self._prompt_positions
+
+    def _positions(self, positions: torch.Tensor) -> torch.Tensor:
+        return (positions + self.rope_deltas[:, None])[None].expand(3, -1, -1)
+
+    def select(self, rows: torch.Tensor) -> None:
+        super().select(rows)
+        self.rope_deltas = self.rope_deltas[rows.to(self.device)]
+
+
+ADAPTERS = (LlavaTarget, Qwen2VLTarget)
+
+
+def vision_adapter_for(model: Any) -> type[VisionLanguageTarget] | None:
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    for adapter in ADAPTERS:
+        if isinstance(model, PreTrainedModel) and model_type in adapter.model_types:
+            return adapter
+    return None

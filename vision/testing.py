@@ -1,0 +1,113 @@
+"""Tiny randomly initialised vision-language models of the real `transformers` classes, and prompts with
+images for them (no download needed): for tests, examples and the README."""
+
+from __future__ import annotations
+
+import torch
+
+VOCAB = 128
+IMAGE_TOKEN = 3  # inside the text vocabulary, as in the released checkpoints
+VLM_KINDS = ("llava-clip", "llava-siglip", "qwen2-vl", "qwen2.5-vl")
+_TEXT = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=1,
+             eos_token_id=2, pad_token_id=0)
+
+
+def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -> torch.nn.Module:
+    """A random VLM: Llava with a CLIP tower (16x16 images, 4x4 patches, CLS dropped: 16 image tokens) or a
+    SigLIP tower (no CLS: strategy "full", 16 tokens); Qwen2-VL / Qwen2.5-VL with 4x4 patches merged 2x2.
+    The LM head is scaled so argmax ties are rare."""
+    from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,
+                              SiglipVisionConfig)
+
+    torch.manual_seed(seed)
+    if kind.startswith("llava"):
+        tower = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=16,
+                     patch_size=4, num_channels=3)
+        siglip = kind == "llava-siglip"
+        vision = SiglipVisionConfig(**tower) if siglip else CLIPVisionConfig(**tower, projection_dim=32)
+        config = LlavaConfig(vision_config=vision, text_config=LlamaConfig(**_TEXT), image_token_id=IMAGE_TOKEN,
+                             vision_feature_select_strategy="full" if siglip else "default",
+                             vision_feature_layer=-1, projector_hidden_act="gelu", tie_word_embeddings=False)
+        model = LlavaForConditionalGeneration(config)
+    elif kind in ("qwen2-vl", "qwen2.5-vl"):
+        rope = dict(rope_type="default", rope_theta=1e4, mrope_section=[2, 3, 3])  # sums to head_dim / 2
+        text = dict(_TEXT, rope_parameters=rope)
+        if kind == "qwen2-vl":
+            from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+            vision = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=4,
+                          spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+            config = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=IMAGE_TOKEN,
+                                   video_token_id=4, vision_start_token_id=5, vision_end_token_id=6,
+                                   tie_word_embeddings=False)
+            model = Qwen2VLForConditionalGeneration(config)
+        else:
+            from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+            vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2,
+                          patch_size=4, spatial_merge_size=2, temporal_patch_size=2, in_channels=3, window_size=16,
+                          fullatt_block_indexes=[1])
+            config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=IMAGE_TOKEN,
+                                      video_token_id=4, vision_start_token_id=5, vision_end_token_id=6,
+                                      tie_word_embeddings=False)
+            model = Qwen2_5_VLForConditionalGeneration(config)
+    else:
+        raise ValueError(f"kind: expected one of {VLM_KINDS}, got {kind!r}")
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+    model.generation_config.pad_token_id = 0
+    return model.eval()
+
+
+def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int, ...] = (3, 5, 2),
+                seed: int = 0) -> dict[str, torch.Tensor]:
+    """A left-padded batch with one image per row: `before[r]` text tokens, the image's tokens, `after[r]`
+    text tokens. Rows get different images; for Qwen2-VL also different image sizes (4x4 and 4x8 patch
+    grids). Returns the model's keyword arguments (input_ids, attention_mask, pixel_values, ...)."""
+    g = torch.Generator().manual_seed(seed)
+    rows, types, pixels, grids = [], [], [], []
+    qwen = kind.startswith("qwen")
+    for r, (nb, na) in enumerate(zip(before, after)):
+        if qwen:
+            grid = (1, 4, 4 if r % 2 == 0 else 8)  # (t, h, w) in patches; the 2x2 merge gives h*w/4 tokens
+            patches = grid[0] * grid[1] * grid[2]
+            pixels.append(torch.randn(patches, 3 * 2 * 4 * 4, generator=g))
+            grids.append(grid)
+            n_image = patches // 4
+        else:
+            pixels.append(torch.randn(3, 16, 16, generator=g))
+            n_image = 16
+        text = lambda n: torch.randint(7, VOCAB, (n,), generator=g)  # noqa: E731 (ids 0-6 are special)
+        ids = torch.cat([text(nb), torch.full((n_image,), IMAGE_TOKEN), text(na)])
+        rows.append(ids)
+        types.append((ids == IMAGE_TOKEN).long())
+    width = max(len(x) for x in rows)
+    input_ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    token_types = torch.zeros_like(input_ids)
+    for r, (ids, kinds) in enumerate(zip(rows, types)):
+        input_ids[r, width - len(ids):] = ids
+        mask[r, width - len(ids):] = 1
+        token_types[r, width - len(ids):] = kinds
+    out = dict(input_ids=input_ids, attention_mask=mask)
+    if qwen:
+        out.update(pixel_values=torch.cat(pixels), image_grid_thw=torch.tensor(grids), mm_token_type_ids=token_types)
+    else:
+        out.update(pixel_values=torch.stack(pixels))
+    return out
+
+
+def row_of(inputs: dict[str, torch.Tensor], r: int) -> dict[str, torch.Tensor]:
+    """Row `r` of a `vlm_prompts` batch alone, unpadded, with only its own image."""
+    keep = inputs["attention_mask"][r].bool()
+    out = dict(input_ids=inputs["input_ids"][r, keep][None], attention_mask=inputs["attention_mask"][r, keep][None])
+    if "image_grid_thw" in inputs:
+        grids = inputs["image_grid_thw"]
+        sizes = grids.prod(-1).tolist()
+        start = sum(sizes[:r])
+        out.update(pixel_values=inputs["pixel_values"][start:start + sizes[r]], image_grid_thw=grids[r:r + 1],
+                   mm_token_type_ids=inputs["mm_token_type_ids"][r, keep][None])
+    else:
+        out.update(pixel_values=inputs["pixel_values"][r:r + 1])
+    return out
