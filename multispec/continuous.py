@@ -140,6 +140,11 @@ def continuous_generate(target, drafter, values: torch.Tensor, max_new_tokens: i
     if not isinstance(values, torch.Tensor) or values.dim() != 3 or not values.is_floating_point():
         raise ValueError(f"values: expected a float [batch, length, dim] tensor, got "
                          f"{getattr(values, 'shape', type(values).__name__)}")
+    from .targets.base import Target
+
+    if isinstance(target, Target) or not hasattr(target, "score"):
+        raise TypeError(f"target: {type(getattr(target, 'model', target)).__name__} scores token trees, not continuous "
+                        "vectors (a continuous target returns NodeDistributions from score)")
     if getattr(drafter, "payload", None) != "continuous":
         raise TypeError(f"drafter: {type(drafter).__name__} drafts tokens, not continuous vectors")
     if not isinstance(k, int) or k < 1:

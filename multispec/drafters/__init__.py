@@ -21,6 +21,9 @@ def as_drafter(drafter: Any) -> Drafter:
     fresh each call: keep an instance to carry their state across generations)."""
     if isinstance(drafter, Drafter):
         return drafter
+    if getattr(drafter, "payload", None) == "continuous":
+        raise TypeError(f"drafter: {type(drafter).__name__} drafts continuous vectors, not tokens; run it with "
+                        "multispec.continuous.continuous_generate and a continuous target")
     if isinstance(drafter, PreTrainedModel):
         return ModelDrafter(drafter)
     if isinstance(drafter, str):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ..prompt import Prompt
 from ..acceptance import Verdict
-from ..sampling import SamplingConfig
-from ..tree import Chain, DraftTree, TreeSpec
+from ..prompt import Prompt
+from ..tree import Chain, DraftTree
 from .base import Drafter
 
 

@@ -115,7 +115,20 @@ def _name(obj: Any) -> str:
     return f"{getattr(obj, 'name', 'target')} ({type(getattr(obj, 'model', obj)).__name__})"
 
 
-class Target(abc.ABC):
+class _Committing(abc.ABC):
+    """What both contracts share: keep an accepted path, drop what was fed, keep only some rows."""
+
+    @abc.abstractmethod
+    def commit(self, path: torch.Tensor) -> None: ...
+
+    @abc.abstractmethod
+    def discard(self) -> None: ...
+
+    @abc.abstractmethod
+    def select(self, rows: torch.Tensor) -> None: ...
+
+
+class Target(_Committing):
     """A model the loop verifies drafts with (see the module docstring for the lifecycle)."""
 
     name: str = "target"
@@ -143,15 +156,6 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def score(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None,
               request: FeatureRequest = NO_FEATURES) -> TargetOutput: ...
-
-    @abc.abstractmethod
-    def commit(self, path: torch.Tensor) -> None: ...
-
-    @abc.abstractmethod
-    def discard(self) -> None: ...
-
-    @abc.abstractmethod
-    def select(self, rows: torch.Tensor) -> None: ...
 
     def checkpoint(self) -> Any:
         """An opaque mark of the committed state, for `rollback` (no pending tree; valid until `select`)."""
@@ -183,7 +187,7 @@ class Target(abc.ABC):
             raise ValueError(f"{who}: asks for {' and '.join(missing)}, which {_name(self)} does not provide")
 
 
-class FeedingEngine(abc.ABC):
+class FeedingEngine(_Committing):
     """Incremental tree feeding for model drafters (see the module docstring)."""
 
     vocab_size: int
@@ -201,15 +205,6 @@ class FeedingEngine(abc.ABC):
     def feed(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None) -> TargetOutput:
         """Feed M nodes per row; `parents[b, m]` the pending index of node m's parent (-1 = the committed
         prefix); node m becomes pending index `num_pending + m`. Returns their logits [B, M, V]."""
-
-    @abc.abstractmethod
-    def commit(self, path: torch.Tensor) -> None: ...
-
-    @abc.abstractmethod
-    def discard(self) -> None: ...
-
-    @abc.abstractmethod
-    def select(self, rows: torch.Tensor) -> None: ...
 
 
 def check_layers(layers: Iterable[int], num_layers: int, who: str = "drafter") -> None:

@@ -30,13 +30,21 @@ from .lm_head import tall_lm_head
 LEAN_MODEL_TYPES = ("llama", "mistral", "qwen2")
 
 
-def lean_unsupported(model: object) -> str | None:
-    """None if `LeanCausalLM` can run `model` exactly like `transformers` does, else the reason why not."""
+def unsupported_class(model: object, model_types: tuple[str, ...]) -> str | None:
+    """Why `model` is not a `transformers` model of one of `model_types` (None if it is)."""
     if not isinstance(model, PreTrainedModel):
         return f"not a transformers PreTrainedModel ({type(model).__name__})"
+    if model.config.model_type not in model_types:
+        return f"model_type {model.config.model_type!r} (supported: {', '.join(model_types)})"
+    return None
+
+
+def lean_unsupported(model: object) -> str | None:
+    """None if `LeanCausalLM` can run `model` exactly like `transformers` does, else the reason why not."""
+    reason = unsupported_class(model, LEAN_MODEL_TYPES)
+    if reason is not None:
+        return reason
     config = model.config
-    if config.model_type not in LEAN_MODEL_TYPES:
-        return f"model_type {config.model_type!r} (supported: {', '.join(LEAN_MODEL_TYPES)})"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"hidden_act {config.hidden_act!r} (only silu)"
     rope = getattr(config, "rope_parameters", None) or {}

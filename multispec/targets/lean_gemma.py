@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from .base import FeatureRequest, Features
-from .lean import LeanCausalLM, _BufferedCache
+from .lean import LeanCausalLM, _BufferedCache, unsupported_class
 from .lm_head import tall_lm_head
 
 GEMMA_MODEL_TYPES = ("gemma3_text",)
@@ -26,11 +26,10 @@ GEMMA_MODEL_TYPES = ("gemma3_text",)
 
 def lean_gemma_unsupported(model: object) -> str | None:
     """None if `LeanGemma3CausalLM` computes what `transformers` computes for `model`, else why not."""
-    if not isinstance(model, PreTrainedModel):
-        return f"not a transformers PreTrainedModel ({type(model).__name__})"
+    reason = unsupported_class(model, GEMMA_MODEL_TYPES)
+    if reason is not None:
+        return reason
     config = model.config
-    if config.model_type not in GEMMA_MODEL_TYPES:
-        return f"model_type {config.model_type!r} (supported: {', '.join(GEMMA_MODEL_TYPES)})"
     if getattr(config, "final_logit_softcapping", None) is not None or getattr(config, "attn_logit_softcapping", None):
         return "logit softcapping"
     if getattr(config, "use_bidirectional_attention", False):

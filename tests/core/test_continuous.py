@@ -88,3 +88,12 @@ def test_bad_inputs_are_refused(models):
         continuous_generate(GMMTarget(target), NGramDrafter(), torch.zeros(2, 1, 2), 2)
     with pytest.raises(ValueError, match="max_tries"):
         DensityRatio(max_tries=0)
+    from multispec import speculative_generate
+    from multispec.testing import make_target
+
+    llama = make_target("llama")
+    with pytest.raises(TypeError, match="drafter: GMMDrafter drafts continuous vectors, not tokens"):
+        speculative_generate(llama, GMMDrafter(draft), torch.tensor([[5, 6]]))
+    with pytest.raises(TypeError, match="target: LlamaForCausalLM scores token trees"):
+        from multispec.targets import as_target
+        continuous_generate(as_target(llama), GMMDrafter(draft), torch.zeros(2, 1, 2), 2)

@@ -151,7 +151,7 @@ def test_skipped_steps_catch_up_to_a_fresh_start(trained):
 def test_hybrid_drafter_is_lossless_and_uses_both_sources(trained):
     """On the zoo's trained byte pair and real source code (which repeats itself), both the lookup and the
     EAGLE head draft, and both get drafts accepted."""
-    from multispec import HybridDrafter, NGramDrafter, zoo
+    from multispec import HybridDrafter, zoo
 
     pair = zoo.load("stdlib-bytes")
     ids, mask = source_prompts()
