@@ -74,9 +74,9 @@ def run(quick: bool = False, max_new_tokens: int | None = None, prompts: int | N
         return lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False, **no_eos, **kw)
 
     def ours(drafter, tree):
-        """`drafter`: a model, or a factory of drafters (a fresh one per run: the repeats of a prompt must
-        not learn from each other)."""
-        return lambda ids: speculative_generate(target, drafter() if callable(drafter) else drafter, ids,
+        """`drafter`: a model, or a drafter class (a fresh instance per run: the repeats of a prompt must
+        not learn from each other; a model is callable too, so test for a class)."""
+        return lambda ids: speculative_generate(target, drafter() if isinstance(drafter, type) else drafter, ids,
                                                 max_new_tokens=n, tree=tree, eos_token_id=[], pad_token_id=0)
 
     methods = {

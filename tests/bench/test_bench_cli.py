@@ -40,3 +40,12 @@ def test_bench_ssm_on_the_ssm_pairs(tmp_path, pair):
     _check_table(res["greedy"], names)
     _check_table(res["sampling"], {"plain", "chain_k4", "stree_dynamic", "hybrid_stree_dynamic"})
     assert res["greedy"]["stree_dynamic"]["mean_accepted_length"] > 1.5
+
+
+def test_bench_core_runs_every_method(tmp_path):
+    path = tmp_path / "core.json"
+    assert main(["bench", "core", "--quick", "--max-new-tokens", "6", "--json", str(path)]) == 0
+    res = json.loads(path.read_text())
+    assert res["outputs_identical"] is True
+    methods = {r["method"] for r in res["rows"]}
+    assert {"plain (generate)", "ours chain k=4", "ours token recycling tree", "ours suffix decoding tree"} <= methods
