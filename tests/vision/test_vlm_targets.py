@@ -168,3 +168,27 @@ def test_bad_inputs_are_refused_by_name():
         speculative_generate(llava, "ngram", torch.tensor([[9, 10, 11]]), pixel_values=inputs["pixel_values"])
     with pytest.raises(ValueError, match="drafter: asks for image embeddings"):
         as_target(llama).check_request(FeatureRequest(image_embeds=True))
+
+
+def test_a_session_over_a_vlm_rolls_back_and_continues_exactly():
+    """Sessions keep the image prefix: generate, checkpoint, wander, roll back (the VLM draft restarts on the
+    text with its image, per-token inputs extended), append text, continue == the model's own generate."""
+    from multispec import Session
+
+    model = make_vlm("qwen2-vl", seed=1)
+    inputs = row_of(vlm_prompts("qwen2-vl"), 1)  # the 4x8 image: rope delta != 0
+    session = Session(model, ModelDrafter(make_perturbed_copy(model, noise=0.05)), tree=3, eos_token_id=[],
+                      pad_token_id=0)
+    session.append(**inputs)
+    first = session.generate(6)[0]
+    mark = session.checkpoint()
+    session.generate(5)
+    session.rollback(mark)
+    session.append(torch.tensor([[9, 10, 11]]))
+    more = session.generate(8)[0]
+    text = torch.tensor(first + [9, 10, 11])
+    with torch.no_grad():
+        want = model.generate(**_extend(inputs, text), max_new_tokens=8, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)[0, -8:]
+    assert more == want.tolist()
+    assert session.stats.mean_accepted_length >= 1.5, session.stats
