@@ -40,11 +40,15 @@ def test_tree_logits_equal_the_model_forward_on_each_path(vlm):
     target = as_target(model)
     assert isinstance(target, Qwen2VLTarget if kind.startswith("qwen") else LlavaTarget)
     prompt = Prompt.build(**inputs)
-    request = FeatureRequest(hidden=True, image_embeds=True)
+    request = FeatureRequest(hidden=True, layers=(0, 2), image_embeds=True)
     prefilled = target.prefill(prompt, request)
     images = prefilled.features.image_embeds
     assert images.shape[:2] == prefilled.features.image_mask.shape
     assert prefilled.features.image_mask.sum(1).tolist() == (inputs["input_ids"] == IMAGE_TOKEN).sum(1).tolist()
+    # the residual stream entering layer 0 is the model's input: the image embeddings at the image tokens
+    at_images = (inputs["input_ids"][:, :-1] == IMAGE_TOKEN)
+    assert torch.allclose(prefilled.features.layers[0][at_images], images[prefilled.features.image_mask], atol=1e-6)
+    assert prefilled.features.layers[2].shape == prefilled.features.hidden.shape  # the last layer's output
     g = torch.Generator().manual_seed(0)
     tokens = torch.cat([prefilled.roots[:, None], torch.randint(7, 128, (3, 5), generator=g)], 1)
     parents = torch.tensor([[-1, 0, 1, 2, 0, 1], [-1, 0, 1, 2, 0, 4], [-1, 0, 0, 2, 3, 1]])
