@@ -363,10 +363,9 @@ class Session:
         prompt = self._current_prompt()
         features = None
         if self._features:
-            features = _left_padded([torch_cat_features(self._features[r], len(self.tokens[r]) - 1)
-                                     for r in self.active], prompt.length - 1)
-            for r in self.active:
-                self._features[r] = [torch_cat_features(self._features[r], len(self.tokens[r]) - 1)]
+            for r in self.active:  # every fed token up to the mark, as one chunk per row
+                self._features[r] = [_joined_features(self._features[r], len(self.tokens[r]) - 1)]
+            features = _left_padded([self._features[r][0] for r in self.active], prompt.length - 1)
         self.drafter.start(prompt, features)
 
     def _current_prompt(self) -> Prompt:
@@ -433,7 +432,7 @@ def _row_features(features: Features, row: int, start: int, end: int) -> Feature
                     {i: part(t) for i, t in features.layers.items()})
 
 
-def torch_cat_features(chunks: list[Features], n: int) -> Features:
+def _joined_features(chunks: list[Features], n: int) -> Features:
     """One row's feature chunks joined along positions, the first `n` kept."""
     hidden = [c.hidden for c in chunks if c.hidden is not None]
     return Features(torch.cat(hidden, 1)[:, :n] if hidden else None,

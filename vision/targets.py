@@ -12,6 +12,7 @@ the adapter owns the positions and the loop never computes one.
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import torch
@@ -35,9 +36,10 @@ class VisionLanguageTarget(HFCausalLM):
         super().__init__(model, name)
         self.image_token_id = int(model.config.image_token_id)
 
+    @abc.abstractmethod
     def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
-        """Projected image embeddings of every image in the batch, in prompt order, [N, H]."""
-        raise NotImplementedError
+        """Projected image embeddings of every image in the batch, in prompt order, [N, H] (each model
+        family runs its own vision tower and projector)."""
 
     def _prepare_positions(self, prompt: Prompt, image_tokens: torch.Tensor) -> None:
         """Called before the prefill: adapters with their own position scheme set it up here."""

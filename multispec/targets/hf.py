@@ -75,7 +75,7 @@ class HFCausalLM(Target, FeedingEngine):
     feeding engine of model drafters."""
 
     stateful = False  # subclasses that keep a model's recurrent state themselves set this
-    provides = FeatureRequest(hidden=True, layers=(0,))
+    provides = FeatureRequest(hidden=True, layers=(0,))  # any layer (the index range is checked per model)
 
     def __init__(self, model: PreTrainedModel, name: str = "target"):
         check_causal_lm(model, name, allow_stateful=self.stateful)
