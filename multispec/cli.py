@@ -5,7 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+# commands that modality packages add when imported (`multispec.adapters` entry points):
+# (group, name) -> (help, add_arguments(parser), run(args) -> exit code); group is "bench", "eval" or "train"
+PLUGIN_COMMANDS: dict[tuple[str, str], tuple[str, Callable, Callable]] = {}
+
+
+def register_command(group: str, name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+                     run: Callable[[argparse.Namespace], int]) -> None:
+    """Add `multispec GROUP NAME ...` (e.g. `multispec bench vision`), parsed by `add_arguments`."""
+    if group not in ("bench", "eval", "train"):
+        raise ValueError(f"group: expected bench, eval or train, got {group!r}")
+    PLUGIN_COMMANDS[(group, name)] = (help, add_arguments, run)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -79,21 +92,35 @@ def _demo(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="multispec", description="Speculative generation beyond plain text.")
     sub = parser.add_subparsers(dest="command", required=True)
+    from .targets import load_adapter_plugins
+
+    load_adapter_plugins()  # modality packages register their commands
     bench = sub.add_parser("bench", help="speed benchmarks against plain decoding and transformers")
-    bench.add_argument("suite", choices=["core", "text", "ssm"],
-                       help="core: random-weight pair; text: a zoo text pair; ssm: a zoo SSM/hybrid pair (STree)")
-    bench.add_argument("--quick", action="store_true", help="a smaller run")
-    bench.add_argument("--pair", default=None,
-                       help="zoo pair (default: gemma3-270m-eagle for text, stdlib-mamba2 for ssm)")
-    bench.add_argument("--max-new-tokens", type=int, default=None)
-    bench.add_argument("--temperature", type=float, default=None,
-                       help="for the sampling rows (default 0.8 for text, 1.0 for ssm)")
-    bench.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    bench.add_argument("--chain-k", type=int, default=4, help="draft length of the chain rows")
-    bench.add_argument("--tree", default=None, metavar="D/K/N",
-                       help="dynamic tree: depth/top-k/total nodes (default 4/4/15 text, 5/3/14 ssm)")
-    bench.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
-    bench.set_defaults(func=_bench)
+    suites = bench.add_subparsers(dest="suite", required=True)
+    for name, text in (("core", "random-weight pair"), ("text", "a zoo text pair"),
+                       ("ssm", "a zoo SSM/hybrid pair (STree)")):
+        suite = suites.add_parser(name, help=text)
+        suite.add_argument("--quick", action="store_true", help="a smaller run")
+        suite.add_argument("--pair", default=None,
+                           help="zoo pair (default: gemma3-270m-eagle for text, stdlib-mamba2 for ssm)")
+        suite.add_argument("--max-new-tokens", type=int, default=None)
+        suite.add_argument("--temperature", type=float, default=None,
+                           help="for the sampling rows (default 0.8 for text, 1.0 for ssm)")
+        suite.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+        suite.add_argument("--chain-k", type=int, default=4, help="draft length of the chain rows")
+        suite.add_argument("--tree", default=None, metavar="D/K/N",
+                           help="dynamic tree: depth/top-k/total nodes (default 4/4/15 text, 5/3/14 ssm)")
+        suite.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+        suite.set_defaults(func=_bench)
+    groups = {"bench": suites,
+              "eval": sub.add_parser("eval", help="task evaluation (accuracy and speed per method)")
+              .add_subparsers(dest="task", required=True),
+              "train": sub.add_parser("train", help="train drafters for your own models")
+              .add_subparsers(dest="what", required=True)}
+    for (group, name), (text, add_arguments, run) in sorted(PLUGIN_COMMANDS.items()):
+        command = groups[group].add_parser(name, help=text)
+        add_arguments(command)
+        command.set_defaults(func=run)
     zoo = sub.add_parser("zoo", help="the model zoo: list, locate or retrain pairs")
     zoo.add_argument("action", choices=["list", "path", "train"])
     zoo.add_argument("name", nargs="?", default=None)

@@ -6,13 +6,26 @@ Importing this package registers its target adapters with the core (the core fin
 directly, with their image inputs as keyword arguments:
 
     speculative_generate(vlm, draft, input_ids, attention_mask=mask, pixel_values=pixels, max_new_tokens=64)
+
+Drafters: `VisionEagleDrafter` over a `VisionEagleHead` in one of three modes (plain EAGLE, ViSpec, SpecVLM),
+trained with `VisionDistiller` (online logit distillation). The zoo pair `vqa-llava` ships all three.
 """
 
 from multispec.targets import register_target_adapter
+from multispec.zoo import register_entry
 
+from . import cli as _cli
+from .compress import ElasticCompressor, QueryAdaptor
+from .distill import DistillConfig, VisionDistiller
+from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead, build_draft_sequence
 from .targets import LlavaTarget, Qwen2VLTarget, VisionLanguageTarget, vision_adapter_for
+from .zoo_pair import zoo_entry
 
 register_target_adapter(lambda model: vision_adapter_for(model) is not None,
                         lambda model: vision_adapter_for(model)(model))
+register_entry(zoo_entry())
+_cli.register()
 
-__all__ = ["LlavaTarget", "Qwen2VLTarget", "VisionLanguageTarget", "vision_adapter_for"]
+__all__ = ["DistillConfig", "ElasticCompressor", "LlavaTarget", "QueryAdaptor", "Qwen2VLTarget",
+           "VisionDistiller", "VisionDraftConfig", "VisionEagleDrafter", "VisionEagleHead", "VisionLanguageTarget",
+           "build_draft_sequence", "vision_adapter_for"]

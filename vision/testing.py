@@ -111,3 +111,41 @@ def row_of(inputs: dict[str, torch.Tensor], r: int) -> dict[str, torch.Tensor]:
     else:
         out.update(pixel_values=inputs["pixel_values"][r:r + 1])
     return out
+
+
+def forbid_special_tokens(model) -> torch.nn.Module:
+    """Zero the head's rows of ids 0-6 (pad, BOS, EOS, the image token...): their logits are then 0, below
+    the top of the scaled random head, so greedy answers stay text (an image token in an answer would be
+    taken for an image by the model's next forward)."""
+    with torch.no_grad():
+        model.get_output_embeddings().weight[:7] = 0
+    return model
+
+
+def tiny_answer_examples(model, kind: str, count: int = 24, new_tokens: int = 20, seed: int = 5) -> list:
+    """The model's own greedy answers to `count` random prompts with images (ragged text before and after
+    the image), as drafter training examples (`multispec.vision.processing.AnswerExample`)."""
+    from .processing import AnswerExample
+
+    out = []
+    for i in range(0, count, 3):
+        batch = vlm_prompts(kind, before=(1 + i % 3, 3, 2), after=(2, 1 + i % 2, 3), seed=seed + i)
+        for r in range(3):
+            row = row_of(batch, r)
+            with torch.no_grad():  # ids 0-6 are special (image, video, pad...): keep the answers text
+                seq = model.generate(**row, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
+                                     pad_token_id=0, suppress_tokens=list(range(7)))
+            out.append(AnswerExample(row, seq[0, row["input_ids"].shape[1]:]))
+    return out[:count]
+
+
+def tiny_head(model, mode: str, **vision):
+    """A fresh `VisionEagleHead` for a `make_vlm` model."""
+    from multispec.drafters.eagle import EagleConfig
+
+    from .drafter import VisionDraftConfig, VisionEagleHead
+
+    text = model.config.get_text_config()
+    config = EagleConfig(hidden_size=text.hidden_size, draft_vocab_size=VOCAB, target_vocab_size=VOCAB,
+                         intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
+    return VisionEagleHead(config, VisionDraftConfig(mode=mode, image_token_id=IMAGE_TOKEN, **vision))

@@ -161,11 +161,24 @@ ENTRIES: dict[str, ZooEntry] = {
 }
 
 
+def register_entry(new: ZooEntry) -> None:
+    """Add a modality's pair (its package calls this when imported; see `multispec.adapters`)."""
+    ENTRIES[new.name] = new
+
+
+def _load_plugins() -> None:
+    from ..targets import load_adapter_plugins
+
+    load_adapter_plugins()
+
+
 def names() -> list[str]:
+    _load_plugins()
     return list(ENTRIES)
 
 
 def entry(name: str) -> ZooEntry:
+    _load_plugins()
     if name not in ENTRIES:
         raise ValueError(f"name: unknown zoo entry {name!r}; available: {', '.join(ENTRIES)}")
     return ENTRIES[name]

@@ -1,0 +1,188 @@
+"""VLM drafters (plain EAGLE, ViSpec, SpecVLM) on tiny random Llava (SigLIP) and Qwen2-VL models: after a
+short online distillation on the target's own answers they are accepted (mean accepted length asserted),
+and greedy speculation equals the target's own `generate` for batch 1 and a ragged batch of 3 with a
+different image per row, chains and dynamic trees. Also: what each mode puts in the draft sequence, the
+ViSpec fusion's [I | 0] start, the SpecVLM gate, resumable training, and errors by name."""
+
+import pytest
+import torch
+
+from multispec import DynamicTree, speculative_generate
+from multispec.vision import VisionDistiller, VisionDraftConfig, VisionEagleDrafter, build_draft_sequence
+from multispec.vision.compress import BRANCHES, ElasticCompressor
+from multispec.vision.distill import DistillConfig
+from multispec.vision.processing import collate_examples
+from multispec.vision.testing import (IMAGE_TOKEN, forbid_special_tokens, make_vlm, row_of, tiny_answer_examples,
+                                     tiny_head, vlm_prompts)
+
+MODES = ("eagle", "vispec", "specvlm")
+KINDS = ("llava-siglip", "qwen2-vl")
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """{(kind, mode): (model, head)} after 100 distillation steps on 12 of the model's own answers (a random
+    model's text is hard to predict: the drafts are tested on these training prompts, where they are
+    accepted; losslessness does not depend on it)."""
+    out = {}
+    for kind in KINDS:
+        model = forbid_special_tokens(make_vlm(kind, seed=1))
+        examples = tiny_answer_examples(model, kind, count=12)
+        for mode in MODES:
+            torch.manual_seed(0)
+            head = tiny_head(model, mode)
+            config = DistillConfig(steps=100, batch_size=6, lr=3e-3, ce_weight=1.0, warmup_steps=5)
+            VisionDistiller(model, head, config).fit(examples, collate_examples)
+            out[kind, mode] = (model, head)
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_greedy_speculation_equals_generate(trained, kind, mode, batch):
+    model, head = trained[kind, mode]
+    inputs = vlm_prompts(kind, before=(1, 3, 2), after=(2, 1, 3), seed=5)  # the first training prompts
+    if batch == 1:
+        inputs = row_of(inputs, 1)
+    n = 16
+    drafter = VisionEagleDrafter(head, model)
+    for tree in (4, DynamicTree(depth=3, topk=3, total=8)):
+        out = speculative_generate(model, drafter, max_new_tokens=n, tree=tree, eos_token_id=[], pad_token_id=0,
+                                   **inputs)
+        for r in range(batch):
+            alone = row_of(inputs, r)
+            with torch.no_grad():
+                want = model.generate(**alone, max_new_tokens=n, do_sample=False, eos_token_id=None,
+                                      pad_token_id=0)[0, -n:]
+            assert torch.equal(out.sequences[r, -n:], want), (kind, mode, r, tree)
+        # the drafts are accepted: this is speculation, not plain decoding in disguise
+        assert out.stats.mean_accepted_length >= 1.15, (kind, mode, tree, out.stats)
+
+
+def _entries(kind: str, model, head):
+    inputs = vlm_prompts(kind)
+    from multispec import Prompt
+    from multispec.targets import as_target
+
+    prompt = Prompt.build(**inputs)
+    target = as_target(model)
+    features = target.prefill(prompt, VisionEagleDrafter.feature_request).features
+    ids, mask = prompt.input_ids, prompt.attention_mask
+    b, length = ids.shape
+    return inputs, build_draft_sequence(head, model.get_input_embeddings(), ids[:, 1:], mask[:, 1:],
+                                        features.hidden, features.image_embeds, features.image_mask,
+                                        torch.full((b,), length - 2))
+
+
+@pytest.mark.parametrize("mode,num_queries,kept", [("eagle", 2, None), ("vispec", 2, 1), ("vispec", 5, 4),
+                                                   ("specvlm", 2, None)])
+def test_draft_sequence_holds_the_compressed_image(mode, num_queries, kept):
+    model = make_vlm("llava-siglip", seed=1)
+    torch.manual_seed(0)
+    head = tiny_head(model, mode, num_queries=num_queries).eval()
+    inputs, seq = _entries("llava-siglip", model, head)
+    mask = inputs["attention_mask"][:, 1:].bool()
+    is_image = (inputs["input_ids"][:, 1:] == IMAGE_TOKEN) & mask
+    text = mask & ~is_image
+    lengths = seq.mask.sum(1)
+    if mode == "eagle":  # every entry, the image ones included
+        assert lengths.tolist() == mask.sum(1).tolist()
+    elif mode == "vispec":
+        assert lengths.tolist() == (text.sum(1) + kept).tolist()
+        assert seq.global_vec is not None and seq.global_vec.shape == (3, 64)
+    else:  # 16 image tokens: prune / pool / conv keep ceil(16 / 4) = 4, the resampler 2, text-only 1 marker
+        picked = [BRANCHES[int(i)] for i in seq.choice.argmax(1)]
+        keep = {"prune": 4, "pool": 4, "conv": 4, "resampler": 2, "text": 1}
+        assert lengths.tolist() == [int(t) + keep[p] for t, p in zip(text.sum(1), picked)]
+    # text entries keep their order; compressed-away image entries map to no column
+    assert (seq.index[text] >= 0).all()
+    if mode != "eagle":
+        assert (seq.index[is_image] == -1).all()
+        for r in range(3):
+            cols = seq.index[r][text[r]]
+            assert torch.all(cols[1:] > cols[:-1])
+
+
+def test_vispec_fusion_starts_as_a_pass_through():
+    model = make_vlm("llava-siglip", seed=1)
+    head = tiny_head(model, "vispec")
+    f, g = torch.randn(2, 5, 64), torch.randn(2, 64)
+    assert torch.allclose(head.fuse_global(f, g), f, atol=1e-6)  # [I | 0], bias 0
+    assert tiny_head(model, "vispec", global_vector=False).img_fc is None
+
+
+def test_elastic_gate_trains_with_gumbel_and_picks_argmax_at_inference():
+    torch.manual_seed(0)
+    comp = ElasticCompressor(32, 4, ratio=4)
+    embeds, mask, question = torch.randn(4, 16, 32), torch.ones(4, 16, dtype=torch.bool), torch.randn(4, 32)
+    comp.train()
+    out, choice = comp(embeds, mask, question)
+    assert torch.equal(choice.sum(1), torch.ones(4))  # hard one-hot
+    sum(o.sum() for o in out).backward()
+    assert comp.gate.weight.grad is not None and comp.gate.weight.grad.abs().sum() > 0  # straight-through
+    comp.eval()
+    with torch.no_grad():
+        comp.gate.bias.copy_(torch.tensor([0.0, 0.0, 0.0, 5.0, 0.0]))
+        _, c1 = comp(embeds, mask, question)
+        _, c2 = comp(embeds, mask, question)
+    assert torch.equal(c1, c2) and (c1.argmax(1) == BRANCHES.index("resampler")).all()
+    with pytest.raises(ValueError, match="branches"):
+        ElasticCompressor(32, 4, branches=("pool", "magic"))
+
+
+def test_training_resumes_to_the_same_head(tmp_path):
+    model = make_vlm("llava-siglip", seed=1)
+    examples = tiny_answer_examples(model, "llava-siglip", count=9)
+    config = DistillConfig(steps=6, batch_size=3, checkpoint_every=2, warmup_steps=2)
+
+    def head():
+        torch.manual_seed(0)
+        return tiny_head(model, "vispec")
+
+    straight = head()
+    VisionDistiller(model, straight, config).fit(examples, collate_examples, tmp_path / "a")
+    interrupted = head()
+    VisionDistiller(model, interrupted, config).fit(examples, collate_examples, tmp_path / "b", stop_after=3)
+    assert not (tmp_path / "b" / "eagle.safetensors").exists()  # not finished: no final head yet
+    resumed = head()
+    VisionDistiller(model, resumed, config).fit(examples, collate_examples, tmp_path / "b")
+    for (k, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), k
+    with pytest.raises(ValueError, match="another training config"):
+        VisionDistiller(model, head(), DistillConfig(steps=6, batch_size=2)).fit(examples, collate_examples,
+                                                                             tmp_path / "b")
+
+
+def test_errors_name_the_argument():
+    model = make_vlm("llava-siglip", seed=1)
+    with pytest.raises(ValueError, match="image token id"):
+        head = tiny_head(model, "eagle")
+        head.vision.image_token_id = 9
+        VisionEagleDrafter(head, model)
+    with pytest.raises(ValueError, match="mode"):
+        VisionDraftConfig(mode="medusa")
+    with pytest.raises(TypeError, match="head"):
+        from multispec.drafters.eagle import EagleConfig, EagleHead
+        VisionEagleDrafter(EagleHead(EagleConfig(hidden_size=64, draft_vocab_size=128, target_vocab_size=128)), model)
+    head = tiny_head(model, "vispec")
+    inputs = vlm_prompts("llava-siglip")
+    b = inputs["input_ids"].shape[0]
+    with pytest.raises(ValueError, match="image embeddings"):  # image tokens but no image embeddings
+        build_draft_sequence(head, model.get_input_embeddings(), inputs["input_ids"][:, 1:],
+                             inputs["attention_mask"][:, 1:], torch.zeros(b, inputs["input_ids"].shape[1] - 1, 64),
+                             None, None, torch.zeros(b, dtype=torch.long))
+
+
+def test_saved_head_reloads_and_drafts_the_same(tmp_path, trained):
+    from multispec.vision import VisionEagleHead
+
+    model, head = trained["llava-siglip", "vispec"]
+    head.save(tmp_path, dtype=torch.float32)
+    again = VisionEagleHead.load(tmp_path)
+    assert again.vision == head.vision
+    inputs = vlm_prompts("llava-siglip", seed=3)
+    a = speculative_generate(model, VisionEagleDrafter(head, model), max_new_tokens=8, eos_token_id=[], **inputs)
+    b = speculative_generate(model, VisionEagleDrafter(again, model), max_new_tokens=8, eos_token_id=[], **inputs)
+    assert torch.equal(a.sequences, b.sequences) and a.stats.committed == b.stats.committed
+    assert [s.accepted for s in a.stats.steps] == [s.accepted for s in b.stats.steps]

@@ -1,0 +1,82 @@
+"""`multispec bench vision`: the zoo VLM (`vqa-llava`) on held-out procedural VQA questions, batch 1, greedy:
+plain `generate`, `transformers`' prompt-lookup assisted generation (its assisted generation needs a
+smaller VLM of the same family, which the zoo does not have), and the plain-EAGLE, ViSpec and SpecVLM
+drafters as chains and dynamic trees. Every output is compared with plain decoding."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from multispec import DynamicTree, zoo
+from multispec.bench.machine import describe, machine_info
+
+from .evaluate import VQAItem, run_vqa, vqa_methods
+from .vqa_synth import generate_vqa
+from .zoo_pair import DRAFTERS, NAME, TEST_SEED, load_drafters
+from .zoo_vlm import EOS, PAD
+
+
+def bench_items(count: int, seed: int = TEST_SEED) -> list[VQAItem]:
+    """Held-out questions (another seed than training): half short answers, half descriptions/explanations."""
+    return [VQAItem(s.image, s.question, s.answers, s.style == "short") for s in generate_vqa(count, seed=seed)]
+
+
+def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int | None = None,
+        threads: int | None = None, chain_k: int = 4, tree: DynamicTree | None = None,
+        weights: str | None = None, drafters: tuple[str, ...] = DRAFTERS) -> dict:
+    if threads:
+        torch.set_num_threads(threads)
+    pair = zoo.load(NAME, weights)
+    model, processor = pair.target, pair.tokenizer
+    loaded = load_drafters(model, weights, drafters)
+    n = max_new_tokens or 200
+    tree = tree or DynamicTree(depth=4, topk=4, total=15)
+    items = bench_items(8 if quick else 32)
+    methods = vqa_methods(model, loaded, n, EOS, PAD, chain_k=chain_k, tree=tree)
+    refusal = None
+    if "hf_prompt_lookup" in methods:
+        from .evaluate import probe
+        refusal = probe(methods["hf_prompt_lookup"], processor(items[0].image, items[0].question))
+        if refusal is not None:
+            del methods["hf_prompt_lookup"]
+    res = run_vqa(items, processor, methods, EOS, desc="bench vision")
+    rows = res["methods"]
+    chain = rows.get(f"eagle_chain_k{chain_k}", {}).get("per_step")
+    results = {"machine": machine_info(), "pair": NAME, "target_class": type(model).__name__,
+               "questions": len(items), "max_new_tokens": n, "threads": torch.get_num_threads(),
+               "chain_k": chain_k, "dynamic_tree": [tree.depth, tree.topk, tree.total], "batch_size": 1,
+               "greedy": rows, "outputs_identical": res["outputs_identical"],
+               "vqa_accuracy": rows["plain"].get("vqa_accuracy"), "anls": rows["plain"].get("anls"),
+               "transformers_assisted": "assistant_model needs a smaller Llava of the same vocabulary (none in the "
+                                        "zoo); prompt lookup: " + ("measured" if refusal is None else refusal),
+               "mean_accepted_length_definition": "tokens committed per target forward, including the bonus token"}
+    if chain:  # one target forward over k+1 tokens vs one draft forward (the draft's k forwards per step)
+        results["target_forward_ms"] = chain["verify_ms"]
+        results["draft_forward_ms"] = round(chain["draft_ms"] / chain_k, 3)
+        results["target_to_draft_cost"] = round(chain["verify_ms"] / max(1e-9, chain["draft_ms"] / chain_k), 2)
+    _print(results)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+def _print(results: dict) -> None:
+    print(f"pair {results['pair']} ({results['target_class']}): {results['questions']} questions, up to "
+          f"{results['max_new_tokens']} new tokens, batch 1, {results['threads']} threads")
+    print(f"machine: {describe(results['machine'])}")
+    print(f"{'method':26s} {'tok/s':>8s} {'vs AR':>7s} {'acc. len':>8s} {'VQA acc':>8s} "
+          f"{'draft/verify/commit/other ms per step':>38s}  mismatches")
+    for name, r in results["greedy"].items():
+        mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
+        split = "/".join(f"{v:.2f}" for v in r["per_step"].values()) if "per_step" in r else "-"
+        acc = r.get("vqa_accuracy")
+        print(f"{name:26s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {mal:>8s} "
+              f"{'-' if acc is None else f'{acc:.3f}':>8s} {split:>38s}  {r['mismatches_vs_plain']}")
+    if "target_to_draft_cost" in results:
+        print(f"one target forward {results['target_forward_ms']:.2f} ms vs one draft forward "
+              f"{results['draft_forward_ms']:.2f} ms ({results['target_to_draft_cost']:.1f}x)")
+    print(f"transformers assisted generation: {results['transformers_assisted']}")
+    print(f"outputs_identical={results['outputs_identical']} vqa_accuracy={results['vqa_accuracy']}")

@@ -1,0 +1,173 @@
+"""The vision commands of the `multispec` CLI: `bench vision`, `eval vqa`, `train vision-draft`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from multispec.cli import register_command
+
+SHIPPED = Path(__file__).parent / "data" / "vqa_synth"
+
+
+def _tree(text: str | None):
+    from multispec.cli import _parse_tree
+
+    return _parse_tree(text)
+
+
+def _load_target(path: str | None):
+    """(model, processor, eos id, pad id): the zoo VLM by default, else a Llava / Qwen2-VL checkpoint folder
+    with its processor (a checkpoint in the zoo's byte format needs none)."""
+    from .zoo_vlm import EOS, IMAGE, PAD, VQAProcessor, load_vlm
+
+    if path is None:
+        from multispec import zoo
+
+        from .zoo_pair import NAME
+        return load_vlm(zoo.path(NAME) / "target"), VQAProcessor(), EOS, PAD
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from .processing import HFVQAProcessor
+
+    if not Path(path, "config.json").exists():
+        raise FileNotFoundError(f"--target: no config.json in {path}")
+    config = AutoConfig.from_pretrained(path)
+    model = AutoModelForImageTextToText.from_pretrained(path).eval()
+    text = config.get_text_config()
+    if text.vocab_size == VQAProcessor.vocab_size and getattr(config, "image_token_id", None) == IMAGE:
+        return model, VQAProcessor(), EOS, PAD  # the zoo's format
+    processor = HFVQAProcessor.from_pretrained(path)
+    eos = model.generation_config.eos_token_id
+    eos = eos[0] if isinstance(eos, list) else eos
+    pad = model.generation_config.pad_token_id
+    return model, processor, eos, pad if pad is not None else (eos if eos is not None else 0)
+
+
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="8 questions instead of 32")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default 200")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--chain-k", type=int, default=4)
+    p.add_argument("--tree", default=None, metavar="D/K/N", help="dynamic tree (default 4/4/15)")
+    p.add_argument("--weights", default=None, help="a retrained vqa-llava folder (default: the shipped one)")
+    p.add_argument("--json", default=None, metavar="PATH")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import run
+
+    run(quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens, threads=args.threads,
+        chain_k=args.chain_k, tree=_tree(args.tree), weights=args.weights)
+    return 0
+
+
+def _add_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default=None,
+                   help="questions: VQAv2 questions JSON, TextVQA / DocVQA / InfographicVQA JSON, ChartQA JSON "
+                        f"or JSONL (default: the shipped procedural set, {SHIPPED / 'jsonl'})")
+    p.add_argument("--images", default=None, help="image folder (default: beside the data file)")
+    p.add_argument("--annotations", default=None, help="VQAv2 annotations JSON (default: found beside --data)")
+    p.add_argument("--target", default=None, help="a Llava / Qwen2-VL checkpoint folder (default: the zoo VLM)")
+    p.add_argument("--draft", action="append", default=None, metavar="PATH",
+                   help="a trained drafter folder (repeatable; default: the zoo's three for the zoo VLM)")
+    p.add_argument("--limit", type=int, default=None, help="first N questions only")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--no-speculation", action="store_true", help="plain decoding only (accuracy)")
+    p.add_argument("--json", default=None, metavar="PATH")
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from PIL import Image
+
+    from .drafter import VisionEagleDrafter, VisionEagleHead
+    from .evaluate import VQAItem, run_vqa, vqa_methods
+    from .vqa_data import read_vqa
+
+    data = args.data or str(SHIPPED / "jsonl" / "questions.jsonl")
+    records = read_vqa(data, images=args.images, annotations=args.annotations)
+    if args.limit is not None:
+        if args.limit < 1:
+            raise ValueError(f"--limit: expected a positive number, got {args.limit}")
+        records = records[:args.limit]
+    if not records:
+        raise ValueError(f"--data: {data} holds no questions")
+    items = []
+    for rec in records:
+        if rec.image is None or not Path(rec.image).exists():
+            raise FileNotFoundError(f"{rec.where}: image {rec.image} not found (pass --images DIR)")
+        items.append(VQAItem(Image.open(rec.image).convert("RGB"), rec.question, rec.answers, True))
+    model, processor, eos, pad = _load_target(args.target)
+    drafters = {}
+    if not args.no_speculation:
+        if args.draft:
+            for path in args.draft:
+                head = VisionEagleHead.load(path)
+                drafters[f"{Path(path).name}"] = VisionEagleDrafter(head, model)
+        elif args.target is None:
+            from .zoo_pair import load_drafters
+            drafters = load_drafters(model)
+    methods = vqa_methods(model, drafters, args.max_new_tokens, eos, pad, prompt_lookup=False)
+    res = run_vqa(items, processor, methods, eos, desc="eval vqa")
+    print(f"{len(items)} questions from {data}")
+    print(f"{'method':26s} {'VQA acc':>8s} {'ANLS':>6s} {'relaxed':>8s} {'tok/s':>8s} {'vs AR':>7s} {'acc. len':>8s}")
+    for name, r in res["methods"].items():
+        mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
+        print(f"{name:26s} {r['vqa_accuracy']:8.3f} {r['anls']:6.3f} {r['relaxed_accuracy']:8.3f} "
+              f"{r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {mal:>8s}")
+    print(f"outputs_identical={res['outputs_identical']} (mean accepted length includes the bonus token)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"data": data, "questions": len(items)} | res, indent=2))
+    return 0
+
+
+def _add_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", required=True, help="a Llava / Qwen2-VL checkpoint folder (with its processor)")
+    p.add_argument("--data", required=True, help="questions with images (any layout `eval vqa` reads)")
+    p.add_argument("--images", default=None)
+    p.add_argument("--annotations", default=None)
+    p.add_argument("--out", required=True, help="output folder (a run found there is resumed)")
+    p.add_argument("--mode", choices=["eagle", "vispec", "specvlm"], default="vispec")
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--num-queries", type=int, default=2, help="ViSpec: q-1 image tokens + 1 global vector")
+    p.add_argument("--no-global", action="store_true", help="ViSpec without the global image vector")
+    p.add_argument("--ratio", type=int, default=4, help="SpecVLM: compression of prune / pool / conv")
+    p.add_argument("--offline", action="store_true", help="CE to the data's tokens, not the teacher's distribution")
+    p.add_argument("--max-new-tokens", type=int, default=200, help="length of the target's training answers")
+    p.add_argument("--limit", type=int, default=None, help="first N questions only")
+
+
+def _train(args: argparse.Namespace) -> int:
+    from PIL import Image
+
+    from .distill import DistillConfig, VisionDistiller
+    from .drafter import VisionDraftConfig
+    from .processing import answer_examples, collate_examples
+    from .vqa_data import read_vqa
+    from .zoo_pair import head_for
+
+    records = read_vqa(args.data, images=args.images, annotations=args.annotations)[:args.limit]
+    model, processor, eos, pad = _load_target(args.target)
+    image_token = getattr(model.config, "image_token_id", None)
+    if image_token is None:
+        raise ValueError(f"--target: {type(model).__name__} has no image_token_id in its config")
+    pairs = [(Image.open(r.image).convert("RGB"), r.question) for r in records]
+    examples = answer_examples(model, processor, pairs, args.max_new_tokens, eos, pad)
+    vision = VisionDraftConfig(mode=args.mode, image_token_id=int(image_token), num_queries=args.num_queries,
+                               global_vector=not args.no_global, ratio=args.ratio)
+    head = head_for(model, vision)
+    config = DistillConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, online=not args.offline)
+    VisionDistiller(model, head, config).fit(examples, lambda b: collate_examples(b, pad), args.out,
+                                             desc=f"{args.mode} draft")
+    print(f"saved the {args.mode} drafter to {args.out}")
+    return 0
+
+
+def register() -> None:
+    register_command("bench", "vision", "VLM drafters (EAGLE, ViSpec, SpecVLM) on the zoo VLM", _add_bench, _bench)
+    register_command("eval", "vqa", "VQA accuracy / ANLS and speed per method", _add_eval, _eval)
+    register_command("train", "vision-draft", "train a VLM drafter for your Llava / Qwen2-VL checkpoint",
+                     _add_train, _train)

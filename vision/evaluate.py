@@ -1,0 +1,101 @@
+"""Answering VQA questions with every method side by side: plain `generate`, `transformers`' prompt-lookup
+assisted generation, and speculative decoding with each VLM drafter (chain and dynamic tree). Shared by
+`multispec eval vqa` and `multispec bench vision`: methods interleaved per question (so drift on a noisy
+machine hits all alike), each output compared token for token with plain decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+from multispec import DynamicTree, speculative_generate
+from multispec.bench.tally import Tally, table
+
+from .vqa_metrics import anls, relaxed_accuracy, vqa_accuracy
+
+Method = Callable[[dict[str, torch.Tensor]], object]  # model inputs -> generate's tensor or SpeculativeOutput
+
+
+@dataclass
+class VQAItem:
+    image: object  # a PIL image
+    question: str
+    answers: list[str]  # accepted answers (VQA accuracy / ANLS references)
+    short: bool = True  # a short-answer question (scored); long ones (descriptions) are timed only
+
+
+@dataclass
+class MethodRun:
+    tally: Tally = field(default_factory=Tally)
+    predictions: list[str] = field(default_factory=list)
+
+
+def vqa_methods(model, drafters: dict[str, object], max_new_tokens: int, eos_token_id: int, pad_token_id: int,
+                chain_k: int = 4, tree: DynamicTree | None = None, prompt_lookup: bool = True) -> dict[str, Method]:
+    """Greedy methods by name; "plain" first (the reference)."""
+    tree = tree or DynamicTree(depth=4, topk=4, total=15)
+    stop = dict(eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+    methods: dict[str, Method] = {
+        "plain": lambda inputs: model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, **stop)}
+    if prompt_lookup:
+        methods["hf_prompt_lookup"] = lambda inputs: model.generate(
+            **inputs, max_new_tokens=max_new_tokens, do_sample=False, prompt_lookup_num_tokens=5, **stop)
+    for name, drafter in drafters.items():
+        for label, spec in ((f"chain_k{chain_k}", chain_k), ("dynamic_tree", tree)):
+            methods[f"{name}_{label}"] = (lambda inputs, d=drafter, s=spec: speculative_generate(
+                model, d, max_new_tokens=max_new_tokens, tree=s, **stop, **inputs))
+    return methods
+
+
+def probe(method: Method, inputs: dict[str, torch.Tensor]) -> str | None:
+    """None if `method` runs on these inputs, else why not (e.g. `transformers` refusing a VLM)."""
+    try:
+        method(inputs)
+    except (ValueError, TypeError, NotImplementedError, RuntimeError) as err:
+        return f"{type(err).__name__}: {str(err)[:200]}"
+    return None
+
+
+def _answer(seq: torch.Tensor, prompt_len: int, eos: int, processor) -> tuple[list[int], str]:
+    ids = seq[0, prompt_len:].tolist()
+    ids = ids[:ids.index(eos) + 1] if eos in ids else ids
+    return ids, processor.decode([i for i in ids if i != eos]).strip()
+
+
+def run_vqa(items: Sequence[VQAItem], processor, methods: dict[str, Method], eos_token_id: int,
+            desc: str = "vqa") -> dict:
+    """Run every method on every item (batch 1); returns per-method rows (tokens/s, mean accepted length,
+    speedup_vs_ar, VQA accuracy / ANLS / relaxed accuracy on the short questions) and whether every
+    output equals plain decoding's."""
+    runs = {name: MethodRun() for name in methods}
+    mismatches: dict[str, int] = {name: 0 for name in methods}
+    first = processor(items[0].image, items[0].question)
+    methods["plain"](first)  # warm-up
+    for item in tqdm(items, desc=desc, unit="question"):
+        inputs = processor(item.image, item.question)
+        length = inputs["input_ids"].shape[1]
+        reference = None
+        for name, method in methods.items():
+            seq = runs[name].tally.run(lambda _ids, m=method: m(inputs), inputs["input_ids"])
+            ids, text = _answer(seq, length, eos_token_id, processor)
+            runs[name].predictions.append(text)
+            if reference is None:
+                reference = ids
+            elif ids != reference:
+                mismatches[name] += 1
+    rows = table({name: run.tally for name, run in runs.items()}, {"speedup_vs_ar": "plain"})
+    short = [i for i, item in enumerate(items) if item.short]
+    for name, row in rows.items():
+        preds = runs[name].predictions
+        row["mismatches_vs_plain"] = mismatches[name]
+        if short:
+            row["vqa_accuracy"] = round(sum(vqa_accuracy(preds[i], items[i].answers) for i in short) / len(short), 4)
+            row["anls"] = round(sum(anls(preds[i], items[i].answers) for i in short) / len(short), 4)
+            row["relaxed_accuracy"] = round(
+                sum(relaxed_accuracy(preds[i], items[i].answers) for i in short) / len(short), 4)
+    return {"methods": rows, "outputs_identical": not any(mismatches.values()),
+            "predictions": {name: run.predictions for name, run in runs.items()}}

@@ -1,0 +1,116 @@
+"""The zoo's VLM entry `vqa-llava`: the zoo VLM (`zoo_vlm`) and three drafters trained for it with the same
+data and budget (plain EAGLE, ViSpec, SpecVLM), on answers the target generated itself.
+
+    from multispec import zoo
+    pair = zoo.load("vqa-llava")                       # target, ViSpec drafter, processor
+    drafters = load_drafters(pair.target)              # {"eagle": ..., "vispec": ..., "specvlm": ...}
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from multispec.drafters.eagle import EagleConfig
+
+from .distill import DistillConfig, VisionDistiller
+from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
+from .vqa_synth import VQASample, generate_vqa
+from .zoo_vlm import EOS, IMAGE, PAD, VOCAB, VQAProcessor, load_vlm, train_vlm, training_batch
+
+NAME = "vqa-llava"
+DRAFTERS = ("eagle", "vispec", "specvlm")
+DEFAULT_DRAFTER = "vispec"
+TRAIN_SEED, TEST_SEED = 1000, 7  # generator seeds: training data and the shipped evaluation set
+
+
+def head_for(model, vision: VisionDraftConfig) -> VisionEagleHead:
+    """A fresh one-layer head sized for `model` (full draft vocabulary: the byte vocabulary is tiny)."""
+    text = model.config.get_text_config()
+    config = EagleConfig(hidden_size=text.hidden_size, draft_vocab_size=text.vocab_size,
+                         target_vocab_size=text.vocab_size, intermediate_size=text.hidden_size * 5 // 2,
+                         num_attention_heads=text.num_attention_heads, num_key_value_heads=text.num_key_value_heads,
+                         rope_theta=getattr(text, "rope_theta", None) or 10000.0)
+    return VisionEagleHead(config, vision)
+
+
+def drafter_config(mode: str, **overrides) -> VisionDraftConfig:
+    return VisionDraftConfig(mode=mode, image_token_id=IMAGE, **overrides)
+
+
+@torch.no_grad()
+def generate_answers(model, samples: list[VQASample], max_new_tokens: int = 200,
+                     batch_size: int = 32) -> list[VQASample]:
+    """The samples with each answer replaced by the target's own greedy answer."""
+    processor = VQAProcessor()
+    out = []
+    for i in tqdm(range(0, len(samples), batch_size), desc="target answers", unit="batch"):
+        chunk = samples[i:i + batch_size]
+        inputs = processor([s.image for s in chunk], [s.question for s in chunk])
+        seqs = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=EOS,
+                              pad_token_id=PAD)[:, inputs["input_ids"].shape[1]:]
+        for s, ids in zip(chunk, seqs):
+            ids = ids.tolist()
+            ids = ids[:ids.index(EOS)] if EOS in ids else ids
+            out.append(replace(s, answer=processor.decode(ids).strip()))
+    return out
+
+
+def collate(samples: list[VQASample]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    batch = training_batch(samples, VQAProcessor())
+    labels = batch.pop("labels")
+    return batch, labels
+
+
+def load_drafters(target, folder: str | Path | None = None,
+                  modes: tuple[str, ...] = DRAFTERS) -> dict[str, VisionEagleDrafter]:
+    from multispec import zoo
+
+    folder = Path(folder) if folder is not None else zoo.path(NAME)
+    return {m: VisionEagleDrafter(VisionEagleHead.load(folder / m), target) for m in modes}
+
+
+def load_pair(folder: Path):
+    from multispec.zoo import ZooPair
+
+    target = load_vlm(folder / "target")
+    drafter = VisionEagleDrafter(VisionEagleHead.load(folder / DEFAULT_DRAFTER), target)
+    return ZooPair(target, drafter, VQAProcessor(), NAME)
+
+
+def train_drafter(target, examples: list[VQASample], out_dir: str | Path, vision: VisionDraftConfig,
+                  config: DistillConfig, seed: int = 0) -> dict:
+    torch.manual_seed(seed)
+    head = head_for(target, vision)
+    start = time.time()
+    history = VisionDistiller(target, head, config).fit(examples, collate, out_dir, desc=f"{vision.mode} draft")
+    last = history[-50:]
+    return {"vision": asdict(vision), "seconds": round(time.time() - start),
+            "acc_last50": round(sum(h["acc"] for h in last) / len(last), 4)}
+
+
+def train_pair(folder: Path, target_steps: int = 1200, answers: int = 3000, draft_steps: int = 400) -> dict:
+    """Train the VLM, generate its answers to `answers` training questions, train the three drafters on
+    them with the same steps and batch size."""
+    folder = Path(folder)
+    report = {"target": train_vlm(folder / "target", steps=target_steps, layers=8, hidden=256)}
+    target = load_vlm(folder / "target")
+    examples = generate_answers(target, generate_vqa(answers, seed=TRAIN_SEED + 1))
+    config = DistillConfig(steps=draft_steps)
+    for mode in DRAFTERS:
+        report[mode] = train_drafter(target, examples, folder / mode, drafter_config(mode), config)
+    (folder / "pair_report.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
+def zoo_entry():
+    from multispec.zoo import ZooEntry
+
+    return ZooEntry(NAME, f"Llava (SigLIP tower, 64 image tokens, 8-layer byte-level Llama, {VOCAB}-token vocabulary) "
+                    "trained on procedural chart/shape/table VQA + EAGLE, ViSpec and SpecVLM drafters "
+                    "(multispec.vision)", None, load_pair, train_pair)
