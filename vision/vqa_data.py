@@ -16,6 +16,7 @@ from typing import Any
 
 @dataclass
 class VQARecord:
+    """One question as read from a file, whatever its layout."""
     question_id: str
     question: str
     answers: list[str]  # reference answers; [] only when read with require_answers=False

@@ -180,3 +180,15 @@ def generate_vqa(count: int, seed: int = 0, kinds: tuple[str, ...] = KINDS,
         question, answer, answers = qas[j]
         out.append(VQASample(image, question, answer, kind, _STYLES[j], answers))
     return out
+
+
+EVAL_SEED = 77  # the shipped evaluation sets (training uses seeds from 1000 up, the benchmark 7)
+
+
+def write_eval_sets(folder, count: int = 40, seed: int = EVAL_SEED) -> dict:
+    """The shipped procedural evaluation set (short-answer questions) in every layout `multispec eval vqa`
+    reads (VQAv2, TextVQA, DocVQA, ChartQA, JSONL), under `folder`."""
+    from .vqa_data import write_layouts
+
+    samples = generate_vqa(count, seed=seed, long_fraction=0.0)
+    return write_layouts(((s.image, s.question, s.answers) for s in samples), folder)
