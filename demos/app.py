@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from demos import ssm_tab, text_tab  # noqa: E402
+from demos import ssm_tab, text_tab, vision_tab  # noqa: E402
 
 
 def build():
@@ -20,6 +20,8 @@ def build():
             text_tab.build()
         with gr.Tab("State-space models (STree)"):
             ssm_tab.build()
+        with gr.Tab("Vision-language (EAGLE, ViSpec, SpecVLM)"):
+            vision_tab.build()
     return app
 
 

@@ -26,6 +26,7 @@ from .zoo_vlm import EOS, IMAGE, PAD, VOCAB, VQAProcessor, load_vlm, train_vlm, 
 NAME = "vqa-llava"
 DRAFTERS = ("eagle", "vispec", "specvlm")
 DEFAULT_DRAFTER = "vispec"
+ASSISTANT_STEPS = 600
 TRAIN_SEED, TEST_SEED = 1000, 7  # generator seeds: training data and the shipped evaluation set
 
 
@@ -75,6 +76,15 @@ def load_drafters(target, folder: str | Path | None = None,
     return {m: VisionEagleDrafter(VisionEagleHead.load(folder / m), target) for m in modes}
 
 
+def load_assistant(folder: str | Path | None = None):
+    """The small Llava (2 layers, hidden 128, same vocabulary and image tokens) trained on the same data:
+    the draft model for `transformers`' assisted generation and for `ModelDrafter`."""
+    from multispec import zoo
+
+    folder = Path(folder) if folder is not None else zoo.path(NAME)
+    return load_vlm(folder / "assistant")
+
+
 def load_pair(folder: Path):
     from multispec.zoo import ZooPair
 
@@ -94,11 +104,12 @@ def train_drafter(target, examples: list[VQASample], out_dir: str | Path, vision
             "acc_last50": round(sum(h["acc"] for h in last) / len(last), 4)}
 
 
-def train_pair(folder: Path, target_steps: int = 1200, answers: int = 3000, draft_steps: int = 400) -> dict:
+def train_pair(folder: Path, target_steps: int = 1200, answers: int = 2000, draft_steps: int = 400) -> dict:
     """Train the VLM, generate its answers to `answers` training questions, train the three drafters on
     them with the same steps and batch size."""
     folder = Path(folder)
-    report = {"target": train_vlm(folder / "target", steps=target_steps, layers=8, hidden=256)}
+    report = {"target": train_vlm(folder / "target", steps=target_steps, layers=8, hidden=256),
+              "assistant": train_vlm(folder / "assistant", steps=ASSISTANT_STEPS, layers=2, hidden=128)}
     target = load_vlm(folder / "target")
     examples = generate_answers(target, generate_vqa(answers, seed=TRAIN_SEED + 1))
     config = DistillConfig(steps=draft_steps)

@@ -47,3 +47,17 @@ def test_cli_demo_builds_the_app(capsys):
 
     assert main(["demo", "--build-only"]) == 0
     assert "built Blocks" in capsys.readouterr().out
+
+
+def test_vision_tab_answers_with_every_drafter_and_highlights_accepted_tokens():
+    from demos import vision_tab
+
+    image, question = vision_tab.sample("table", seed=4)
+    table, answer, shown = vision_tab.run(image, question, max_new_tokens=48, chain_k=3, depth=3, topk=2, total=6)
+    assert table.count("| yes |") == 6 and "NO" not in table  # 3 drafters x (chain, tree), all equal to plain
+    assert answer
+    assert "#c8f7c5" in shown  # some tokens came from accepted drafts
+    with pytest.raises(ValueError, match="question"):
+        vision_tab.run(image, "  ")
+    with pytest.raises(ValueError, match="kind"):
+        vision_tab.sample("pie")

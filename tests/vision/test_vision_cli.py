@@ -1,0 +1,116 @@
+"""The vision commands end to end: `multispec eval vqa` on the shipped procedural sets (every layout) with
+the zoo VLM and its three drafters, `multispec bench vision --quick`, `multispec train vision-draft` on a
+user checkpoint, malformed files refused with the line or record named, and the zoo pair's losslessness."""
+
+import json
+
+import pytest
+import torch
+
+from multispec import speculative_generate, zoo
+from multispec.cli import main
+from multispec.vision.cli import SHIPPED
+from multispec.vision.vqa_data import read_vqa
+
+@pytest.fixture(scope="module")
+def pair():
+    from multispec.vision.zoo_pair import load_drafters
+
+    p = zoo.load("vqa-llava")
+    return p.target, p.tokenizer, load_drafters(p.target)
+
+
+def test_shipped_sets_hold_the_same_questions_in_every_layout():
+    found = {}
+    for layout in ("vqav2", "textvqa", "docvqa", "chartqa", "jsonl"):
+        files = [p for p in (SHIPPED / layout).iterdir() if p.suffix in (".json", ".jsonl")
+                 and "annotations" not in p.name]
+        assert len(files) == 1, (layout, files)
+        records = read_vqa(files[0])
+        assert all(r.image is not None for r in records)
+        found[layout] = [(r.question, r.answers[0]) for r in records]
+    first = found.pop("jsonl")
+    assert len(first) >= 40
+    for layout, got in found.items():
+        assert got == first, layout
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "vqav2"])
+def test_eval_vqa_on_the_shipped_set(tmp_path, layout):
+    data = next(p for p in (SHIPPED / layout).iterdir() if p.suffix in (".json", ".jsonl")
+                and "annotations" not in p.name)
+    out = tmp_path / "eval.json"
+    assert main(["eval", "vqa", "--data", str(data), "--limit", "6", "--max-new-tokens", "24",
+                 "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["outputs_identical"] is True
+    rows = res["methods"]
+    assert {"plain", "eagle_chain_k4", "vispec_dynamic_tree", "specvlm_chain_k4"} <= set(rows)
+    for name, r in rows.items():
+        assert 0.0 <= r["vqa_accuracy"] <= 1.0 and 0.0 <= r["anls"] <= 1.0
+        assert r["vqa_accuracy"] == rows["plain"]["vqa_accuracy"]  # lossless: the same answers
+    assert rows["plain"]["vqa_accuracy"] > 0.3  # the zoo VLM reads its own kind of image
+
+
+def test_eval_vqa_rejects_a_malformed_file(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q?", "image": "a.png", "answers": ["1"]}\n{"question": "oops"\n')
+    assert main(["eval", "vqa", "--data", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "line 2" in err and str(bad) in err
+
+
+def test_zoo_pair_is_lossless_batched_and_its_drafters_are_accepted(pair):
+    model, processor, drafters = pair
+    from multispec.vision.bench import bench_items
+    from multispec.vision.zoo_vlm import EOS, PAD
+
+    items = [i for i in bench_items(12) if not i.short][:3]
+    inputs = processor([i.image for i in items], [i.question for i in items])
+    n = 40
+    for name, drafter in drafters.items():
+        out = speculative_generate(model, drafter, max_new_tokens=n, tree=4, eos_token_id=EOS, pad_token_id=PAD,
+                                   **inputs)
+        for r, item in enumerate(items):
+            alone = processor(item.image, item.question)
+            with torch.no_grad():
+                want = model.generate(**alone, max_new_tokens=n, do_sample=False, eos_token_id=EOS,
+                                      pad_token_id=PAD)[0, alone["input_ids"].shape[1]:]
+            got = out.sequences[r, inputs["input_ids"].shape[1]:][:len(want)]
+            assert torch.equal(got, want), (name, r)
+        assert out.stats.mean_accepted_length > 2.0, (name, out.stats)
+
+
+def test_bench_vision_quick(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "vision", "--quick", "--max-new-tokens", "16", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["outputs_identical"] is True
+    rows = res["greedy"]
+    for name in ("plain", "eagle_chain_k4", "eagle_dynamic_tree", "vispec_chain_k4", "vispec_dynamic_tree",
+                 "specvlm_chain_k4", "specvlm_dynamic_tree", "hf_assisted_small_vlm", "small_vlm_chain_k4"):
+        r = rows[name]
+        assert r["tokens_per_s"] > 0
+        assert r["speedup_vs_ar"] == pytest.approx(r["tokens_per_s"] / rows["plain"]["tokens_per_s"], rel=1e-2)
+    assert 0.0 <= res["vqa_accuracy"] <= 1.0
+    assert res["mean_accepted_length_definition"].startswith("tokens committed per target forward")
+
+
+def test_train_vision_draft_on_a_user_checkpoint(tmp_path):
+    from transformers import LlavaForConditionalGeneration
+
+    from multispec.vision import VisionEagleDrafter, VisionEagleHead
+    from multispec.vision.zoo_vlm import vlm_config
+
+    torch.manual_seed(0)
+    model = LlavaForConditionalGeneration(vlm_config(layers=1, hidden=64)).eval()
+    model.save_pretrained(tmp_path / "vlm")
+    data = SHIPPED / "jsonl" / "questions.jsonl"
+    out = tmp_path / "draft"
+    args = ["train", "vision-draft", "--target", str(tmp_path / "vlm"), "--data", str(data), "--out", str(out),
+            "--mode", "specvlm", "--steps", "4", "--batch-size", "2", "--limit", "4", "--max-new-tokens", "8"]
+    assert main(args) == 0
+    head = VisionEagleHead.load(out)
+    assert head.vision.mode == "specvlm"
+    VisionEagleDrafter(head, model)  # fits the checkpoint it was trained for
+    assert main(args) == 0  # a finished run found in --out is resumed (nothing left to do) and saved again
