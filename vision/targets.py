@@ -20,6 +20,7 @@ from transformers import PreTrainedModel
 
 from multispec.prompt import Prompt
 from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
+from multispec.targets.lean import LeanCausalLM, lean_unsupported
 
 
 class VisionLanguageTarget(HFCausalLM):
@@ -151,11 +152,58 @@ class Qwen2VLTarget(VisionLanguageTarget):
         self.rope_deltas = self.rope_deltas[rows.to(self.device)]
 
 
+def text_model_view(model: PreTrainedModel) -> PreTrainedModel:
+    """A causal LM of the VLM's text config whose decoder and head *are* the VLM's (shared modules, no
+    copy): what the core's lean engine drives once the image embeddings are in place."""
+    from transformers import AutoModelForCausalLM
+
+    config = model.config.get_text_config()
+    with torch.device("meta"):  # the view's own weights are replaced at once: never allocate them
+        view = AutoModelForCausalLM.from_config(config)
+    view.model = model.model.language_model
+    view.lm_head = model.lm_head
+    view.generation_config = model.generation_config
+    return view
+
+
+def lean_llava_unsupported(model: Any) -> str | None:
+    """None if `LeanLlavaTarget` can drive `model` (a Llava whose text model the lean engine runs)."""
+    if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) == "llava"):
+        return "not a Llava model"
+    text = model.config.get_text_config()
+    if getattr(text, "model_type", None) not in ("llama", "mistral", "qwen2"):
+        return f"text model {getattr(text, 'model_type', None)!r}"
+    return lean_unsupported(text_model_view(model))
+
+
+class LeanLlavaTarget(LlavaTarget, LeanCausalLM):
+    """`LlavaTarget` whose language model runs through the core's lean forward (fused projections, a
+    rotary table, no module dispatch): the same logits as the model's own forward at a fraction of the
+    per-call cost, as `as_target` does for text Llama / Mistral / Qwen2. The prefill still runs the
+    Llava's vision tower and projector. `LlavaTarget` stays as the reference."""
+
+    def __init__(self, model: PreTrainedModel, name: str = "target"):
+        reason = lean_llava_unsupported(model)
+        if reason is not None:
+            raise TypeError(f"{name}: the lean Llava target does not support this model: {reason}")
+        LeanCausalLM.__init__(self, text_model_view(model), name)
+        self.vlm = model
+        self.image_token_id = int(model.config.image_token_id)
+
+    def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
+        extra = {"image_sizes": inputs["image_sizes"]} if "image_sizes" in inputs else {}
+        pixels = inputs["pixel_values"].to(self.device, self.dtype)
+        out = self.vlm.model.get_image_features(pixel_values=pixels, return_dict=True, **extra)
+        return torch.cat(list(out.pooler_output), dim=0)
+
+
 ADAPTERS = (LlavaTarget, Qwen2VLTarget)
 
 
 def vision_adapter_for(model: Any) -> type[VisionLanguageTarget] | None:
     model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type == "llava" and lean_llava_unsupported(model) is None:
+        return LeanLlavaTarget
     for adapter in ADAPTERS:
         if isinstance(model, PreTrainedModel) and model_type in adapter.model_types:
             return adapter

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 from PIL import Image
-from tqdm.auto import tqdm
+
+from multispec.zoo.training import train_steps
 
 from .vqa_synth import VQASample, generate_vqa
 
@@ -73,7 +74,8 @@ def vlm_config(layers: int = 6, hidden: int = 256):
     vision = SiglipVisionConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                                 image_size=IMAGE_SIZE, patch_size=PATCH, num_channels=3)
     text = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=hidden * 5 // 2,
-                       num_hidden_layers=layers, num_attention_heads=hidden // 64, num_key_value_heads=2,
+                       num_hidden_layers=layers, num_attention_heads=hidden // 64,
+                       num_key_value_heads=min(2, hidden // 64),
                        max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=BOS, eos_token_id=EOS,
                        pad_token_id=PAD)
     return LlavaConfig(vision_config=vision, text_config=text, image_token_id=IMAGE,
@@ -114,20 +116,10 @@ def train_vlm(out_dir: str | Path, steps: int = 1500, batch_size: int = 16, lr: 
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.05)
     warm = 50
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (s - warm) / (steps - warm))))
-    losses = []
-    bar = tqdm(range(steps), desc="zoo VLM", unit="step")
-    for _ in bar:
-        batch = training_batch(rng.sample(data, batch_size), processor)
-        loss = model(**batch).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-        bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (s + 1) / warm if s < warm else
+                                              0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (s - warm) / (steps - warm))))
+    losses = train_steps(model, lambda _step: training_batch(rng.sample(data, batch_size), processor), steps, opt,
+                         sched, "zoo VLM")
     model.eval()
     out_dir = Path(out_dir)
     model.generation_config.pad_token_id = PAD

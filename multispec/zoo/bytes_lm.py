@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..drafters.eagle_train import EagleTrainConfig, chunk_tokens
 from .data import corpus_text
+from .training import train_steps
 
 
 class ByteTokenizer:
@@ -97,20 +97,12 @@ def train_target(out_dir: str | Path, steps: int = 800, seq_len: int = 256, batc
     warm, total = 50, steps + long_steps
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm))))
-    losses = []
-    bar = tqdm(range(total), desc=desc, unit="step")
-    for step in bar:
+    def next_batch(step: int) -> dict:
         chunks, bs = (short, batch_size) if step < steps else (long, long_batch_size)
-        sel = torch.tensor([rng.randrange(len(chunks)) for _ in range(bs)])
-        batch = chunks[sel]
-        loss = model(input_ids=batch, labels=batch).loss  # the model shifts labels itself
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-        bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+        batch = chunks[torch.tensor([rng.randrange(len(chunks)) for _ in range(bs)])]
+        return dict(input_ids=batch, labels=batch)  # the model shifts labels itself
+
+    losses = train_steps(model, next_batch, total, opt, sched, desc)
     model.eval()
     out_dir = Path(out_dir)
     model.to(torch.float16).save_pretrained(out_dir)

@@ -190,3 +190,41 @@ def test_a_session_over_a_vlm_rolls_back_and_continues_exactly():
                               pad_token_id=0)[0, -8:]
     assert more == want.tolist()
     assert session.stats.mean_accepted_length >= 1.5, session.stats
+
+
+@pytest.mark.parametrize("kind", ["llava-clip", "llava-siglip"])
+def test_lean_llava_target_equals_the_transformers_path(kind):
+    """Llava with a Llama text model runs through the core's lean forward by default; its prefill features,
+    tree logits and node features equal the reference path's (the model's own forward)."""
+    from multispec.vision.targets import LeanLlavaTarget
+
+    model = make_vlm(kind, seed=1)
+    assert type(as_target(model)) is LeanLlavaTarget
+    inputs = vlm_prompts(kind)  # ragged rows, left padding
+    request = FeatureRequest(hidden=True, layers=(0, 1), image_embeds=True)
+    g = torch.Generator().manual_seed(0)
+    draft = torch.randint(7, 128, (3, 5), generator=g)
+    parents = torch.tensor([[-1, 0, 1, 2, 0, 1], [-1, 0, 1, 2, 0, 4], [-1, 0, 0, 2, 3, 1]])
+    got = []
+    for target in (LlavaTarget(model), LeanLlavaTarget(model)):
+        pre = target.prefill(Prompt.build(**inputs), request)
+        out = target.score(torch.cat([pre.roots[:, None], draft], 1), parents, request=request)
+        got.append((pre.features.hidden, pre.features.layers[1], pre.features.image_embeds, out.logits,
+                    out.features.hidden))
+    for ref, lean in zip(*got):
+        assert torch.allclose(ref, lean, atol=1e-5), (ref - lean).abs().max()
+
+
+def test_lean_llava_target_refuses_a_text_model_it_cannot_run():
+    from transformers import LlavaConfig, LlavaForConditionalGeneration, SiglipVisionConfig
+
+    from multispec.vision.targets import LeanLlavaTarget
+
+    model = make_vlm("llava-siglip", seed=1)
+    config = LlavaConfig(vision_config=SiglipVisionConfig(**model.config.vision_config.to_dict()),
+                         text_config=dict(model.config.text_config.to_dict(), hidden_act="gelu"),
+                         image_token_id=IMAGE_TOKEN, vision_feature_select_strategy="full")
+    gelu = LlavaForConditionalGeneration(config)
+    assert type(as_target(gelu)) is LlavaTarget  # the reference path still takes it
+    with pytest.raises(TypeError, match="hidden_act"):
+        LeanLlavaTarget(gelu)
