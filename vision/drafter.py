@@ -125,9 +125,13 @@ def build_draft_sequence(head: VisionEagleHead, embed: nn.Module, tokens: torch.
         image_embeds = features.new_zeros(b, 0, features.shape[-1])
         image_mask = torch.zeros(b, 0, dtype=torch.bool, device=device)
     image_embeds, image_mask = image_embeds.to(device, dtype), image_mask.to(device).bool()
-    if not torch.equal(image_mask.sum(1).to(counts), counts):
+    # a prompt that starts with an image token (no BOS) has one image embedding no entry pairs with
+    # (entry j holds token j+1): the compressors see it, the plain drafter's scatter skips it
+    excess = image_mask.sum(1).to(counts) - counts
+    if bool((excess < 0).any() | (excess > 1).any()):
         raise ValueError(f"image_embeds: rows hold {image_mask.sum(1).tolist()} image embeddings for "
                          f"{counts.tolist()} image tokens")
+    scatter_mask = image_mask & (image_mask.long().cumsum(1) > excess[:, None])
     has_image = counts > 0
     global_vec, compressed, choice = None, None, None
     if vision.mode == "vispec" and image_embeds.shape[1]:
@@ -150,7 +154,7 @@ def build_draft_sequence(head: VisionEagleHead, embed: nn.Module, tokens: torch.
             choice[rows] = picked
     token_embeds = embed(tokens.clamp(min=0).to(embed.weight.device)).to(device, dtype)
     if vision.mode == "eagle" and image_embeds.shape[1]:
-        token_embeds = token_embeds.masked_scatter(is_image[..., None], image_embeds[image_mask])
+        token_embeds = token_embeds.masked_scatter(is_image[..., None], image_embeds[scatter_mask])
     feats = head.fuse_global(features.to(dtype) * mask[..., None], global_vec)
     fused = head.fc(torch.cat([token_embeds, feats], -1))
     if compressed is None:  # plain: one entry per original entry

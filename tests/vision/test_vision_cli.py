@@ -114,3 +114,51 @@ def test_train_vision_draft_on_a_user_checkpoint(tmp_path):
     assert head.vision.mode == "specvlm"
     VisionEagleDrafter(head, model)  # fits the checkpoint it was trained for
     assert main(args) == 0  # a finished run found in --out is resumed (nothing left to do) and saved again
+
+
+def _checkpoint_with_processor(folder):
+    """A tiny Llava saved with its own `LlavaProcessor` (a character-level tokenizer built offline, a SigLIP
+    image processor): the layout of a user's checkpoint."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (LlamaConfig, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor,
+                              PreTrainedTokenizerFast, SiglipImageProcessor, SiglipVisionConfig)
+
+    words = ["<pad>", "<s>", "</s>", "<image>", "<unk>"] + [chr(c) for c in range(32, 127)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>", additional_special_tokens=["<image>"])
+    processor = LlavaProcessor(image_processor=SiglipImageProcessor(size={"height": 32, "width": 32}),
+                               tokenizer=fast, patch_size=8, vision_feature_select_strategy="full",
+                               image_token="<image>", num_additional_image_tokens=0)
+    torch.manual_seed(0)
+    text = LlamaConfig(vocab_size=len(words), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=2, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                       tie_word_embeddings=False)
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=32, patch_size=8)
+    model = LlavaForConditionalGeneration(LlavaConfig(vision_config=vision, text_config=text, image_token_id=3,
+                                                      vision_feature_select_strategy="full",
+                                                      tie_word_embeddings=False)).eval()
+    with torch.no_grad():  # answers stay text: no special token (EOS, image) can win the argmax
+        model.lm_head.weight[:5] = 0
+        model.lm_head.weight.mul_(8)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+
+
+def test_train_and_eval_with_a_checkpoints_own_processor(tmp_path):
+    """`train vision-draft` and `eval vqa` on a checkpoint that brings its own processor (AutoProcessor)."""
+    _checkpoint_with_processor(tmp_path / "vlm")
+    data = SHIPPED / "jsonl" / "questions.jsonl"
+    draft = tmp_path / "draft"
+    assert main(["train", "vision-draft", "--target", str(tmp_path / "vlm"), "--data", str(data), "--out",
+                 str(draft), "--mode", "vispec", "--steps", "3", "--batch-size", "2", "--limit", "4",
+                 "--max-new-tokens", "8"]) == 0
+    out = tmp_path / "eval.json"
+    assert main(["eval", "vqa", "--data", str(data), "--target", str(tmp_path / "vlm"), "--draft", str(draft),
+                 "--limit", "3", "--max-new-tokens", "8", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["outputs_identical"] is True
+    assert {"plain", "draft_chain_k4", "draft_dynamic_tree"} <= set(res["methods"])
+    assert all(len(p) > 0 for p in res["predictions"]["plain"])  # decoded by the checkpoint's tokenizer
