@@ -1,17 +1,15 @@
 """`multispec bench vision`: the zoo VLM (`vqa-llava`) on held-out procedural VQA questions, batch 1, greedy:
-plain `generate`, `transformers`' assisted generation with the zoo's small Llava as assistant (and its
-prompt lookup, which `transformers` 5 refuses on Llava inputs: the refusal is reported), the same small
-Llava as a draft model in our loop, and the plain-EAGLE, ViSpec and SpecVLM drafters as chains and
+plain `generate`, `transformers`' assisted generation with the zoo's small Llava as assistant and its
+prompt lookup (probed first: a refusal is reported, not fatal), the same small Llava as a draft model in
+our loop, and the plain-EAGLE, ViSpec and SpecVLM drafters as chains and
 dynamic trees. Every output is compared with plain decoding."""
 
 from __future__ import annotations
 
-import json
-
 import torch
 
 from multispec import DynamicTree, zoo
-from multispec.bench.machine import describe, machine_info
+from multispec.bench.machine import describe, machine_info, save_results
 
 from .evaluate import VQAItem, run_vqa, vqa_methods
 from .vqa_synth import generate_vqa
@@ -69,10 +67,7 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
         results["draft_forward_ms"] = round(chain["draft_ms"] / chain_k, 3)
         results["target_to_draft_cost"] = round(chain["verify_ms"] / max(1e-9, chain["draft_ms"] / chain_k), 2)
     _print(results)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(results, f, indent=2)
-    return results
+    return save_results(results, json_path)
 
 
 def _print(results: dict) -> None:

@@ -149,7 +149,8 @@ def _train(args: argparse.Namespace) -> int:
     from .vqa_data import read_vqa
     from .zoo_pair import head_for
 
-    records = read_vqa(args.data, images=args.images, annotations=args.annotations)[:args.limit]
+    # training needs questions and images only: the answers are the target's own
+    records = read_vqa(args.data, images=args.images, annotations=args.annotations, require_answers=False)[:args.limit]
     model, processor, eos, pad = _load_target(args.target)
     image_token = getattr(model.config, "image_token_id", None)
     if image_token is None:

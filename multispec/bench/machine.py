@@ -46,3 +46,13 @@ def machine_info() -> dict:
 def describe(info: dict) -> str:
     return (f"{info['cpu']}, {info['torch_threads']} threads of {info['logical_cpus']} CPUs, torch {info['torch']}, "
             f"{info['date_utc']} UTC, commit {info['git_commit']}")
+
+
+def save_results(results: dict, json_path: str | None) -> dict:
+    """Write a benchmark's results JSON to `json_path` (when given); returns the results."""
+    if json_path:
+        import json
+
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=2)
+    return results

@@ -17,7 +17,6 @@ rows report speed and acceptance (distribution correctness is the core's tests).
 
 from __future__ import annotations
 
-import json
 
 import torch
 from tqdm.auto import tqdm
@@ -25,7 +24,7 @@ from tqdm.auto import tqdm
 from .. import (DynamicTree, HybridDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter, TokenRecyclingDrafter,
                  speculative_generate, zoo)
 from ..drafters.recycling import cpu_tree
-from .machine import describe, machine_info
+from .machine import describe, machine_info, save_results
 from .tally import Tally, table
 from .text import _classify, prompts
 
@@ -153,10 +152,7 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     results["mismatches"] = verdicts.count("mismatch")
     results["outputs_identical"] = results["near_ties"] == 0 and results["mismatches"] == 0
     _print(results)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(results, f, indent=2)
-    return results
+    return save_results(results, json_path)
 
 
 def _print(results: dict) -> None:

@@ -9,7 +9,6 @@ Sampling (temperature 0.8): speed and acceptance only (correctness is the core's
 
 from __future__ import annotations
 
-import json
 
 import torch
 from tqdm.auto import tqdm
@@ -20,7 +19,7 @@ from .. import zoo
 from ..zoo.data import read_source, stdlib_files
 from ..targets.lm_head import fast_head_applies, tall_lm_head
 from ..drafters.recycling import cpu_tree
-from .machine import describe, machine_info
+from .machine import describe, machine_info, save_results
 from .tally import Tally, table
 
 NATURAL = [
@@ -164,10 +163,7 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
     results["mismatches"] = verdicts.count("mismatch")
     results["outputs_identical"] = results["near_ties"] == 0 and results["mismatches"] == 0
     _print(results, temperature)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(results, f, indent=2)
-    return results
+    return save_results(results, json_path)
 
 
 def _print(results: dict, temperature: float) -> None:
