@@ -8,9 +8,13 @@ Importing this package registers its target adapters with the core (found throug
 
 from multispec.targets import register_target_adapter
 
+from .gpt import ClassConditionalGPT, ImageGPTConfig
 from .janus import JanusImageTarget
+from .target import ImageGPTTarget
+from .vqvae import VQVAE
 
 register_target_adapter(lambda model: getattr(getattr(model, "config", None), "model_type", None) == "janus",
                         JanusImageTarget)
+register_target_adapter(lambda model: isinstance(model, ClassConditionalGPT), ImageGPTTarget)
 
-__all__ = ["JanusImageTarget"]
+__all__ = ["VQVAE", "ClassConditionalGPT", "ImageGPTConfig", "ImageGPTTarget", "JanusImageTarget"]

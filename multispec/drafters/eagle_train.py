@@ -83,6 +83,11 @@ class EagleTrainer:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
+    def teacher_logits(self, next_features: torch.Tensor) -> torch.Tensor:
+        """The distribution the head learns to predict, as logits, at the positions of `next_features`
+        (the target's own by default; image_ar's guided trainer mixes in the unconditional half)."""
+        return self.target_logits(next_features)
+
     @torch.no_grad()
     def extract(self, chunks: Sequence[torch.Tensor], desc: str = "target features") -> torch.Tensor:
         """Features of every chunk, stored in fp16 [N, S, H]."""
@@ -105,7 +110,7 @@ class EagleTrainer:
             inp = inp + torch.randn_like(inp) * cfg.feature_noise * rms
         logits, pred = self.head(self.head_inputs(ids[:, 1:], inp))
         want_feat = feats[:, 1:]
-        want_p = torch.softmax(self.target_logits(want_feat), -1)
+        want_p = torch.softmax(self.teacher_logits(want_feat), -1)
         feat_loss = F.smooth_l1_loss(pred, want_feat)
         ce = -(want_p * torch.log_softmax(logits.float(), -1)).sum(-1).mean()
         out = {"feature": feat_loss, "ce": ce,

@@ -1,0 +1,204 @@
+"""The zoo's class-conditional visual AR pair, `mnist-vq-gpt`, trained here on real MNIST.
+
+Pieces (each in its own folder, each loadable with `from_pretrained`-style calls):
+- `vqvae/`: the tokenizer (`VQVAE`: 28x28 -> 7x7 codes from a 512-entry codebook);
+- `target/`: a 12-layer `ClassConditionalGPT` (hidden 256; one class token, 49 codes in raster order,
+  10% null class in training for classifier-free guidance);
+- `draft/`: a 2-layer `ClassConditionalGPT` of the same tokenization (the independent small AR drafter);
+- `eagle/`: an `EagleHead` over the target's features, trained to predict the target's *guided*
+  distribution at `CFG_SCALE` from the conditional features alone (so drafting needs no unconditional
+  half);
+- `classifier/`: the `DigitClassifier` whose features the image metrics use.
+
+`multispec zoo train mnist-vq-gpt` reproduces them (fixed seeds).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+NAME = "mnist-vq-gpt"
+CFG_SCALE = 2.0  # the guidance the EAGLE head is distilled at and the benchmark samples with
+TOP_K = 64  # the benchmark's top-k (the papers sample at temperature 1 with top-k)
+TARGET = dict(layers=12, hidden=256, heads=8, kv_heads=4, intermediate=768)
+DRAFT = dict(layers=2, hidden=128, heads=4, kv_heads=2, intermediate=384)
+COPIES = 10  # shifted copies of each training image, tokenized once
+SEED = 0
+
+
+@dataclass
+class ImagePair:
+    """Everything the image benchmarks and demos need."""
+
+    vqvae: "object"
+    target: "object"  # ClassConditionalGPT
+    draft_model: "object"  # the small ClassConditionalGPT
+    eagle_head: "object"  # EagleHead
+    classifier: "object"  # DigitClassifier
+    folder: Path
+
+
+def tokenize(vqvae, images: torch.Tensor, labels: torch.Tensor, copies: int, seed: int,
+             batch: int = 500) -> tuple[torch.Tensor, torch.Tensor]:
+    """Codes [N * copies, 49] and labels of `copies` versions of each image (the first unshifted, the rest
+    shifted by up to 2 pixels)."""
+    from .data import shifted
+
+    g = torch.Generator().manual_seed(seed)
+    out_codes, out_labels = [], []
+    for c in range(copies):
+        for i in range(0, len(images), batch):
+            x = images[i:i + batch]
+            x = x if c == 0 else shifted(x, 2, g)
+            out_codes.append(vqvae.encode(x).flatten(1))
+            out_labels.append(labels[i:i + batch])
+    return torch.cat(out_codes), torch.cat(out_labels)
+
+
+def train_gpt(config, codes: torch.Tensor, labels: torch.Tensor, *, steps: int, batch_size: int, lr: float,
+              seed: int, desc: str, progress: bool = True):
+    """Train a `ClassConditionalGPT` from `config` on (labels, codes); returns (model, losses)."""
+    from tqdm.auto import tqdm
+
+    from .gpt import ClassConditionalGPT
+
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    model = ClassConditionalGPT(config)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    rest = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95))
+    warmup = max(1, steps // 30)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    losses = []
+    bar = tqdm(range(steps), desc=desc, unit="step", disable=not progress)
+    model.train()
+    for _ in bar:
+        idx = torch.randint(0, len(codes), (batch_size,), generator=g)
+        loss = model.image_loss(labels[idx], codes[idx], generator=g)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}")
+    return model.eval(), losses
+
+
+@torch.no_grad()
+def heldout_loss(model, codes: torch.Tensor, labels: torch.Tensor, batch: int = 250) -> float:
+    total = 0.0
+    for i in range(0, len(codes), batch):
+        total += float(model.image_loss(labels[i:i + batch], codes[i:i + batch], class_dropout=0.0)) * len(codes[i:i + batch])
+    return total / len(codes)
+
+
+def guided_eagle_trainer(target, head, scale: float, config):
+    """An `EagleTrainer` whose teacher is the target's guided distribution u + s (c - u): the features it
+    extracts are the conditional and unconditional runs side by side ([..., 2H]); the head reads the
+    conditional half (what it is given while drafting) and learns the guided next-token law."""
+    from multispec.drafters.eagle_train import EagleTrainer
+
+    class GuidedEagleTrainer(EagleTrainer):
+        @torch.no_grad()
+        def target_features(self, ids):
+            decoder = self.target.get_decoder()
+            cond = decoder(input_ids=ids).last_hidden_state
+            uncond = decoder(input_ids=self.target.unconditional_tokens(ids)).last_hidden_state
+            return torch.cat([cond, uncond], dim=-1)
+
+        def losses(self, ids, feats):
+            h = feats.shape[-1] // 2
+            self._uncond_next = feats[:, 1:, h:].float()
+            return super().losses(ids, feats[..., :h])
+
+        def teacher_logits(self, next_features):
+            cond = self.target_logits(next_features)
+            uncond = self.target_logits(self._uncond_next[:, : next_features.shape[1]])
+            return uncond + scale * (cond - uncond)
+
+    return GuidedEagleTrainer(target, head, config)
+
+
+def train_pair(folder: Path, *, quick: bool = False) -> dict:
+    """Train every piece into `folder` (see the module docstring); `quick` shrinks every stage to a smoke
+    run (the tests use it)."""
+    from multispec.drafters.eagle import EagleConfig, EagleHead
+    from multispec.drafters.eagle_train import EagleTrainConfig
+
+    from .classifier import accuracy, train_classifier
+    from .data import load_digits_dataset
+    from .gpt import gpt_config
+    from .vqvae import train_vqvae
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    images, labels = load_digits_dataset("mnist", "train")
+    test_images, test_labels = load_digits_dataset("mnist", "test")
+    report: dict = {}
+    vq, report["vqvae"] = train_vqvae(images, steps=60 if quick else 2000, seed=SEED)
+    vq.save_pretrained(folder / "vqvae")
+    classifier = train_classifier(images, labels, steps=60 if quick else 1500, seed=SEED)
+    classifier.save_pretrained(folder / "classifier")
+    report["classifier"] = {"test_accuracy": accuracy(classifier, test_images, test_labels)}
+    codes, code_labels = tokenize(vq, images, labels, 2 if quick else COPIES, SEED)
+    test_codes = vq.encode(test_images).flatten(1)
+    report["data"] = {"sequences": len(codes), "tokens_per_image": codes.shape[1],
+                      "codes_used": int(torch.unique(codes).numel())}
+    small = dict(layers=2, hidden=64, heads=2, kv_heads=1, intermediate=128)
+    for part, shape, steps, batch, lr in (("draft", DRAFT, 1500, 64, 2e-3), ("target", TARGET, 1400, 48, 1e-3)):
+        shape = small if quick else shape
+        config = gpt_config(shape["layers"], shape["hidden"], shape["heads"], shape["kv_heads"],
+                            shape["intermediate"], codebook_size=vq.codebook_size)
+        model, losses = train_gpt(config, codes, code_labels, steps=20 if quick else steps, batch_size=batch,
+                                  lr=lr, seed=SEED, desc=part)
+        model.to(torch.float16).save_pretrained(folder / part)  # fp16 on disk (zoo budget), fp32 to run
+        model.float()
+        report[part] = {"params": sum(p.numel() for p in model.parameters()), "final_loss": sum(losses[-50:]) / len(losses[-50:]),
+                        "heldout_loss": heldout_loss(model, test_codes, test_labels)}
+        (folder / "report.json").write_text(json.dumps(report, indent=2))
+    target = model
+    h = target.config.hidden_size
+    head_config = EagleConfig(hidden_size=h, draft_vocab_size=vq.codebook_size, target_vocab_size=vq.codebook_size,
+                              intermediate_size=target.config.intermediate_size,
+                              num_attention_heads=target.config.num_attention_heads,
+                              num_key_value_heads=target.config.num_key_value_heads,
+                              max_position_embeddings=target.config.max_position_embeddings)
+    torch.manual_seed(SEED)
+    head = EagleHead(head_config)
+    n_seq = 200 if quick else 8000
+    seqs = torch.cat([target.class_tokens(code_labels[:n_seq]), codes[:n_seq]], dim=1)
+    train_config = EagleTrainConfig(seq_len=seqs.shape[1], batch_size=32, epochs=1 if quick else 3, lr=1e-3,
+                                    warmup_steps=30, feature_weight=1.0, ce_weight=0.5, feature_batch=250, seed=SEED)
+    history = guided_eagle_trainer(target, head, CFG_SCALE, train_config).fit(list(seqs))
+    head.save(folder / "eagle")
+    report["eagle"] = {"cfg_scale": CFG_SCALE, "history": history}
+    (folder / "report.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
+def load_pair(folder: Path | None = None) -> ImagePair:
+    """The trained pieces from `folder` (default: the shipped zoo weights)."""
+    from multispec import zoo
+    from multispec.drafters.eagle import EagleHead
+
+    from .classifier import DigitClassifier
+    from .gpt import ClassConditionalGPT
+    from .vqvae import VQVAE
+
+    folder = Path(folder) if folder is not None else zoo.path(NAME)
+    if not (folder / "target" / "config.json").exists():
+        raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {NAME}`")
+    load = lambda cls, sub: cls.from_pretrained(folder / sub).eval()  # noqa: E731
+    target = ClassConditionalGPT.from_pretrained(folder / "target", dtype=torch.float32).eval()
+    draft = ClassConditionalGPT.from_pretrained(folder / "draft", dtype=torch.float32).eval()
+    return ImagePair(load(VQVAE, "vqvae"), target, draft, EagleHead.load(folder / "eagle"),
+                     load(DigitClassifier, "classifier"), folder)
