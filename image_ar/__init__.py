@@ -3,18 +3,48 @@
 Importing this package registers its target adapters with the core (found through the
 `multispec.adapters` entry point): `transformers`' `JanusForConditionalGeneration` generates image tokens
 (`JanusImageTarget`), with classifier-free guidance through `guidance_scale=` as in Janus's own
-`generate(..., generation_mode="image")`.
+`generate(..., generation_mode="image")`; the zoo's own class-conditional `ClassConditionalGPT`
+(`ImageGPTTarget`). `Relaxed` is LANTERN's relaxed acceptance rule; `generate_images` / `generate_ar`
+generate class-conditional images speculatively / plainly; `multispec.image_ar.metrics` scores them.
 """
 
 from multispec.targets import register_target_adapter
+from multispec.zoo import register_entry
 
+from . import cli as _cli
+
+from .generate import ImageGenerationOutput, generate_ar, generate_images
 from .gpt import ClassConditionalGPT, ImageGPTConfig
 from .janus import JanusImageTarget
+from .neighbourhood import latent_neighbours
+from .relaxed import Relaxed, RelaxedVerdict
 from .target import ImageGPTTarget
 from .vqvae import VQVAE
+from .zoo_pair import CFG_SCALE, zoo_entry
 
 register_target_adapter(lambda model: getattr(getattr(model, "config", None), "model_type", None) == "janus",
                         JanusImageTarget)
 register_target_adapter(lambda model: isinstance(model, ClassConditionalGPT), ImageGPTTarget)
+register_entry(zoo_entry())
+_cli.register()
 
-__all__ = ["VQVAE", "ClassConditionalGPT", "ImageGPTConfig", "ImageGPTTarget", "JanusImageTarget"]
+
+
+def load_image_pair(folder=None):
+    """The zoo's class-conditional pair (`mnist-vq-gpt`): tokenizer, target, drafters, classifier."""
+    from .zoo_pair import load_pair
+
+    return load_pair(folder)
+
+
+def image_drafter(pair, kind: str = "eagle", guidance_scale: float | None = CFG_SCALE):
+    """A drafter of `pair`: "eagle" (its EAGLE head, distilled at the zoo's guidance scale) or "draft" (its
+    small AR model, guided like the target at `guidance_scale`; None: unguided)."""
+    from .zoo_pair import image_drafter as make
+
+    return make(pair, kind, guidance_scale)
+
+
+__all__ = ["VQVAE", "ClassConditionalGPT", "ImageGPTConfig", "ImageGPTTarget", "ImageGenerationOutput", "JanusImageTarget",
+           "Relaxed", "RelaxedVerdict", "generate_ar", "generate_images", "image_drafter", "latent_neighbours",
+           "load_image_pair"]

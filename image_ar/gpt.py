@@ -1,5 +1,5 @@
-"""A LlamaGen-style class-conditional image GPT: one class token, then the image's VQ codes in raster
-order, next-token prediction, classifier-free guidance by a null class.
+"""A LlamaGen-style class-conditional image GPT: a class token and a begin-image token, then the image's
+VQ codes in raster order, next-token prediction, classifier-free guidance by a null class.
 
 It is a `transformers` `LlamaForCausalLM` (1-D RoPE where LlamaGen uses 2-D; everything else the same
 shape of model) with two changes a class-conditional image model needs: the input vocabulary holds the
@@ -22,9 +22,10 @@ class ImageGPTConfig(LlamaConfig):
     `grid_size` x `grid_size` tokens per image. `vocab_size` (the input embedding) is derived."""
 
     def __init__(self, codebook_size: int = 512, num_classes: int = 10, grid_size: int = 7, **kwargs):
-        kwargs["vocab_size"] = codebook_size + num_classes + 1
+        kwargs["vocab_size"] = codebook_size + num_classes + 2
         kwargs.setdefault("tie_word_embeddings", False)
-        kwargs.setdefault("max_position_embeddings", grid_size * grid_size + 1)
+        # room past the last code: the last speculative step drafts nodes beyond it (RoPE needs no table)
+        kwargs.setdefault("max_position_embeddings", grid_size * grid_size + 2 + 64)
         super().__init__(**kwargs)
         self.codebook_size, self.num_classes, self.grid_size = codebook_size, num_classes, grid_size
 
@@ -36,9 +37,13 @@ class ImageGPTConfig(LlamaConfig):
     def null_class_token(self) -> int:
         return self.codebook_size + self.num_classes
 
+    @property
+    def begin_image_token(self) -> int:
+        return self.codebook_size + self.num_classes + 1
+
 
 class ClassConditionalGPT(LlamaForCausalLM):
-    """See the module docstring. Sequence: [class token, code_1, ..., code_{grid^2}]."""
+    """See the module docstring. Sequence: [class token, begin-image, code_1, ..., code_{grid^2}]."""
 
     config_class = ImageGPTConfig
 
@@ -48,13 +53,15 @@ class ClassConditionalGPT(LlamaForCausalLM):
         self.post_init()
 
     def class_tokens(self, labels: torch.Tensor | list[int]) -> torch.Tensor:
-        """Prompt ids [N, 1] for class labels (None or -1: the null class, i.e. unconditional)."""
+        """Prompt ids [N, 2] (class token, begin-image) for class labels (None or -1: the null class, i.e.
+        unconditional)."""
         labels = torch.as_tensor([-1 if v is None else int(v) for v in labels] if isinstance(labels, list) else labels)
         c = self.config
         if labels.dim() != 1 or ((labels < -1) | (labels >= c.num_classes)).any():
             raise ValueError(f"labels: expected class ids in [0, {c.num_classes}) (or -1 for unconditional), got "
                              f"{labels.tolist()}")
-        return torch.where(labels < 0, c.null_class_token, c.codebook_size + labels).long()[:, None]
+        classes = torch.where(labels < 0, c.null_class_token, c.codebook_size + labels).long()[:, None]
+        return torch.cat([classes, torch.full_like(classes, c.begin_image_token)], dim=1)
 
     def unconditional_tokens(self, prompt_ids: torch.Tensor) -> torch.Tensor:
         """The same prompts with every class token replaced by the null class (CFG's unconditional half)."""
@@ -69,9 +76,9 @@ class ClassConditionalGPT(LlamaForCausalLM):
         prompt = self.class_tokens(labels)
         if class_dropout > 0:
             drop = torch.rand(len(labels), generator=generator) < class_dropout
-            prompt = torch.where(drop[:, None], self.config.null_class_token, prompt)
+            prompt = torch.where(drop[:, None], self.unconditional_tokens(prompt), prompt)
         ids = torch.cat([prompt, codes.long()], dim=1)
-        logits = self(input_ids=ids[:, :-1]).logits
+        logits = self(input_ids=ids[:, :-1]).logits[:, prompt.shape[1] - 1:]
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), codes.reshape(-1).long())
 
 

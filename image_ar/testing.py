@@ -1,4 +1,5 @@
-"""A tiny randomly initialised `JanusForConditionalGeneration` (the real class) for tests and examples."""
+"""Tiny randomly initialised image generators for tests and examples: `JanusForConditionalGeneration` (the
+real class) and the zoo's `ClassConditionalGPT`."""
 
 from __future__ import annotations
 
@@ -45,3 +46,18 @@ def janus_prompts(lengths: tuple[int, ...] = (6, 4), seed: int = 0) -> tuple[tor
         ids[r, width - n:] = row
         mask[r, width - n:] = 1
     return ids, mask
+
+
+def make_image_gpt(seed: int = 0, layers: int = 2, hidden: int = 64, codebook_size: int = 64, num_classes: int = 4,
+                   grid_size: int = 3, head_scale: float = 3.0) -> torch.nn.Module:
+    """A tiny randomly initialised `ClassConditionalGPT` (9 codes per image by default); `head_scale`
+    sharpens its output so greedy paths are not near-ties."""
+    from .gpt import ClassConditionalGPT, gpt_config
+
+    torch.manual_seed(seed)
+    config = gpt_config(layers, hidden, heads=4, kv_heads=2, intermediate=2 * hidden, codebook_size=codebook_size,
+                        num_classes=num_classes, grid_size=grid_size)
+    model = ClassConditionalGPT(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(head_scale)
+    return model.eval()

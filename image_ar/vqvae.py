@@ -130,4 +130,4 @@ def train_vqvae(images: torch.Tensor, *, steps: int = 1500, batch_size: int = 12
         codes = model.encode(images[:1000])
         mse = F.mse_loss(model.decode(codes), images[:1000]).item()
     in_use = int(torch.unique(model.encode(images)).numel())
-    return model, {"loss": float(loss), "codes_in_use": in_use, "reconstruction_mse": mse, "steps": steps}
+    return model, {"loss": loss.item(), "codes_in_use": in_use, "reconstruction_mse": mse, "steps": steps}

@@ -130,25 +130,35 @@ def guided_eagle_trainer(target, head, scale: float, config):
 
 def train_pair(folder: Path, *, quick: bool = False) -> dict:
     """Train every piece into `folder` (see the module docstring); `quick` shrinks every stage to a smoke
-    run (the tests use it)."""
+    run (the tests use it). Stages recorded in an existing `report.json` are loaded, not retrained (resume
+    an interrupted run; delete the folder to start over)."""
     from multispec.drafters.eagle import EagleConfig, EagleHead
     from multispec.drafters.eagle_train import EagleTrainConfig
 
-    from .classifier import accuracy, train_classifier
+    from .classifier import DigitClassifier, accuracy, train_classifier
     from .data import load_digits_dataset
-    from .gpt import gpt_config
-    from .vqvae import train_vqvae
+    from .gpt import ClassConditionalGPT, gpt_config
+    from .vqvae import VQVAE, train_vqvae
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     images, labels = load_digits_dataset("mnist", "train")
     test_images, test_labels = load_digits_dataset("mnist", "test")
     report: dict = {}
-    vq, report["vqvae"] = train_vqvae(images, steps=60 if quick else 2000, seed=SEED)
-    vq.save_pretrained(folder / "vqvae")
-    classifier = train_classifier(images, labels, steps=60 if quick else 1500, seed=SEED)
-    classifier.save_pretrained(folder / "classifier")
-    report["classifier"] = {"test_accuracy": accuracy(classifier, test_images, test_labels)}
+    if (folder / "report.json").exists():  # resume: stages already trained are kept
+        report = json.loads((folder / "report.json").read_text())
+    if "vqvae" in report and (folder / "vqvae").exists():
+        vq = VQVAE.from_pretrained(folder / "vqvae").eval()
+    else:
+        vq, report["vqvae"] = train_vqvae(images, steps=60 if quick else 2000, seed=SEED)
+        vq.save_pretrained(folder / "vqvae")
+    if "classifier" in report and (folder / "classifier").exists():
+        classifier = DigitClassifier.from_pretrained(folder / "classifier").eval()
+    else:
+        classifier = train_classifier(images, labels, steps=60 if quick else 1500, seed=SEED)
+        classifier.save_pretrained(folder / "classifier")
+        report["classifier"] = {"test_accuracy": accuracy(classifier, test_images, test_labels)}
+    (folder / "report.json").write_text(json.dumps(report, indent=2))
     codes, code_labels = tokenize(vq, images, labels, 2 if quick else COPIES, SEED)
     test_codes = vq.encode(test_images).flatten(1)
     report["data"] = {"sequences": len(codes), "tokens_per_image": codes.shape[1],
@@ -156,6 +166,9 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
     small = dict(layers=2, hidden=64, heads=2, kv_heads=1, intermediate=128)
     for part, shape, steps, batch, lr in (("draft", DRAFT, 1500, 64, 2e-3), ("target", TARGET, 1400, 48, 1e-3)):
         shape = small if quick else shape
+        if part in report and (folder / part).exists():
+            model = ClassConditionalGPT.from_pretrained(folder / part, dtype=torch.float32).eval()
+            continue
         config = gpt_config(shape["layers"], shape["hidden"], shape["heads"], shape["kv_heads"],
                             shape["intermediate"], codebook_size=vq.codebook_size)
         model, losses = train_gpt(config, codes, code_labels, steps=20 if quick else steps, batch_size=batch,
@@ -185,6 +198,24 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
     return report
 
 
+def image_drafter(pair: ImagePair, kind: str = "eagle", guidance_scale: float | None = CFG_SCALE):
+    """The pair's drafters: "eagle" (the EAGLE head over the target's features; it was distilled at
+    `CFG_SCALE`, so it drafts the guided law without an unconditional half) or "draft" (the independent
+    2-layer AR model, run with the same guidance as the target: both halves, as the target)."""
+    from multispec.drafters.eagle import EagleDrafter
+    from multispec.drafters.model import ModelDrafter
+    from multispec.targets import GuidedTarget
+
+    from .target import ImageGPTTarget
+
+    if kind == "eagle":
+        return EagleDrafter(pair.eagle_head, pair.target)
+    if kind == "draft":
+        engine = ImageGPTTarget(pair.draft_model, name="draft_model")
+        return ModelDrafter(engine if guidance_scale is None else GuidedTarget(engine, guidance_scale))
+    raise ValueError(f"kind: expected 'eagle' or 'draft', got {kind!r}")
+
+
 def load_pair(folder: Path | None = None) -> ImagePair:
     """The trained pieces from `folder` (default: the shipped zoo weights)."""
     from multispec import zoo
@@ -202,3 +233,18 @@ def load_pair(folder: Path | None = None) -> ImagePair:
     draft = ClassConditionalGPT.from_pretrained(folder / "draft", dtype=torch.float32).eval()
     return ImagePair(load(VQVAE, "vqvae"), target, draft, EagleHead.load(folder / "eagle"),
                      load(DigitClassifier, "classifier"), folder)
+
+
+def _zoo_load(folder: Path):
+    from multispec.zoo import ZooPair
+
+    pair = load_pair(folder)
+    return ZooPair(pair.target, image_drafter(pair, "eagle"), pair.vqvae, NAME)
+
+
+def zoo_entry():
+    from multispec.zoo import ZooEntry
+
+    return ZooEntry(NAME, "class-conditional MNIST: VQ-VAE (7x7 codes of 512) + 12-layer LlamaGen-style GPT, an EAGLE "
+                    "head distilled at guidance 2 and a 2-layer AR draft (multispec.image_ar; LANTERN)", None,
+                    _zoo_load, lambda folder: train_pair(folder))

@@ -1,0 +1,128 @@
+"""The image commands of the `multispec` CLI: `bench image-ar`, `eval image`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from multispec.cli import register_command
+
+
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", choices=["lantern"], default="lantern")
+    p.add_argument("--quick", action="store_true", help="10 timed images and 100 for FID (instead of 40 and 1000)")
+    p.add_argument("--guidance-scale", type=float, default=None, help="default: the zoo's 2.0")
+    p.add_argument("--top-k", type=int, default=None, help="default: the zoo's 64")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--timing-images", type=int, default=None)
+    p.add_argument("--fid-images", type=int, default=None)
+    p.add_argument("--chain-k", type=int, default=4)
+    p.add_argument("--tree", default=None, metavar="D/K/N", help="dynamic tree (default 5/4/16)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--weights", default=None, help="a retrained mnist-vq-gpt folder (default: the shipped one)")
+    p.add_argument("--json", default=None, metavar="PATH")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from multispec.cli import _parse_tree
+
+    from .bench import run
+
+    run(quick=args.quick, json_path=args.json, method=args.method, threads=args.threads,
+        guidance_scale=args.guidance_scale, top_k=args.top_k, temperature=args.temperature,
+        timing_images=args.timing_images, fid_images=args.fid_images, chain_k=args.chain_k,
+        tree=_parse_tree(args.tree), weights=args.weights)
+    return 0
+
+
+def _add_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--images", default=None, metavar="NPZ",
+                   help="score your images: an .npz with `images` [N, 28, 28] (uint8 0-255 or float 0-1) and "
+                        "optionally `labels` [N]; default: generate with the zoo pair (--method)")
+    p.add_argument("--method", default="lantern", choices=["ar", "exact", "lantern"],
+                   help="what to generate when --images is not given")
+    p.add_argument("--delta", type=float, default=0.2, help="LANTERN's TVD budget (--method lantern)")
+    p.add_argument("--num", type=int, default=500, help="images to generate (a multiple of 10: classes in turn)")
+    p.add_argument("--reference", default="mnist", help="mnist | digits | an .npz like --images (real images)")
+    p.add_argument("--features", choices=["classifier", "inception"], default="classifier",
+                   help="FID features: the zoo's MNIST classifier, or Inception-v3 (needs torch-fidelity and "
+                        "its weights on this machine)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, metavar="PATH")
+
+
+def _npz_images(path: str, name: str):
+    import numpy as np
+    import torch
+
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{name}: {path} does not exist")
+    data = np.load(path)
+    if "images" not in data:
+        raise ValueError(f"{name}: {path} has no `images` array (found: {', '.join(data.files)})")
+    images = torch.from_numpy(np.asarray(data["images"]))
+    if images.dim() == 3:
+        images = images[:, None]
+    if images.dim() != 4 or images.shape[1] != 1 or images.shape[-2:] != (28, 28):
+        raise ValueError(f"{name}: expected images [N, 28, 28] or [N, 1, 28, 28], got {tuple(images.shape)}")
+    images = images.float() / 255.0 if not images.is_floating_point() else images.float()
+    labels = torch.from_numpy(np.asarray(data["labels"])).long() if "labels" in data else None
+    return images, labels
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import torch
+
+    from .data import DATASETS, load_digits_dataset
+    from .metrics import image_scores, inception_fid
+    from .zoo_pair import CFG_SCALE, TOP_K, image_drafter, load_pair
+
+    pair = load_pair()
+    if args.reference in DATASETS:
+        reference, _ = load_digits_dataset(args.reference, "test")
+    else:
+        reference, _ = _npz_images(args.reference, "--reference")
+    speed = {}
+    if args.images:
+        images, labels = _npz_images(args.images, "--images")
+    else:
+        if args.num < 10 or args.num % 10:
+            raise ValueError(f"--num: expected a positive multiple of 10, got {args.num}")
+        from multispec import DynamicTree
+
+        from .generate import generate_images
+        from .relaxed import Relaxed
+
+        kw = {}
+        if args.method != "ar":
+            kw = dict(drafter=image_drafter(pair, "eagle"), tree=DynamicTree(5, 4, 16))
+        if args.method == "lantern":
+            kw["rule"] = Relaxed.from_codebook(pair.vqvae.codebook_latents(), 20, delta=args.delta)
+        chunks, labels, secs, tvd = [], [], 0.0, 0.0
+        for b in range(0, args.num, 10):
+            out = generate_images(pair.target, list(range(10)), guidance_scale=CFG_SCALE, top_k=TOP_K,
+                                  vqvae=pair.vqvae, generator=torch.Generator().manual_seed(args.seed + b), **kw)
+            chunks.append(out.images)
+            labels += list(range(10))
+            secs += out.seconds
+            tvd = max(tvd, out.max_tvd)
+        images, labels = torch.cat(chunks), torch.tensor(labels)
+        speed = {"method": args.method, "seconds": round(secs, 2), "images_per_s": round(args.num / secs, 2),
+                 "max_tvd": round(tvd, 4)}
+    scores = image_scores(images, reference, pair.classifier, labels).as_dict()
+    if args.features == "inception":
+        scores["fid"] = inception_fid(images, reference)
+    scores["fid_features"] = args.features
+    result = speed | scores
+    for key, value in result.items():
+        print(f"{key:18s} {value:.4f}" if isinstance(value, float) else f"{key:18s} {value}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def register() -> None:
+    register_command("bench", "image-ar", "LANTERN vs exact speculative decoding vs plain AR on the zoo image GPT",
+                     _add_bench, _bench)
+    register_command("eval", "image", "FID / precision / recall / class accuracy of generated digits", _add_eval, _eval)
