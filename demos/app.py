@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from demos import ssm_tab, text_tab, vision_tab  # noqa: E402
+from demos import image_tab, ssm_tab, text_tab, vision_tab  # noqa: E402
 
 
 def build():
@@ -22,6 +22,8 @@ def build():
             ssm_tab.build()
         with gr.Tab("Vision-language (EAGLE, ViSpec, SpecVLM)"):
             vision_tab.build()
+        with gr.Tab("Image AR (LANTERN)"):
+            image_tab.build()
     return app
 
 

@@ -33,9 +33,14 @@ import torch
 
 from multispec.acceptance import AcceptanceRule, Verdict, _check_logits, _full_tree_tokens
 from multispec.kernels.common import argmax_ref, sample_ref
+from multispec.kernels.dispatch import backend_for
 from multispec.sampling import SamplingConfig, exponential, nan_safe_argmax, uniform
 
-from .neighbourhood import check_table, latent_neighbours, neighbour_mass
+from .neighbourhood import check_table, latent_neighbours, neighbour_mass, neighbour_mass_ref
+
+# below this many rows, walking each row on its own (a few tensor ops per sibling try) is faster than the
+# lockstep walk over all rows (a few dozen ops per try); both give the same tokens (tested)
+BATCHED_FROM = 16
 
 
 @dataclass
@@ -95,7 +100,7 @@ class Relaxed(AcceptanceRule):
 
     def _merged(self, base: torch.Tensor, x: torch.Tensor, count: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
         """p~: `base` [R, V] with the first `count` neighbours of x zeroed and their `mass` added to x."""
-        table = self.neighbours.to(base.device)
+        table = self.neighbours if self.neighbours.device == base.device else self.neighbours.to(base.device)
         k = table.shape[1]
         out = base.clone()
         if k:
@@ -113,8 +118,11 @@ class Relaxed(AcceptanceRule):
         return self._merged(base, x, count, mass)
 
     def _aggregate(self, base: torch.Tensor, x: torch.Tensor, budget: torch.Tensor):
-        table = self.neighbours.to(base.device)
-        return neighbour_mass(base, x, table, budget, backend=self.backend)
+        if self.neighbours.device != base.device:
+            self.neighbours = self.neighbours.to(base.device)
+        if backend_for(base, self.backend) == "torch":  # the reference, without the public wrapper's checks
+            return neighbour_mass_ref(base, x, self.neighbours, budget)
+        return neighbour_mass(base, x, self.neighbours, budget, backend=self.backend)
 
     # ---- the rule ----------------------------------------------------------------------------------------
     def accept(self, draft, target_logits, sampling: SamplingConfig, generator=None) -> RelaxedVerdict:
@@ -135,7 +143,8 @@ class Relaxed(AcceptanceRule):
         q = None
         if draft.draft_probs is not None:
             q = torch.cat([torch.zeros(b, 1, v, device=device), draft.draft_probs.float().to(device)], dim=1)
-        return self._random_walk(tokens, fc, ns, p, q, uniforms, noise)
+        walk = self._random_walk if b >= BATCHED_FROM else self._row_walk
+        return walk(tokens, fc, ns, p, q, uniforms, noise)
 
     def _random_walk(self, tokens, fc, ns, p_all, q_all, u_all, noise) -> RelaxedVerdict:
         """Every row in lockstep, one sibling try per iteration (the same walk as the core's
@@ -191,6 +200,55 @@ class Relaxed(AcceptanceRule):
             child = torch.where(ok, fc[rows, c], torch.where(trying, ns[rows, c], child))
         out[rows, acc] = sample_ref(r, p_all[rows, cur], noise)
         tvd[rows, acc] = used
+        return RelaxedVerdict(out, acc, path, tvd)
+
+    def _row_walk(self, tokens, fc, ns, p_all, q_all, u_all, noise) -> RelaxedVerdict:
+        """The same walk one row at a time (the same fp32 operations on [1, V] slices, so the same tokens)."""
+        b, t, v = p_all.shape
+        dev = p_all.device
+        p_all = torch.nan_to_num(p_all.float(), nan=0.0)
+        out = torch.full((b, t), -1, dtype=torch.long, device=dev)
+        path = torch.full((b, t), -1, dtype=torch.long, device=dev)
+        path[:, 0] = 0
+        tvd = torch.zeros(b, t, device=dev)
+        acc = torch.zeros(b, dtype=torch.long, device=dev)
+        tok, first, nxt = tokens.tolist(), fc.tolist(), ns.tolist()
+        one = torch.ones(1, device=dev)
+        for row in range(b):
+            cur, a = 0, 0
+            r, scale, used = p_all[row, :1], one, torch.zeros(1, device=dev)
+            child = first[row][0]
+            while child != -1:
+                x = tok[row][child]
+                if not 0 <= x < v:  # an out-of-vocabulary draft: rejected, nothing merged
+                    child = nxt[row][child]
+                    continue
+                xs = torch.tensor([x], device=dev)
+                if q_all is None:
+                    q = torch.zeros(1, v, device=dev)
+                    q[0, x] = 1.0
+                else:
+                    q = q_all[row, child][None]
+                base = r / scale[:, None]
+                px = base[:, x]
+                mass, count = self._aggregate(base, xs, self._budget(used, px))
+                if bool(u_all[row, child] * q[0, x] < px + mass):
+                    tvd[row, a] = used + mass
+                    out[row, a] = x
+                    a += 1
+                    path[row, a] = child
+                    cur = child
+                    r, scale, used = p_all[row, child][None], one, torch.zeros(1, device=dev)
+                    child = first[row][child]
+                    continue
+                new_r = (self._residual_source(base, xs, count, mass) - q).clamp(min=0.0)
+                total = new_r.double().sum(dim=-1).float()
+                r, scale = new_r, torch.where(total > 0, total, torch.ones_like(total))
+                used = used + mass
+                child = nxt[row][child]
+            out[row, a] = sample_ref(r, p_all[row, cur][None], noise[row][None])[0]
+            tvd[row, a] = used[0]
+            acc[row] = a
         return RelaxedVerdict(out, acc, path, tvd)
 
     def _greedy_walk(self, tokens, fc, ns, logits) -> RelaxedVerdict:

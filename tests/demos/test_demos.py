@@ -61,3 +61,16 @@ def test_vision_tab_answers_with_every_drafter_and_highlights_accepted_tokens():
         vision_tab.run(image, "  ")
     with pytest.raises(ValueError, match="kind"):
         vision_tab.sample("pie")
+
+
+def test_image_tab_generates_with_every_method_and_colours_the_token_grid():
+    from demos import image_tab
+
+    table, gallery, grids = image_tab.run(7, seed=1, delta=0.2)
+    assert len(gallery) == 3 and gallery[0][0].size == (224, 224)
+    assert table.count("| ") >= 3 * 5 and "LANTERN delta=0.2" in table
+    assert "#c8f7c5" in grids  # some codes came from accepted drafts
+    with pytest.raises(ValueError, match="label"):
+        image_tab.run(12)
+    with pytest.raises(ValueError, match="delta"):
+        image_tab.run(3, delta=2.0)

@@ -79,3 +79,27 @@ def test_guidance_needs_a_model_that_builds_unconditional_prompts():
         speculative_generate(llama, "ngram", torch.tensor([[9, 10, 11]]), guidance_scale=2.0)
     with pytest.raises(ValueError, match="guidance_scale: expected a positive number"):
         GuidedTarget(make_janus(), 0.0)
+
+
+def test_lantern_on_janus_neighbourhoods_from_its_vq_codebook(janus):
+    """LANTERN on a user's model: the neighbourhoods come from Janus's `vq_config` codebook; delta = 0 is
+    the exact rule token for token, delta > 0 accepts more and reports TVD <= delta."""
+    from multispec import DynamicTree
+    from multispec.image_ar import Relaxed
+
+    codebook = janus.model.vqmodel.quantize.embedding.weight
+    assert codebook.shape[0] == janus.config.vq_config.num_embeddings
+    ids, mask = janus_prompts((6, 4, 5, 6))
+    ids, mask = ids.repeat(4, 1), mask.repeat(4, 1)
+    results = {}
+    for name, rule in (("exact", None), ("zero", Relaxed.from_codebook(codebook, 8, delta=0.0)),
+                       ("lantern", Relaxed.from_codebook(codebook, 8, delta=0.3))):
+        tvd = []
+        out = speculative_generate(janus, _guided_draft(janus, noise=0.3), ids, mask, max_new_tokens=NUM_IMAGE_TOKENS,
+                                   do_sample=True, top_k=32, tree=DynamicTree(3, 3, 6), rule=rule,
+                                   guidance_scale=SCALE, generator=torch.Generator().manual_seed(0),
+                                   on_step=lambda d, v, rows: tvd.append(float(getattr(v, "tvd", torch.zeros(1)).max())))
+        results[name] = (out.sequences, out.stats.mean_accepted_length, max(tvd))
+    assert torch.equal(results["zero"][0], results["exact"][0]) and results["zero"][2] == 0.0
+    assert 0.0 < results["lantern"][2] <= 0.3 + 1e-6
+    assert results["lantern"][1] > results["exact"][1]

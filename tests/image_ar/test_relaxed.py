@@ -211,3 +211,25 @@ def test_bad_arguments_are_named():
         Relaxed(table, delta=0.1).accept(DraftTree.chain(torch.tensor([[1]])), torch.randn(1, 2, 9), SAMPLE)
     with pytest.raises(ValueError, match="k: expected"):
         latent_neighbours(torch.randn(8, 2), 8)
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_row_walk_and_lockstep_walk_give_the_same_tokens(sampled):
+    """Small batches walk row by row, large ones in lockstep: the same rule, the same tokens."""
+    v = 40
+    table = latent_neighbours(torch.randn(v, 3, generator=torch.Generator().manual_seed(0)), 10)
+    for i, parents in enumerate(TREES):
+        tree = _tree(12, v, parents, seed=i, sampled=sampled)
+        logits = torch.randn(12, len(parents) + 1, v, generator=torch.Generator().manual_seed(i)) * 1.5
+        rule = Relaxed(table, delta=0.25)
+        b, t = tree.tokens.shape[0], len(parents) + 1
+        p = SAMPLE.probs(logits)
+        u = torch.rand(b, t, generator=torch.Generator().manual_seed(i))
+        noise = torch.empty(b, v).exponential_(generator=torch.Generator().manual_seed(i))
+        q = None if tree.draft_probs is None else torch.cat([torch.zeros(b, 1, v), tree.draft_probs], 1)
+        fc, ns = tree.linked()
+        full = torch.cat([torch.zeros(b, 1, dtype=torch.long), tree.tokens], 1)
+        a = rule._row_walk(full, fc, ns, p, q, u, noise)
+        c = rule._random_walk(full, fc, ns, p, q, u, noise)
+        assert torch.equal(a.tokens, c.tokens) and torch.equal(a.path, c.path)
+        assert torch.allclose(a.tvd, c.tvd, atol=1e-7)
