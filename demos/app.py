@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from demos import image_tab, ssm_tab, text_tab, vision_tab  # noqa: E402
+from demos import continuous_tab, image_tab, ssm_tab, text_tab, vision_tab  # noqa: E402
 
 
 def build():
@@ -24,6 +24,8 @@ def build():
             vision_tab.build()
         with gr.Tab("Image AR (LANTERN)"):
             image_tab.build()
+        with gr.Tab("Image AR, continuous tokens"):
+            continuous_tab.build()
     return app
 
 

@@ -6,6 +6,10 @@ Importing this package registers its target adapters with the core (found throug
 `generate(..., generation_mode="image")`; the zoo's own class-conditional `ClassConditionalGPT`
 (`ImageGPTTarget`). `Relaxed` is LANTERN's relaxed acceptance rule; `generate_images` / `generate_ar`
 generate class-conditional images speculatively / plainly; `multispec.image_ar.metrics` scores them.
+
+Continuous tokens: `PatchAR` is a causal transformer over pixel patches with a per-token diffusion head;
+`generate_continuous` samples it plainly or with continuous speculative decoding (`TrajectoryRatio`:
+acceptance by the density ratio of whole denoising trajectories; exact, or relaxed by an explicit knob).
 """
 
 from multispec.targets import register_target_adapter
@@ -13,10 +17,13 @@ from multispec.zoo import register_entry
 
 from . import cli as _cli
 
+from .continuous_pair import zoo_entry as continuous_zoo_entry
+from .continuous_spec import ContinuousImageOutput, TrajectoryRatio, generate_continuous
 from .generate import ImageGenerationOutput, generate_ar, generate_images
 from .gpt import ClassConditionalGPT, ImageGPTConfig
 from .janus import JanusImageTarget
 from .neighbourhood import latent_neighbours
+from .patch_ar import PatchAR, PatchARConfig
 from .relaxed import Relaxed, RelaxedVerdict
 from .target import ImageGPTTarget
 from .vqvae import VQVAE
@@ -26,6 +33,7 @@ register_target_adapter(lambda model: getattr(getattr(model, "config", None), "m
                         JanusImageTarget)
 register_target_adapter(lambda model: isinstance(model, ClassConditionalGPT), ImageGPTTarget)
 register_entry(zoo_entry())
+register_entry(continuous_zoo_entry())
 _cli.register()
 
 
@@ -33,6 +41,13 @@ _cli.register()
 def load_image_pair(folder=None):
     """The zoo's class-conditional pair (`mnist-vq-gpt`): tokenizer, target, drafters, classifier."""
     from .zoo_pair import load_pair
+
+    return load_pair(folder)
+
+
+def load_continuous_pair(folder=None):
+    """The zoo's continuous-token pair (`mnist-patch-diffusion`): target and draft `PatchAR`, classifier."""
+    from .continuous_pair import load_pair
 
     return load_pair(folder)
 
@@ -45,6 +60,7 @@ def image_drafter(pair, kind: str = "eagle", guidance_scale: float | None = CFG_
     return make(pair, kind, guidance_scale)
 
 
-__all__ = ["VQVAE", "ClassConditionalGPT", "ImageGPTConfig", "ImageGPTTarget", "ImageGenerationOutput", "JanusImageTarget",
-           "Relaxed", "RelaxedVerdict", "generate_ar", "generate_images", "image_drafter", "latent_neighbours",
-           "load_image_pair"]
+__all__ = ["VQVAE", "ClassConditionalGPT", "ContinuousImageOutput", "ImageGPTConfig", "ImageGPTTarget",
+           "ImageGenerationOutput", "JanusImageTarget", "PatchAR", "PatchARConfig", "Relaxed", "RelaxedVerdict",
+           "TrajectoryRatio", "generate_ar", "generate_continuous", "generate_images", "image_drafter",
+           "latent_neighbours", "load_continuous_pair", "load_image_pair"]

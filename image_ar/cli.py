@@ -10,28 +10,42 @@ from multispec.cli import register_command
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", choices=["lantern"], default="lantern")
+    p.add_argument("--method", choices=["lantern", "continuous"], default="lantern",
+                   help="lantern: mnist-vq-gpt (discrete VQ tokens); continuous: mnist-patch-diffusion (diffusion head)")
     p.add_argument("--quick", action="store_true", help="10 timed images and 100 for FID (instead of 40 and 1000)")
     p.add_argument("--guidance-scale", type=float, default=None, help="default: the zoo's 2.0")
     p.add_argument("--top-k", type=int, default=None, help="default: the zoo's 64")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--timing-images", type=int, default=None)
     p.add_argument("--fid-images", type=int, default=None)
-    p.add_argument("--chain-k", type=int, default=6)
-    p.add_argument("--tree", default=None, metavar="D/K/N", help="dynamic tree (default 5/4/16)")
+    p.add_argument("--chain-k", type=int, default=None, help="drafts per step (default: 6 for lantern, "
+                   "the continuous benchmark's K)")
+    p.add_argument("--tree", default=None, metavar="D/K/N", help="dynamic tree (default 5/4/16; lantern)")
+    p.add_argument("--steps", type=int, default=None, help="diffusion grid points (continuous; default: the pair's)")
+    p.add_argument("--prefill", type=float, default=0.1,
+                   help="fraction of tokens the target writes before drafting starts (continuous)")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--weights", default=None, help="a retrained mnist-vq-gpt folder (default: the shipped one)")
+    p.add_argument("--weights", default=None, help="a retrained pair's folder (default: the shipped one)")
     p.add_argument("--json", default=None, metavar="PATH")
 
 
 def _bench(args: argparse.Namespace) -> int:
     from multispec.cli import _parse_tree
 
+    if args.method == "continuous":
+        from .bench_continuous import K, run as run_continuous
+
+        if args.top_k is not None or args.tree is not None:
+            raise ValueError("--top-k / --tree: discrete-token options; --method continuous has neither")
+        run_continuous(quick=args.quick, json_path=args.json, threads=args.threads, guidance_scale=args.guidance_scale,
+                       temperature=args.temperature, timing_images=args.timing_images, fid_images=args.fid_images,
+                       k=args.chain_k or K, steps=args.steps, prefill=args.prefill, weights=args.weights)
+        return 0
     from .bench import run
 
     run(quick=args.quick, json_path=args.json, method=args.method, threads=args.threads,
         guidance_scale=args.guidance_scale, top_k=args.top_k, temperature=args.temperature,
-        timing_images=args.timing_images, fid_images=args.fid_images, chain_k=args.chain_k,
+        timing_images=args.timing_images, fid_images=args.fid_images, chain_k=args.chain_k or 6,
         tree=_parse_tree(args.tree), weights=args.weights)
     return 0
 
@@ -40,8 +54,9 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--images", default=None, metavar="NPZ",
                    help="score your images: an .npz with `images` [N, 28, 28] (uint8 0-255 or float 0-1) and "
                         "optionally `labels` [N]; default: generate with the zoo pair (--method)")
-    p.add_argument("--method", default="lantern", choices=["ar", "exact", "lantern"],
-                   help="what to generate when --images is not given")
+    p.add_argument("--method", default="lantern", choices=["ar", "exact", "lantern", "continuous", "continuous-ar"],
+                   help="what to generate when --images is not given (ar / exact / lantern: mnist-vq-gpt; "
+                        "continuous / continuous-ar: mnist-patch-diffusion speculative / plain)")
     p.add_argument("--delta", type=float, default=0.2, help="LANTERN's TVD budget (--method lantern)")
     p.add_argument("--num", type=int, default=500, help="images to generate (a multiple of 10: classes in turn)")
     p.add_argument("--reference", default="mnist", help="mnist | digits | an .npz like --images (real images)")
@@ -71,6 +86,29 @@ def _npz_images(path: str, name: str):
     return images, labels
 
 
+def _generate_continuous(args: argparse.Namespace):
+    """`--num` digits from mnist-patch-diffusion (classes in turn, batches of 10), with speed figures."""
+    import torch
+
+    from .bench_continuous import K
+    from .continuous_pair import CFG_SCALE, load_pair
+    from .continuous_spec import generate_continuous
+
+    pair = load_pair()
+    draft = pair.draft if args.method == "continuous" else None
+    chunks, secs, accepted, drafted, fallbacks = [], 0.0, 0, 0, 0
+    for b in range(0, args.num, 10):
+        out = generate_continuous(pair.target, torch.arange(10), draft, k=K, guidance_scale=CFG_SCALE,
+                                  generator=torch.Generator().manual_seed(args.seed + b))
+        chunks.append(out.images[:, None])
+        secs += out.seconds
+        accepted, drafted, fallbacks = accepted + out.accepted, drafted + out.drafted, fallbacks + out.residual_fallbacks
+    speed = {"method": args.method, "seconds": round(secs, 2), "images_per_s": round(args.num / secs, 2)}
+    if draft is not None:
+        speed |= {"acceptance_rate": round(accepted / drafted, 4), "residual_fallbacks": fallbacks}
+    return torch.cat(chunks), torch.arange(10).repeat(args.num // 10), speed
+
+
 def _eval(args: argparse.Namespace) -> int:
     import torch
 
@@ -89,6 +127,9 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         if args.num < 10 or args.num % 10:
             raise ValueError(f"--num: expected a positive multiple of 10, got {args.num}")
+    if not args.images and args.method.startswith("continuous"):
+        images, labels, speed = _generate_continuous(args)
+    elif not args.images:
         from .generate import generate_images
         from .relaxed import Relaxed
 
@@ -123,6 +164,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def register() -> None:
-    register_command("bench", "image-ar", "LANTERN vs exact speculative decoding vs plain AR on the zoo image GPT",
+    register_command("bench", "image-ar", "LANTERN (discrete) or continuous speculative decoding vs plain AR on the "
+                     "zoo image models",
                      _add_bench, _bench)
     register_command("eval", "image", "FID / precision / recall / class accuracy of generated digits", _add_eval, _eval)

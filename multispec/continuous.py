@@ -52,6 +52,10 @@ class ContinuousVerdict:
     payload: torch.Tensor  # [B, k + 1, D]
     num_accepted: torch.Tensor  # [B]
     residual_fallbacks: int = 0  # rows whose residual sampler gave up and took a target sample
+    # False: payload[:, k] holds no bonus draw; when every row accepts all k drafts the loop commits the k
+    # drafts alone and the next step drafts after the last one (for payloads whose target draw is not free,
+    # such as a diffusion head's trajectory, the bonus costs as much as a plain step)
+    bonus: bool = True
 
 
 class ContinuousTarget(Protocol):
@@ -172,15 +176,16 @@ def continuous_generate(target, drafter, values: torch.Tensor, max_new_tokens: i
         # before its own rejection, the cut was decided by other rows' independent draws, and its kept
         # vectors are accepted drafts, each an exact draw from the target given the ones before
         n = int(verdict.num_accepted.min())
-        kept = verdict.payload[:, : n + 1]
+        drafted = draft.payload.shape[1]
+        kept = verdict.payload[:, : n + (1 if n < drafted or verdict.bonus else 0)]
         fallbacks += verdict.residual_fallbacks
         target.commit(kept)
         drafter.commit(kept)
-        out.extend(kept[:, i] for i in range(n + 1))
+        out.extend(kept[:, i] for i in range(kept.shape[1]))
         roots = kept[:, -1]
-        made += n + 1
+        made += kept.shape[1]
         t3 = time.perf_counter()
         stats.steps.append(StepStats(rows=b, drafted=b * draft.payload.shape[1], accepted=int(verdict.num_accepted.sum()),
-                                     committed=b * (n + 1), draft_s=t1 - t0, verify_s=t2 - t1, commit_s=t3 - t2))
+                                     committed=b * kept.shape[1], draft_s=t1 - t0, verify_s=t2 - t1, commit_s=t3 - t2))
     values = torch.stack(out[: values.shape[1] + max_new_tokens], 1)
     return ContinuousOutput(values, stats, fallbacks)

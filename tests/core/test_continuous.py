@@ -97,3 +97,26 @@ def test_bad_inputs_are_refused(models):
     with pytest.raises(TypeError, match="target: LlamaForCausalLM scores token trees"):
         from multispec.targets import as_target
         continuous_generate(as_target(llama), GMMDrafter(draft), torch.zeros(2, 1, 2), 2)
+
+
+class NoBonus(DensityRatio):
+    """Exact without the bonus draw: a fully accepted chain commits the drafts alone."""
+
+    def accept(self, draft, target, generator=None):
+        verdict = super().accept(draft, target, generator)
+        verdict.bonus = False
+        return verdict
+
+
+def test_skipping_the_bonus_keeps_the_target_law(models):
+    """Rows one at a time (in a batch every row would have to accept every draft for the bonus to matter)."""
+    target, draft = models
+    g = torch.Generator().manual_seed(5)
+    runs = [continuous_generate(GMMTarget(target), GMMDrafter(draft), torch.zeros(1, 1, 2), NEW, k=2, rule=NoBonus(),
+                                generator=g) for _ in range(N)]
+    values = torch.cat([r.values for r in runs])
+    reference = target.sample(torch.zeros(N, 1, 2), NEW, torch.Generator().manual_seed(99))
+    assert values.shape == (N, 1 + NEW, 2)
+    # some steps committed the drafts alone (the row accepted all of them)
+    assert any(step.committed == step.drafted for r in runs for step in r.stats.steps)
+    assert energy_distance_pvalue(values[:, 1:], reference[:, 1:]) > 0.01

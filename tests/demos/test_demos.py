@@ -74,3 +74,16 @@ def test_image_tab_generates_with_every_method_and_colours_the_token_grid():
         image_tab.run(12)
     with pytest.raises(ValueError, match="delta"):
         image_tab.run(3, delta=2.0)
+
+
+def test_continuous_tab_runs_every_method_and_colours_the_patch_grid():
+    from demos import continuous_tab
+
+    table, gallery, grid = continuous_tab.run(4, seed=2, k=4)
+    assert len(gallery) == 3 and gallery[0][0].size == (224, 224)
+    assert "speculative (k=4, exact)" in table and "5 diffusion steps" in table
+    assert "#c8f7c5" in grid  # some patches came from accepted drafts
+    with pytest.raises(ValueError, match="label"):
+        continuous_tab.run(10)
+    with pytest.raises(ValueError, match="fewer_steps"):
+        continuous_tab.run(3, fewer_steps=50)

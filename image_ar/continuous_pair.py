@@ -1,0 +1,219 @@
+"""The zoo's continuous-token pair, `mnist-patch-diffusion`, trained here on real MNIST.
+
+Tokens are raw 4 x 4 pixel patches (49 tokens of dimension 16, pixels in [-1, 1]); each model is a causal
+transformer over them with a per-token diffusion head (`PatchAR`):
+- `target/`: 14 layers (hidden 128) and a 3-block head of width 192;
+- `draft/`: 1 layer (hidden 96) and a 1-block head of width 64, trained on the same data and, mostly, to
+  match the target's noise predictions (its guided and unguided halves): the trajectory density ratio
+  that decides acceptance is a weighted sum of exactly those differences.
+The image metrics use the classifier of the `mnist-vq-gpt` pair (the same digits, the same features).
+
+`multispec zoo train mnist-patch-diffusion` reproduces them (fixed seeds; resumable by stage).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .patch_ar import PatchAR, PatchARConfig, patchify
+
+NAME = "mnist-patch-diffusion"
+CFG_SCALE = 2.0  # the guidance the benchmark samples with
+STEPS, STOP = 8, 50  # the heads' sampling grid: 8 points from t = 999 down to the stop level 50
+TARGET = PatchARConfig(layers=14, hidden=128, heads=4, head_width=192, head_blocks=3, steps=STEPS, stop=STOP)
+DRAFT = PatchARConfig(layers=1, hidden=96, heads=4, head_width=64, head_blocks=1, steps=STEPS, stop=STOP)
+SEED = 0
+
+
+@dataclass
+class ContinuousPair:
+    target: PatchAR
+    draft: PatchAR
+    classifier: "object"  # DigitClassifier (shared with mnist-vq-gpt)
+    folder: Path
+
+
+def _batches(images: torch.Tensor, labels: torch.Tensor, batch_size: int, g: torch.Generator):
+    from .data import shifted
+
+    while True:
+        idx = torch.randint(0, len(images), (batch_size,), generator=g)
+        x = shifted(images[idx], 2, g)[:, 0] * 2 - 1
+        yield x, labels[idx]
+
+
+def _optimizer(model, lr: float, steps: int):
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.02}, {"params": rest, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95))
+    warmup = max(1, steps // 30)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    return opt, sched
+
+
+def grid_weights(config: PatchARConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(timesteps [S - 1], w [S - 1]): the grid's transition steps and the weight w_i with which a noise-
+    prediction difference δε enters the trajectory log ratio, log p/q ~ -1/2 Σ_i w_i |δε_i|² (w_i =
+    (c0_i sqrt(1 - ᾱ_i) / sqrt(ᾱ_i))² / σ_i², c0 the posterior mean's x̂0 coefficient)."""
+    from .diffusion_head import Trajectory
+
+    traj = Trajectory.make(config.steps, config.stop)
+    a = traj.alphas_cumprod[:-1]
+    return traj.timesteps[:-1], (traj.mean_x0 * (1 - a).sqrt() / a.sqrt()) ** 2 / traj.std ** 2
+
+
+def distillation_loss(draft: PatchAR, target: PatchAR, images: torch.Tensor, labels: torch.Tensor,
+                      scale: float = CFG_SCALE, generator: torch.Generator | None = None) -> torch.Tensor:
+    """How far the draft's noise predictions are from the target's on the same noisy tokens and prefixes:
+    MSE on each guidance half at t uniform in [stop, T), plus MSE on the guided prediction ε_u + s (ε_c -
+    ε_u) at the sampling grid's transition steps drawn in proportion to their weight in the acceptance
+    log ratio (`grid_weights`): the second term is the expected trajectory log ratio itself, up to the
+    state distribution (forward-noised data here, draft trajectories at sampling time)."""
+    from .diffusion_head import TRAIN_STEPS, schedule_scheduler
+
+    c = draft.config
+    x0 = patchify(images, c.patch)
+    b = len(labels)
+    ac = schedule_scheduler().alphas_cumprod.to(x0.device)
+    noisy = ac[c.stop].sqrt() * x0 + (1 - ac[c.stop]).sqrt() * torch.randn(x0.shape, generator=generator)
+    both = torch.cat([labels, torch.full_like(labels, draft.null_class)])
+    prefix = noisy[:, :-1].repeat(2, 1, 1)
+    tokens = x0.reshape(-1, c.token_dim)
+    steps, weights = grid_weights(c)
+    uniform = torch.randint(c.stop, TRAIN_STEPS, (len(tokens),), generator=generator)
+    on_grid = steps[torch.multinomial(weights, len(tokens), replacement=True, generator=generator)]
+    t = torch.cat([uniform, on_grid])
+    a = ac[t][:, None]
+    xt = a.sqrt() * tokens.repeat(2, 1) + (1 - a).sqrt() * torch.randn(2 * len(tokens), c.token_dim, generator=generator)
+    # rows: [uniform t | grid t] x [cond | uncond] x tokens
+    xt4, t4 = xt.view(2, 1, -1, c.token_dim).expand(2, 2, -1, -1), t.view(2, 1, -1).expand(2, 2, -1)
+    with torch.no_grad():
+        zt = target.transform(target.inputs(both, prefix, 0)).reshape(2, -1, target.config.hidden)
+        teacher = target.head(xt4.reshape(-1, c.token_dim), t4.reshape(-1), zt.repeat(2, 1, 1).reshape(-1, zt.shape[-1]))
+    zd = draft.transform(draft.inputs(both, prefix, 0)).reshape(2, -1, c.hidden)
+    student = draft.head(xt4.reshape(-1, c.token_dim), t4.reshape(-1), zd.repeat(2, 1, 1).reshape(-1, zd.shape[-1]))
+    teacher, student = teacher.view(2, 2, -1, c.token_dim), student.view(2, 2, -1, c.token_dim)
+    halves = torch.nn.functional.mse_loss(student[0], teacher[0])
+    guided = lambda e: e[1, 1] + scale * (e[1, 0] - e[1, 1])  # noqa: E731
+    return halves + torch.nn.functional.mse_loss(guided(student), guided(teacher))
+
+
+def train_model(config: PatchARConfig, images, labels, *, steps: int, batch_size: int, lr: float, seed: int,
+                desc: str, teacher: PatchAR | None = None, distill_weight: float = 0.0, progress: bool = True):
+    """Train a `PatchAR` on MNIST (diffusion loss, plus `distill_weight` x the distillation loss to `teacher`)."""
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    model = PatchAR(config)
+    opt, sched = _optimizer(model, lr, steps)
+    data = _batches(images, labels, batch_size, g)
+    losses = []
+    bar = tqdm(range(steps), desc=desc, unit="step", disable=not progress)
+    model.train()
+    for _ in bar:
+        x, y = next(data)
+        loss = model.loss(x, y, generator=g)
+        if teacher is not None and distill_weight:
+            loss = loss + distill_weight * distillation_loss(model, teacher, x, y, generator=g)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.4f}")
+    return model.eval(), losses
+
+
+@torch.no_grad()
+def heldout_loss(model: PatchAR, images, labels, batch: int = 500) -> float:
+    g = torch.Generator().manual_seed(1)
+    total = 0.0
+    for i in range(0, len(images), batch):
+        x = images[i:i + batch, 0] * 2 - 1
+        total += float(model.loss(x, labels[i:i + batch], class_dropout=0.0, generator=g)) * len(x)
+    return total / len(images)
+
+
+def save_half(model: PatchAR, folder: Path) -> None:
+    """Weights stored in float16 (the zoo's size budget); `load_model` returns float32."""
+    folder.mkdir(parents=True, exist_ok=True)
+    half = PatchAR(model.config)
+    half.load_state_dict(model.state_dict())
+    half.half().save_pretrained(folder)
+
+
+def load_model(folder: Path) -> PatchAR:
+    return PatchAR.from_pretrained(folder).float().eval()
+
+
+def train_pair(folder: Path, *, quick: bool = False) -> dict:
+    """Train the target, then the draft, into `folder`; stages recorded in `report.json` are kept."""
+    from .data import load_digits_dataset
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    report_path = folder / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.exists() else {}
+    images, labels = load_digits_dataset("mnist", "train")
+    test_images, test_labels = load_digits_dataset("mnist", "test")
+    if quick:
+        images, labels, test_images, test_labels = images[::20], labels[::20], test_images[::20], test_labels[::20]
+    small = lambda c: PatchARConfig(**{**asdict(c), "layers": min(c.layers, 2)})  # noqa: E731
+    target_cfg, draft_cfg = (small(TARGET), small(DRAFT)) if quick else (TARGET, DRAFT)
+    steps_t, steps_d = (20, 20) if quick else (2500, 2500)
+    if "target" not in report:
+        target, losses = train_model(target_cfg, images, labels, steps=steps_t, batch_size=32, lr=1e-3, seed=SEED,
+                                     desc="target")
+        save_half(target, folder / "target")
+        report["target"] = {"config": asdict(target_cfg), "steps": steps_t, "final_loss": losses[-1],
+                            "heldout_loss": heldout_loss(target, test_images, test_labels)}
+        report_path.write_text(json.dumps(report, indent=2))
+    target = load_model(folder / "target")
+    if "draft" not in report:
+        draft, losses = train_model(draft_cfg, images, labels, steps=steps_d, batch_size=32, lr=2e-3, seed=SEED + 1,
+                                    desc="draft", teacher=target, distill_weight=4.0)
+        save_half(draft, folder / "draft")
+        report["draft"] = {"config": asdict(draft_cfg), "steps": steps_d, "distill_weight": 4.0,
+                           "final_loss": losses[-1], "heldout_loss": heldout_loss(draft, test_images, test_labels)}
+        report_path.write_text(json.dumps(report, indent=2))
+    return report
+
+
+def load_pair(folder: Path | None = None) -> ContinuousPair:
+    """The trained pair from `folder` (default: the shipped zoo weights) with the digit classifier."""
+    from multispec import zoo
+
+    from .classifier import DigitClassifier
+    from .zoo_pair import NAME as VQ_NAME
+
+    folder = Path(folder) if folder is not None else zoo.path(NAME)
+    if not (folder / "target" / "config.json").exists():
+        raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {NAME}`")
+    classifier = DigitClassifier.from_pretrained(zoo.path(VQ_NAME) / "classifier").eval()
+    return ContinuousPair(load_model(folder / "target"), load_model(folder / "draft"), classifier, folder)
+
+
+def _zoo_load(folder: Path):
+    from multispec.zoo import ZooPair
+
+    pair = load_pair(folder)
+    # no tokenizer: tokens are pixel patches (patchify / unpatchify); the drafter is the small PatchAR
+    return ZooPair(pair.target, pair.draft, None, NAME)
+
+
+def zoo_entry():
+    from multispec.zoo import ZooEntry
+
+    return ZooEntry(NAME, "class-conditional MNIST, continuous tokens: 4x4 pixel patches, a 14-layer causal transformer "
+                    "with a diffusion head (DDPM cosine, 8-point grid) and a 1-layer draft distilled on its noise "
+                    "predictions (multispec.image_ar; continuous speculative decoding)", None,
+                    _zoo_load, lambda folder: train_pair(folder))

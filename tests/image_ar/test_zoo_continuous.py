@@ -1,0 +1,71 @@
+"""The shipped `mnist-patch-diffusion` pair end to end: speculative decoding on the trained pair accepts
+drafts (most of them) and emits digits of the requested class; the CLI benchmark and `eval image --method
+continuous` run; the training pipeline runs (a smoke run in a temporary folder, then resumed)."""
+
+import json
+
+import pytest
+import torch
+
+from multispec.image_ar import generate_continuous, load_continuous_pair
+from multispec.image_ar.continuous_pair import CFG_SCALE, load_pair, train_pair
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_continuous_pair()
+
+
+def test_speculation_on_the_trained_pair_accepts_drafts_and_draws_digits(pair):
+    labels = torch.arange(10)
+    out = generate_continuous(pair.target, labels, pair.draft, k=4, guidance_scale=CFG_SCALE,
+                              generator=torch.Generator().manual_seed(0))
+    assert out.acceptance_rate > 0.4, out.acceptance_rate
+    assert out.residual_fallbacks == 0
+    assert out.images.shape == (10, 28, 28)
+    predicted = pair.classifier.logits(out.images[:, None]).argmax(-1)
+    assert float((predicted == labels).float().mean()) >= 0.8
+    plain = generate_continuous(pair.target, labels, guidance_scale=CFG_SCALE, generator=torch.Generator().manual_seed(0))
+    assert float((pair.classifier.logits(plain.images[:, None]).argmax(-1) == labels).float().mean()) >= 0.8
+
+
+def test_origins_account_for_every_token(pair):
+    out = generate_continuous(pair.target, torch.tensor([3]), pair.draft, k=4, generator=torch.Generator().manual_seed(1))
+    origins = out.origins()
+    assert len(origins) == 49 and origins[: out.prefilled] == ["prefill"] * out.prefilled
+    # every accepted draft is a "draft" patch (the last step's may fall past the 49th token)
+    assert 0 < origins.count("draft") <= out.accepted
+    assert origins.count("target") >= 1
+    with pytest.raises(ValueError, match="batch 1"):
+        generate_continuous(pair.target, torch.tensor([3, 4]), pair.draft, k=2).origins()
+
+
+def test_cli_bench_and_eval(tmp_path):
+    from multispec.cli import main
+
+    out = tmp_path / "bench.json"
+    assert main(["bench", "image-ar", "--method", "continuous", "--timing-images", "1", "--fid-images", "10",
+                 "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    rows = res["methods"]
+    for key in ("ar", "ar_steps4", "spec_k4", "spec_k4_relax2", "draft_alone"):
+        assert key in rows
+    assert rows["spec_k4"]["acceptance_rate"] > 0 and rows["ar"]["speedup_vs_ar"] == 1.0
+    assert res["peer_at_equal_time"].startswith("ar_steps")
+    for row in rows.values():
+        assert row["fid"] > 0 and row["images_per_s"] > 0
+    assert main(["bench", "image-ar", "--method", "continuous", "--top-k", "5"]) == 2
+    scores = tmp_path / "eval.json"
+    assert main(["eval", "image", "--method", "continuous", "--num", "10", "--json", str(scores)]) == 0
+    got = json.loads(scores.read_text())
+    assert got["acceptance_rate"] > 0 and got["fid"] > 0
+
+
+def test_training_smoke_run_and_resume(tmp_path):
+    report = train_pair(tmp_path, quick=True)
+    assert set(report) == {"target", "draft"} and report["draft"]["distill_weight"] > 0
+    again = train_pair(tmp_path, quick=True)  # resumes: nothing retrained
+    assert again == report
+    small = load_pair(tmp_path)
+    out = generate_continuous(small.target, torch.tensor([1, 2]), small.draft, k=2, generator=torch.Generator().manual_seed(0))
+    assert out.images.shape == (2, 28, 28) and torch.isfinite(out.tokens).all()
