@@ -1,5 +1,5 @@
 """The shipped `mnist-patch-diffusion` pair end to end: speculative decoding on the trained pair accepts
-drafts (most of them) and emits digits of the requested class; the CLI benchmark and `eval image --method
+drafts and emits digits of the requested class; the CLI benchmark and `eval image --method
 continuous` run; the training pipeline runs (a smoke run in a temporary folder, then resumed)."""
 
 import json
@@ -20,7 +20,9 @@ def test_speculation_on_the_trained_pair_accepts_drafts_and_draws_digits(pair):
     labels = torch.arange(10)
     out = generate_continuous(pair.target, labels, pair.draft, k=4, guidance_scale=CFG_SCALE,
                               generator=torch.Generator().manual_seed(0))
-    assert out.acceptance_rate > 0.4, out.acceptance_rate
+    # the shipped 1-layer draft is accepted ~0.3 of the time under the exact trajectory ratio (BENCHMARKS.md);
+    # a draft the rule never accepts (0) would make this plain decoding
+    assert out.acceptance_rate > 0.15, out.acceptance_rate
     assert out.residual_fallbacks == 0
     assert out.images.shape == (10, 28, 28)
     predicted = pair.classifier.logits(out.images[:, None]).argmax(-1)
