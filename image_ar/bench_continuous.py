@@ -8,9 +8,11 @@ names the one whose speed is closest to the speculative row's, so its FID can be
 
 Two phases, as in the LANTERN benchmark: speed at batch 1 (methods interleaved image by image over the
 same classes, after a warm-up): `images_per_s`, `acceptance_rate` (accepted drafts / drafted),
-`mean_accepted_length` (tokens per target forward, correction included), `speedup_vs_ar`, the step split
-and `residual_fallbacks`; quality at batch 10 (one image per class per batch): `fid` on the zoo
-classifier's features against the 1,000 held-out MNIST digits, precision / recall, class accuracy.
+`mean_accepted_length` (tokens per target forward, correction included), `speedup_vs_ar`, the step
+split, `residual_fallbacks` and, for the lossy relaxed rows, `tv_per_token` (the rule's estimate of each
+token's total-variation distance from the target's law); quality at batch 10 (one image per class per
+batch): `fid` on the zoo classifier's features against the 1,000 held-out MNIST digits, precision /
+recall, class accuracy.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from .continuous_spec import TrajectoryRatio, generate_continuous
 
 K = 4  # drafts per step
 PEER_STEPS = (4, 5, 6)
-RELAX = (2.0,)  # an explicit, lossy relaxation row (the reference code hides T = 42)
+# explicit, lossy relaxation rows (relax, drafts per step); the reference code hides relax = 42
+RELAX = ((2.0, None), (4.0, 6), (6.0, 6))
 
 
 def methods(pair, k: int, steps: int) -> dict:
@@ -35,8 +38,9 @@ def methods(pair, k: int, steps: int) -> dict:
             out[f"ar_steps{s}"] = dict(steps=s)
     out[f"spec_k{k}"] = dict(draft=pair.draft, k=k, steps=steps)
     out[f"spec_k{k // 2}"] = dict(draft=pair.draft, k=k // 2, steps=steps)
-    for r in RELAX:
-        out[f"spec_k{k}_relax{r:g}"] = dict(draft=pair.draft, k=k, steps=steps, rule=TrajectoryRatio(relax=r))
+    for r, rk in RELAX:
+        rk = rk or k  # None: the exact rows' k
+        out[f"spec_k{rk}_relax{r:g}"] = dict(draft=pair.draft, k=rk, steps=steps, rule=TrajectoryRatio(relax=r))
     out["draft_alone"] = dict(steps=steps, _model="draft")
     return out
 
@@ -65,7 +69,7 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
                                    prefill=prefill, generator=generator, **kw)
 
     rows = {name: {"seconds": 0.0, "images": 0, "accepted": 0, "drafted": 0, "committed": 0, "forwards": 0,
-                   "fallbacks": 0, "split": {"draft_s": 0.0, "verify_s": 0.0, "commit_s": 0.0}} for name in table}
+                   "fallbacks": 0, "tv": [], "split": {"draft_s": 0.0, "verify_s": 0.0, "commit_s": 0.0}} for name in table}
     for name in table:  # warm-up
         generate(name, [0], torch.Generator().manual_seed(10_000))
     for i in tqdm(range(timing_images), desc="speed (batch 1)"):
@@ -77,6 +81,7 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
             row["accepted"] += out.accepted
             row["drafted"] += out.drafted
             row["fallbacks"] += out.residual_fallbacks
+            row["tv"].append(out.tv_per_token)
             if out.stats is not None:
                 row["committed"] += out.stats.committed
                 row["forwards"] += len(out.stats.steps)
@@ -108,6 +113,7 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
                  "acceptance_rate": round(row["accepted"] / row["drafted"], 3) if row["drafted"] else None,
                  "mean_accepted_length": round(row["committed"] / row["forwards"], 3) if row["forwards"] else None,
                  "residual_fallbacks": row["fallbacks"],
+                 "tv_per_token": round(sum(row["tv"]) / len(row["tv"]), 4),
                  "fid": round(q["fid"], 2), "precision": round(q["precision"], 3), "recall": round(q["recall"], 3),
                  "class_accuracy": round(q["class_accuracy"], 3), "class_confidence": round(q["class_confidence"], 3)}
         if row["forwards"]:
@@ -133,11 +139,11 @@ def markdown(results: dict) -> str:
              f"settings: {results['settings']}",
              f"FID of plain AR with other seeds (FID's own noise): {results['ar_fid_other_seeds']}; "
              f"peer at equal wall time: {results['peer_at_equal_time']}", "",
-             "| method | images/s | vs AR | acceptance | mean acc. len | FID | FID vs AR | class acc | fallbacks |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| method | images/s | vs AR | acceptance | mean acc. len | FID | FID vs AR | class acc | TV per token | fallbacks |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results["methods"].items():
         acc = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
         mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
         lines.append(f"| {name} | {r['images_per_s']:.2f} | {r['speedup_vs_ar']:.2f}x | {acc} | {mal} | {r['fid']:.1f} "
-                     f"| {r['fid_vs_ar']:.2f} | {r['class_accuracy']:.3f} | {r['residual_fallbacks']} |")
+                     f"| {r['fid_vs_ar']:.2f} | {r['class_accuracy']:.3f} | {r['tv_per_token']:.3f} | {r['residual_fallbacks']} |")
     return "\n".join(lines)

@@ -17,6 +17,10 @@ the target's give emitted tokens distributed as the target's, so the output foll
 
 `relax` > 1 is an explicit, lossy relaxation (the reference code's hidden inner temperature T = 42): the
 log ratio is divided by relax², which accepts more drafts and moves the output toward the draft's law.
+Its cost is measured, not hidden: a relaxed token's law is exactly E_q[min(1, r^(1/relax²)) - min(1, r)]
+in total variation from the target's (r = p/q; the extra acceptance is taken from where p < q and
+missing from the residual), and the rule reports that difference at every judged draft, so
+`ContinuousImageOutput.tv_per_token` estimates the bound without bias.
 """
 
 from __future__ import annotations
@@ -208,14 +212,22 @@ class TrajectoryRatio(DensityRatio):
             return super().accept(draft, target, generator)
         x = draft.payload
         b, k, _ = x.shape
-        ratio = (self.log_ratios(draft, target) / self.relax ** 2).clamp(max=0).exp()
+        log_ratio = self.log_ratios(draft, target)
+        ratio = (log_ratio / self.relax ** 2).clamp(max=0).exp()
         u = torch.rand(b, k, generator=generator)
         rejected = u >= ratio
         first = torch.where(rejected.any(1), rejected.float().argmax(1), torch.full((b,), k)).long()
         out = torch.cat([x, torch.zeros_like(x[:, :1])], 1)
         correction, fallbacks = self.residual(draft, target, first, generator)
         out[torch.arange(b), first] = correction
-        return ContinuousVerdict(out, first, fallbacks, bonus=self.bonus)
+        verdict = ContinuousVerdict(out, first, fallbacks, bonus=self.bonus)
+        if not self.lossless:
+            # TV of a relaxed token from the target's: the extra acceptance probability, taken from the
+            # region p < q and given back nowhere else (the residual keeps the exact rule's shape)
+            judged = torch.arange(k)[None] <= first[:, None]
+            verdict.tv_sum = float(((ratio - log_ratio.clamp(max=0).exp()) * judged).sum())
+            verdict.judged = int(judged.sum())
+        return verdict
 
     def residual(self, draft: TrajectoryDraft, target: TrajectoryNodes, first: torch.Tensor,
                  generator: torch.Generator | None) -> tuple[torch.Tensor, int]:
@@ -265,6 +277,7 @@ class ContinuousImageOutput:
     residual_fallbacks: int = 0
     stats: SpeculativeStats | None = None
     prefilled: int = 0
+    tv_per_token: float = 0.0  # a relaxed rule's estimated TV from the target's law per token (0: exact)
 
     @property
     def acceptance_rate(self) -> float:
@@ -338,7 +351,7 @@ def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | 
             reads = torch.cat([reads, *adapter.readouts], 1)[:, : c.tokens]  # the last step may overshoot
             stats = spec.stats
             out = ContinuousImageOutput(torch.zeros(0), reads, trajs, 0.0, stats.accepted, stats.drafted,
-                                        spec.residual_fallbacks, stats, m)
+                                        spec.residual_fallbacks, stats, m, spec.tv_per_token)
         else:
             out = ContinuousImageOutput(torch.zeros(0), reads, trajs, 0.0, prefilled=m)
     out.seconds = time.perf_counter() - t0

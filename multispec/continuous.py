@@ -17,7 +17,7 @@ number of new vectors and the output is a [B, L + n, D] tensor.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -56,6 +56,12 @@ class ContinuousVerdict:
     # drafts alone and the next step drafts after the last one (for payloads whose target draw is not free,
     # such as a diffusion head's trajectory, the bonus costs as much as a plain step)
     bonus: bool = True
+    # a lossy rule's account of its departure from the target: per judged draft (every draft up to and
+    # including a row's first rejection), relaxed minus exact acceptance probability at the drawn value.
+    # Its mean estimates, without bias, an upper bound on each emitted token's total variation from the
+    # target's law (see `ContinuousOutput.tv_per_token`); 0 for an exact rule
+    tv_sum: float = 0.0
+    judged: int = 0
 
 
 class ContinuousTarget(Protocol):
@@ -132,7 +138,13 @@ class ContinuousOutput:
     values: torch.Tensor  # [B, L + n, D]
     stats: SpeculativeStats
     residual_fallbacks: int = 0
-    per_step_accepted: list[int] = field(default_factory=list)
+    tv_sum: float = 0.0  # summed over the steps' verdicts (`ContinuousVerdict.tv_sum`)
+    judged: int = 0
+
+    @property
+    def tv_per_token(self) -> float:
+        """A lossy rule's estimated total-variation bound per emitted token (0 for an exact rule)."""
+        return self.tv_sum / self.judged if self.judged else 0.0
 
 
 @torch.no_grad()
@@ -163,7 +175,7 @@ def continuous_generate(target, drafter, values: torch.Tensor, max_new_tokens: i
     roots = values[:, -1]
     b = values.shape[0]
     made = 0
-    fallbacks = 0
+    fallbacks, tv_sum, judged = 0, 0.0, 0
     while made < max_new_tokens:
         t0 = time.perf_counter()
         draft = drafter.propose(roots, min(k, max_new_tokens - made), generator)
@@ -179,6 +191,7 @@ def continuous_generate(target, drafter, values: torch.Tensor, max_new_tokens: i
         drafted = draft.payload.shape[1]
         kept = verdict.payload[:, : n + (1 if n < drafted or verdict.bonus else 0)]
         fallbacks += verdict.residual_fallbacks
+        tv_sum, judged = tv_sum + verdict.tv_sum, judged + verdict.judged
         target.commit(kept)
         drafter.commit(kept)
         out.extend(kept[:, i] for i in range(kept.shape[1]))
@@ -188,4 +201,4 @@ def continuous_generate(target, drafter, values: torch.Tensor, max_new_tokens: i
         stats.steps.append(StepStats(rows=b, drafted=b * draft.payload.shape[1], accepted=int(verdict.num_accepted.sum()),
                                      committed=b * kept.shape[1], draft_s=t1 - t0, verify_s=t2 - t1, commit_s=t3 - t2))
     values = torch.stack(out[: values.shape[1] + max_new_tokens], 1)
-    return ContinuousOutput(values, stats, fallbacks)
+    return ContinuousOutput(values, stats, fallbacks, tv_sum=tv_sum, judged=judged)

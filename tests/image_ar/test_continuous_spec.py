@@ -145,3 +145,32 @@ def test_bad_arguments_name_themselves(trained):
         TrajectoryRatio(relax=0.5)
     with pytest.raises(ValueError, match="proposals"):
         TrajectoryRatio(max_tries=4, proposals=8)
+
+
+def _histogram_tv(a: torch.Tensor, b: torch.Tensor, bins: int = 12) -> float:
+    """Total variation between two samples' histograms on shared bins (binning can only shrink TV; with
+    20,000 draws per side and 12 bins, sampling noise adds ~0.01)."""
+    edges = torch.quantile(torch.cat([a, b]), torch.linspace(0, 1, bins + 1))[1:-1]
+    ha = torch.bincount(torch.bucketize(a.contiguous(), edges), minlength=bins).float() / len(a)
+    hb = torch.bincount(torch.bucketize(b.contiguous(), edges), minlength=bins).float() / len(b)
+    return 0.5 * float((ha - hb).abs().sum())
+
+
+def test_relaxed_rule_reports_a_bound_on_its_total_variation(pair):
+    """The first drafted token (token 1, after the prefilled token 0) of a relaxed run departs from the
+    target's law by at most the rule's reported TV per token. The exact rule reports 0; the check has power:
+    the relaxed run's histogram TV is well above the exact run's (the relaxation is visible)."""
+    target, draft = pair
+    n = 20_000
+    labels = torch.zeros(n, dtype=torch.long)
+    ref = generate_continuous(target, labels, generator=torch.Generator().manual_seed(11)).trajectories[:, 1, -1, 0]
+    exact = generate_continuous(target, labels, draft, k=3, prefill=0.25, generator=torch.Generator().manual_seed(12))
+    relaxed = generate_continuous(target, labels, draft, k=3, prefill=0.25, rule=TrajectoryRatio(relax=3.0),
+                                  generator=torch.Generator().manual_seed(12))
+    assert exact.tv_per_token == 0.0
+    assert 0.02 < relaxed.tv_per_token < 1
+    tv_exact = _histogram_tv(exact.trajectories[:, 1, -1, 0], ref)
+    tv_relaxed = _histogram_tv(relaxed.trajectories[:, 1, -1, 0], ref)
+    assert tv_exact < 0.03
+    assert tv_relaxed > tv_exact + 0.02, (tv_relaxed, tv_exact)
+    assert tv_relaxed <= relaxed.tv_per_token + 0.02, (tv_relaxed, relaxed.tv_per_token)
