@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from demos import continuous_tab, image_tab, ssm_tab, text_tab, vision_tab  # noqa: E402
+from demos import continuous_tab, image_tab, reasoning_tab, ssm_tab, text_tab, vision_tab  # noqa: E402
 
 
 def build():
@@ -26,6 +26,8 @@ def build():
             image_tab.build()
         with gr.Tab("Image AR, continuous tokens"):
             continuous_tab.build()
+        with gr.Tab("Reasoning (SpecReason, Speculative Thinking)"):
+            reasoning_tab.build()
     return app
 
 

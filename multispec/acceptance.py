@@ -16,6 +16,7 @@ import torch
 
 from .kernels import chain_verify_greedy, chain_verify_random, tree_verify_greedy, tree_verify_random
 from .sampling import SamplingConfig, exponential, nan_safe_argmax, uniform
+from .targets.base import NO_FEATURES, FeatureRequest
 from .tree import DraftTree
 
 
@@ -31,9 +32,13 @@ class Verdict:
 
 
 class AcceptanceRule:
-    """Interface: decide which drafted nodes survive. Subclasses override `accept`."""
+    """Interface: decide which drafted nodes survive. Subclasses override `accept`.
+
+    A rule that reads the target's features at the draft nodes (a judge) sets `feature_request`; the loop
+    then scores the tree with it and passes `features=` to `accept`."""
 
     lossless: bool = False
+    feature_request: FeatureRequest = NO_FEATURES
 
     def accept(self, draft: DraftTree, target_logits: torch.Tensor, sampling: SamplingConfig,
                generator: torch.Generator | None = None) -> Verdict:

@@ -82,10 +82,19 @@ def _sync(device: torch.device) -> None:
 @dataclass
 class SpanScore:
     """`logprobs[b, i]`: the target's log-probability of span token i after the context and tokens < i
-    (raw logits, no sampling transform); `next_logits[b]`: the target's logits after the whole span."""
+    (raw logits, no sampling transform); `top_logprobs[b, i]`: the largest log-probability at that position
+    (the target's own choice there); `next_logits[b]`: the target's logits after the whole span (None
+    after `append`, whose pass does not read the last appended token)."""
 
     logprobs: torch.Tensor
-    next_logits: torch.Tensor
+    top_logprobs: torch.Tensor
+    next_logits: torch.Tensor | None = None
+
+    @staticmethod
+    def of(logits: torch.Tensor, tokens: torch.Tensor, next_logits: torch.Tensor | None = None) -> "SpanScore":
+        """From the logits predicting `tokens` [B, n] ([B, n, V])."""
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        return SpanScore(logp.gather(2, tokens[..., None])[..., 0], logp.max(dim=-1).values, next_logits)
 
     @property
     def total(self) -> torch.Tensor:
@@ -132,6 +141,10 @@ class Session:
         self.spec = as_tree_spec(tree)
         self.sampling = sampling
         self.rule = resolve_rule(rule, sampling.do_sample)
+        self.target.check_request(self.rule.feature_request, who="rule")
+        # what each verification pass returns: the drafter's features and the rule's (a judge's hidden states)
+        self._score_request = self.drafter.feature_request | self.rule.feature_request
+        self._rule_reads_features = not self.rule.feature_request.empty
         self.generator = generator
         default_eos, default_pad = _default_ids(self.target)
         self.eos = eos_ids(eos_token_id) if eos_token_id is not None else default_eos
@@ -171,13 +184,15 @@ class Session:
 
     # ---- append -------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def append(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **model_inputs) -> None:
+    def append(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               **model_inputs) -> SpanScore | None:
         """The first call prefills a (left-padded) prompt with the model's inputs (`pixel_values`, ...); later
         calls append the same number of tokens [rows, n] to every active row (text written elsewhere),
-        through one target pass and without a new prefill."""
+        through one target pass and without a new prefill, and return the target's scores of the appended
+        tokens (as `score`, without `next_logits`), which that pass computes anyway."""
         if not self.started:
             self._prefill(Prompt.build(input_ids, attention_mask, **model_inputs))
-            return
+            return None
         self._require_started("append")
         if attention_mask is not None or model_inputs:
             name = "attention_mask" if attention_mask is not None else sorted(model_inputs)[0]
@@ -187,7 +202,8 @@ class Session:
             raise ValueError(f"input_ids: expected [{len(self.active)}, n] tokens (one row per active row), got "
                              f"{getattr(tokens, 'shape', type(tokens).__name__)}")
         if tokens.shape[1] == 0:
-            return
+            empty = tokens.new_zeros(tokens.shape, dtype=torch.float32)
+            return SpanScore(empty, empty.clone())
         self._check_ids(tokens)
         tokens = tokens.long().to(self.target.device)
         n = tokens.shape[1]
@@ -199,6 +215,8 @@ class Session:
         path = torch.arange(n, device=full.device).expand(a, n)
         verdict = Verdict(tokens, torch.full((a,), n - 1, dtype=torch.long, device=full.device), path)
         self._commit(draft, verdict, full, scored, drafted_here=False)
+        # the pass read the old root and tokens[:-1]: its n logits predict the n appended tokens
+        return SpanScore.of(scored.logits[:, :n], tokens)
 
     def _check_ids(self, ids: torch.Tensor, vocab: int | None = None) -> None:
         vocab = vocab or self.target.vocab_size
@@ -250,9 +268,12 @@ class Session:
             _sync(device)
             t1 = time.perf_counter()
             full = torch.cat([self.roots[:, None], draft.tokens.to(device)], dim=1)
-            scored = self.target.score(full, draft.full_parents(), draft.full_valid(), self.drafter.feature_request)
+            scored = self.target.score(full, draft.full_parents(), draft.full_valid(), self._score_request)
             check_logits_finite(scored.logits, self._who)
-            verdict = self.rule.accept(draft, scored.logits, self.sampling, self.generator)
+            if self._rule_reads_features:
+                verdict = self.rule.accept(draft, scored.logits, self.sampling, self.generator, features=scored.features)
+            else:
+                verdict = self.rule.accept(draft, scored.logits, self.sampling, self.generator)
             _sync(device)
             t2 = time.perf_counter()
             if on_step is not None:
@@ -336,8 +357,7 @@ class Session:
         logits = self.target.score(full, draft.full_parents(), draft.full_valid()).logits
         self.target.discard()
         check_logits_finite(logits, self._who)
-        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(2, tokens[..., None])[..., 0]
-        return SpanScore(logp, logits[:, -1])
+        return SpanScore.of(logits[:, :-1], tokens, logits[:, -1])
 
     # ---- checkpoints --------------------------------------------------------------------------------------
     def checkpoint(self) -> Checkpoint:

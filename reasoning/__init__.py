@@ -1,1 +1,36 @@
-"""multispec.reasoning: not built yet; see the project's issues."""
+"""multispec.reasoning: step-level speculation for reasoning models.
+
+- `SpecReason`: the small model writes each step, the base model scores it (`LogLikelihoodScorer`, or
+  `PromptScorer` for instruction-tuned models) and rewrites the steps it rejects;
+- `SpeculativeThinking`: the small model writes, the large model takes over at reflective words;
+- `SpeculativeVerdict`: draft experts answer, cross-perplexity consensus keeps the top k, a verdict model
+  decides (text experts, and VLM experts through `multispec.vision`);
+- judge verification is a core rule (`multispec.judge.Judge`); `label_divergences` makes its training data
+  on problems with checkable answers.
+
+All run on the core's sessions (no context is prefilled twice). The zoo pair `arith-reasoning` (byte-level
+Llamas on synthetic step-by-step arithmetic) ships a base, a small model, two more experts and a judge.
+"""
+
+from multispec.zoo import register_entry
+
+from . import cli as _cli
+from .data import Problem, extract_answer, is_correct, make_problems, read_problems, write_problems
+from .evaluate import METHODS, Models, Settings, evaluate
+from .judge_data import label_divergences
+from .scoring import LogLikelihoodScorer, PromptScorer, StepScorer
+from .spec_thinking import SpeculativeThinking, SpeculativeThinkingConfig, Triggers
+from .specreason import SpecReason, SpecReasonConfig
+from .steps import ReasoningOutput, Step, Writer
+from .verdict import (LikelihoodVerdict, PromptVerdict, SpeculativeVerdict, TextExpert, VisionExpert, consensus_scores,
+                      top_k)
+from .zoo_pair import load_pair, zoo_entry
+
+register_entry(zoo_entry())
+_cli.register()
+
+__all__ = ["LikelihoodVerdict", "LogLikelihoodScorer", "METHODS", "Models", "Problem", "PromptScorer", "PromptVerdict",
+           "ReasoningOutput", "Settings", "SpecReason", "SpecReasonConfig", "SpeculativeThinking",
+           "SpeculativeThinkingConfig", "SpeculativeVerdict", "Step", "StepScorer", "TextExpert", "Triggers",
+           "VisionExpert", "Writer", "consensus_scores", "evaluate", "extract_answer", "is_correct",
+           "label_divergences", "load_pair", "make_problems", "read_problems", "top_k", "write_problems"]

@@ -54,7 +54,10 @@ def test_append_generate_score_rollback_equals_decoding_from_scratch(kind):
     step = session.generate(20, stop=[stop])[0]
     assert step == ref[:first]  # generation stops right after the delimiter
     extra = [11, 12, 13]  # text written elsewhere (e.g. a tool's answer)
-    session.append(torch.tensor([extra]))
+    appended = session.append(torch.tensor([extra]))
+    # the appending pass scores the appended tokens after the text before them
+    assert torch.allclose(appended.logprobs[0], _logprobs(target, prompt + step, extra), atol=1e-4)
+    assert bool((appended.top_logprobs >= appended.logprobs - 1e-6).all()) and appended.next_logits is None
     text = prompt + step + extra
     assert session.tokens[0] == text
     mark = session.checkpoint()

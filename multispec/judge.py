@@ -1,0 +1,201 @@
+"""Judge verification (Judge Decoding, Bachmann et al. 2025): accept a draft token when the exact rule
+accepts it *or* a judge reading the target's hidden state at that token says it is good.
+
+The judge is a linear head (logistic regression) on the target's final hidden state at the draft
+position, the state after the target has read the token, which the verification pass computes anyway
+(`FeatureRequest(hidden=True)`), so judging costs one dot product per node. It is trained on labelled
+draft tokens (`train_judge_head`: weighted binary cross-entropy, since good tokens vastly outnumber bad
+ones); `multispec.reasoning` labels them automatically on problems with checkable answers.
+
+The rule is lossy. Its bound is counted, not assumed: a node the judge approves is taken at its parent
+(among approved siblings, the first in draft order) and the parent's exact verdict applies otherwise,
+so with greedy decoding the output departs from the target's own only at an emitted token the target
+would not have chosen, and `JudgeVerdict.overrides` counts those per row (`JudgeStats` sums them). With
+no node approved (threshold above 1, or a disabled judge) the rule is `Exact`, draw for draw.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .acceptance import AcceptanceRule, Exact, Verdict
+from .sampling import SamplingConfig, nan_safe_argmax
+from .targets.base import FeatureRequest, Features
+from .tree import DraftTree
+
+_OFF = -1.0e4  # logit of every other token at an approved node's parent: exp(-1e4) is 0 in float32
+
+
+class JudgeHead(nn.Module):
+    """σ(w · h + b) over the target's final hidden state h [..., H]: the probability a token is good."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        if not isinstance(hidden_size, int) or hidden_size < 1:
+            raise ValueError(f"hidden_size: expected a positive int, got {hidden_size!r}")
+        self.hidden_size = hidden_size
+        self.linear = nn.Linear(hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits [...] (apply sigmoid for probabilities)."""
+        if hidden.shape[-1] != self.hidden_size:
+            raise ValueError(f"hidden: last dimension {hidden.shape[-1]} does not match the judge's "
+                             f"hidden_size {self.hidden_size} (a judge belongs to one target)")
+        return self.linear(hidden.to(self.linear.weight.dtype))[..., 0]
+
+    def save(self, folder: str | Path, **report) -> None:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, folder / "judge.safetensors")
+        (folder / "judge_config.json").write_text(json.dumps({"hidden_size": self.hidden_size, **report}, indent=2))
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "JudgeHead":
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        if not (folder / "judge_config.json").exists():
+            raise FileNotFoundError(f"{folder}: no judge_config.json (train one with `multispec train judge`)")
+        config = json.loads((folder / "judge_config.json").read_text())
+        head = cls(int(config["hidden_size"]))
+        head.load_state_dict(load_file(folder / "judge.safetensors"))
+        return head.eval()
+
+
+@dataclass
+class JudgeVerdict(Verdict):
+    """A `Verdict` plus `overrides[b]`: emitted drafts of row b the exact rule did not accept by itself
+    (greedy: drafts that are not the target's argmax; sampling: every accepted judge-approved draft, an
+    upper bound, since the exact draw is not made for them)."""
+
+    overrides: torch.Tensor | None = None  # [B] int64
+
+
+class Judge(AcceptanceRule):
+    """Exact verification OR a judge's approval (`head`'s probability above `threshold`).
+
+    `head=None` disables the judge (the rule is then `Exact`). Works on chains and trees, greedy and
+    sampling; see the module docstring for the semantics and the counted bound."""
+
+    lossless = False
+    feature_request = FeatureRequest(hidden=True)
+
+    def __init__(self, head: JudgeHead | None, threshold: float = 0.5):
+        if head is not None and not isinstance(head, JudgeHead):
+            raise TypeError(f"head: expected a JudgeHead or None, got {type(head).__name__}")
+        if not isinstance(threshold, (int, float)) or threshold != threshold:
+            raise ValueError(f"threshold: expected a number (probabilities above it are approved), got {threshold!r}")
+        self.head, self.threshold = head, float(threshold)
+
+    def __repr__(self) -> str:
+        return f"Judge(threshold={self.threshold}, enabled={self.head is not None})"
+
+    def approvals(self, draft: DraftTree, features: Features | None) -> torch.Tensor:
+        """[B, N] bool: the draft nodes the judge approves."""
+        if self.head is None or draft.num_nodes == 0:
+            return torch.zeros_like(draft.valid)
+        if features is None or features.hidden is None:
+            raise ValueError("features: the judge reads the target's hidden states at the draft nodes "
+                             "(score the tree with Judge.feature_request)")
+        hidden = features.hidden[:, 1: draft.num_nodes + 1]  # node 0 is the root
+        with torch.no_grad():
+            p = torch.sigmoid(self.head(hidden.float()))
+        return (p > self.threshold).to(draft.valid.device) & draft.valid
+
+    def accept(self, draft: DraftTree, target_logits: torch.Tensor, sampling: SamplingConfig,
+               generator: torch.Generator | None = None, features: Features | None = None) -> JudgeVerdict:
+        approved = self.approvals(draft, features)
+        logits = target_logits
+        if bool(approved.any()):
+            logits = target_logits.clone()
+            rows, nodes = approved.nonzero(as_tuple=True)
+            parent = draft.parents[rows, nodes] + 1  # full-tree index of each approved node's parent
+            for r, n, par in reversed(list(zip(rows.tolist(), nodes.tolist(), parent.tolist()))):
+                # reversed: the first approved sibling is written last and wins
+                logits[r, par] = _OFF
+                logits[r, par, draft.tokens[r, n]] = 0.0
+        verdict = Exact().accept(draft, logits, sampling, generator)
+        overrides = self._overrides(draft, target_logits, sampling, verdict, approved)
+        return JudgeVerdict(verdict.tokens, verdict.num_accepted, verdict.path, overrides)
+
+    @staticmethod
+    def _overrides(draft: DraftTree, logits: torch.Tensor, sampling: SamplingConfig, verdict: Verdict,
+                   approved: torch.Tensor) -> torch.Tensor:
+        b = draft.batch_size
+        count = torch.zeros(b, dtype=torch.long, device=verdict.num_accepted.device)
+        if not bool(approved.any()):
+            return count
+        path = verdict.path[:, 1:]  # full-tree nodes of the accepted drafts (then the correction's -1s)
+        rows = torch.arange(b, device=path.device)[:, None].expand_as(path)
+        on_path = (path > 0) & (torch.arange(path.shape[1], device=path.device)[None] < verdict.num_accepted[:, None])
+        node = (path - 1).clamp(min=0)
+        was_approved = approved[rows, node] & on_path
+        if sampling.do_sample:
+            return was_approved.sum(1)
+        parent = draft.parents[rows, node] + 1
+        own = nan_safe_argmax(sampling.process(logits))  # [B, N + 1] the target's choice after each node
+        differs = own[rows, parent] != draft.tokens[rows, node]
+        return (was_approved & differs).sum(1)
+
+
+@dataclass
+class JudgeStats:
+    """Sums over verdicts: drafted tokens the judge turned from rejected into accepted."""
+
+    overrides: int = 0
+    steps: int = 0
+
+    def __call__(self, draft: DraftTree, verdict: Verdict, rows: list[int]) -> None:
+        """An `on_step` callback for `speculative_generate` / `Session.generate`."""
+        self.steps += 1
+        if isinstance(verdict, JudgeVerdict) and verdict.overrides is not None:
+            self.overrides += int(verdict.overrides.sum())
+
+
+def train_judge_head(features: torch.Tensor, labels: torch.Tensor, *, epochs: int = 300, lr: float = 0.05,
+                     weight_decay: float = 1e-3, pos_weight: float | None = None, seed: int = 0,
+                     progress: bool = True) -> tuple[JudgeHead, dict]:
+    """Fit a `JudgeHead` to hidden states `features` [N, H] with labels [N] (1 = good token) by weighted
+    binary cross-entropy (full batch, Adam). `pos_weight` (default: negatives / positives) balances the
+    classes. Returns the head and a report (class counts, final loss, training accuracy per class)."""
+    if features.dim() != 2 or labels.shape != features.shape[:1]:
+        raise ValueError(f"features / labels: expected [N, H] and [N], got {tuple(features.shape)} and "
+                         f"{tuple(labels.shape)}")
+    y = labels.float()
+    pos, neg = int(y.sum()), int((1 - y).sum())
+    if pos == 0 or neg == 0:
+        raise ValueError(f"labels: need both classes to train a judge (good: {pos}, bad: {neg})")
+    torch.manual_seed(seed)
+    x = features.float()
+    mean, std = x.mean(0), x.std(0).clamp(min=1e-4)
+    head = JudgeHead(x.shape[1])
+    z = (x - mean) / std  # fit on standardised features, then fold the scaling into the linear layer
+    lin = nn.Linear(x.shape[1], 1)
+    opt = torch.optim.Adam(lin.parameters(), lr=lr, weight_decay=weight_decay)
+    weight = torch.tensor(neg / pos if pos_weight is None else pos_weight)
+    loss_fn = nn.BCEWithLogitsLoss(pos_weight=weight)
+    loss = torch.tensor(0.0)
+    for _ in tqdm(range(epochs), desc="judge", unit="epoch", disable=not progress):
+        loss = loss_fn(lin(z)[:, 0], y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        head.linear.weight.copy_(lin.weight / std)
+        head.linear.bias.copy_(lin.bias - (lin.weight[0] * mean / std).sum())
+        predicted = head(x) > 0
+    report = {"good": pos, "bad": neg, "pos_weight": float(weight), "loss": float(loss.detach()),
+              "recall_good": float(predicted[y == 1].float().mean()),
+              "recall_bad": float((~predicted[y == 0]).float().mean())}
+    return head.eval(), report
+
+
+__all__ = ["Judge", "JudgeHead", "JudgeStats", "JudgeVerdict", "train_judge_head"]

@@ -1,0 +1,35 @@
+"""`multispec bench reasoning`: every reasoning method on the `arith-reasoning` pair's held-out split, with
+the machine and settings stored beside the figures (`accuracy`, `latency_s`, `speedup_vs_base` per method)."""
+
+from __future__ import annotations
+
+import torch
+
+from multispec.bench.machine import describe, machine_info, save_results
+
+from .evaluate import METHODS, Models, Settings, evaluate, markdown
+
+
+def zoo_models(weights: str | None = None) -> tuple[Models, list]:
+    from .zoo_pair import load_pair
+
+    pair = load_pair(weights)
+    return Models(pair.target, pair.small, pair.tokenizer, pair.experts, pair.judge), pair.test
+
+
+def run(quick: bool = False, json_path: str | None = None, threads: int | None = None, problems: int | None = None,
+        methods=METHODS, settings: Settings | None = None, weights: str | None = None) -> dict:
+    if threads is not None:
+        torch.set_num_threads(threads)
+    models, test = zoo_models(weights)
+    n = problems or (30 if quick else len(test))
+    settings = settings or Settings()
+    results = evaluate(models, test[:n], methods, settings)
+    out = {"benchmark": "reasoning", "pair": "arith-reasoning", "machine": machine_info(),
+           "settings": {"problems": n, "quick": quick, "threshold": settings.threshold, "scorer": repr(settings.scorer),
+                        "k": settings.k, "judge_threshold": settings.judge_threshold, "verdict_k": settings.verdict_k,
+                        "max_new_tokens": settings.max_new_tokens},
+           "methods": results}
+    print(f"reasoning on arith-reasoning ({describe(out['machine'])}), {n} held-out problems")
+    print(markdown(results))
+    return save_results(out, json_path)

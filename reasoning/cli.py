@@ -1,0 +1,165 @@
+"""The reasoning commands of the `multispec` CLI: `bench reasoning`, `eval reasoning`, `train judge`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from multispec.cli import register_command
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--methods", default=None, help="comma-separated subset of: base, small, specreason, "
+                   "spec_thinking, verdict, exact, judge (default: all)")
+    p.add_argument("--threshold", type=float, default=7.0, help="SpecReason's score threshold on the 0-9 scale")
+    p.add_argument("--scorer", default="likelihood", choices=["likelihood", "prompt"],
+                   help="how the base scores a step: its likelihood of it, or a 0-9 judging prompt")
+    p.add_argument("--k", type=int, default=4, help="drafts per token-level step")
+    p.add_argument("--judge-threshold", type=float, default=0.5)
+    p.add_argument("--max-new-tokens", type=int, default=320)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", default=None, metavar="PATH")
+
+
+def _settings(args):
+    from .evaluate import Settings
+
+    return Settings(threshold=args.threshold, scorer=args.scorer, k=args.k, judge_threshold=args.judge_threshold,
+                    max_new_tokens=args.max_new_tokens)
+
+
+def _methods(args):
+    from .evaluate import METHODS
+
+    if args.methods is None:
+        return METHODS
+    chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown:
+        raise ValueError(f"--methods: unknown {unknown[0]!r}; expected some of {', '.join(METHODS)}")
+    return chosen
+
+
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="30 held-out problems (instead of the whole split)")
+    p.add_argument("--problems", type=int, default=None)
+    p.add_argument("--weights", default=None, help="a retrained pair's folder (default: the shipped one)")
+    _add_common(p)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import run
+
+    run(quick=args.quick, json_path=args.json, threads=args.threads, problems=args.problems, methods=_methods(args),
+        settings=_settings(args), weights=args.weights)
+    return 0
+
+
+def _add_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default=None, metavar="JSONL", help="problems with `question` and `answer` (a number or "
+                   "GSM8K's '#### N' layout); default: the zoo pair's held-out split")
+    p.add_argument("--base", default=None, metavar="PATH", help="your base model (a transformers checkpoint folder); "
+                   "default: the zoo's")
+    p.add_argument("--small", default=None, metavar="PATH", help="your small model (same tokenizer)")
+    p.add_argument("--judge", default=None, metavar="DIR", help="a judge head for the base (multispec train judge)")
+    p.add_argument("--experts", default=None, help="comma-separated expert checkpoints for Speculative Verdict "
+                   "(default: the small model only, so 'verdict' needs this)")
+    p.add_argument("--limit", type=int, default=None, help="the first N problems only")
+    _add_common(p)
+
+
+def _user_models(args):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from multispec.judge import JudgeHead
+
+    from .evaluate import Models
+
+    if args.small is None:
+        raise ValueError("--small: give the small model with --base")
+    load = lambda p: AutoModelForCausalLM.from_pretrained(p).eval()  # noqa: E731
+    base, small = load(args.base), load(args.small)
+    experts = {"small": small}
+    for i, path in enumerate((args.experts or "").split(",")):
+        if path.strip():
+            experts[Path(path.strip()).name or f"expert{i}"] = load(path.strip())
+    tokenizer = AutoTokenizer.from_pretrained(args.base)
+    return Models(base, small, tokenizer, experts, JudgeHead.load(args.judge) if args.judge else None)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from .bench import zoo_models
+    from .data import read_problems
+    from .evaluate import evaluate, markdown
+
+    if args.base is not None:
+        models = _user_models(args)
+        problems = None
+    else:
+        models, problems = zoo_models()
+        if args.judge:
+            from multispec.judge import JudgeHead
+
+            models.judge = JudgeHead.load(args.judge)
+    if args.data is not None:
+        problems = read_problems(args.data)
+    if problems is None:
+        raise ValueError("--data: give the problems to evaluate your own models on")
+    problems = problems[: args.limit] if args.limit else problems
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    results = evaluate(models, problems, _methods(args), _settings(args))
+    print(markdown(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"problems": len(problems), "methods": results}, indent=2))
+    return 0
+
+
+def _add_train_judge(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", default=None, metavar="PATH", help="the target (default: the zoo's base)")
+    p.add_argument("--small", default=None, metavar="PATH", help="the drafter (default: the zoo's small model)")
+    p.add_argument("--data", default=None, metavar="JSONL", help="problems with checkable answers (default: fresh "
+                   "synthetic arithmetic problems)")
+    p.add_argument("--problems", type=int, default=400, help="how many problems to label divergences on")
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--out", required=True, metavar="DIR", help="where the judge head is written")
+
+
+def _train_judge(args: argparse.Namespace) -> int:
+    from multispec.judge import train_judge_head
+
+    from .data import make_problems, read_problems
+    from .judge_data import label_divergences
+    from .zoo_pair import ByteTokenizer, load_pair
+
+    if args.base is not None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if args.small is None:
+            raise ValueError("--small: give the drafter with --base")
+        base = AutoModelForCausalLM.from_pretrained(args.base).eval()
+        small = AutoModelForCausalLM.from_pretrained(args.small).eval()
+        tokenizer = AutoTokenizer.from_pretrained(args.base)
+    else:
+        pair = load_pair()
+        base, small, tokenizer = pair.target, pair.small, ByteTokenizer()
+    problems = read_problems(args.data) if args.data else make_problems(args.problems, seed=777)
+    data = label_divergences(base, small, problems[: args.problems], tokenizer, k=args.k,
+                             max_new_tokens=args.max_new_tokens)
+    head, report = train_judge_head(data["features"], data["labels"])
+    head.save(args.out, **report, problems=len(problems[: args.problems]))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def register() -> None:
+    register_command("bench", "reasoning", "SpecReason, Speculative Thinking, Speculative Verdict and judge decoding "
+                     "on the arith-reasoning pair", _add_bench, _bench)
+    register_command("eval", "reasoning", "accuracy / latency / steps per reasoning method on a JSONL of problems",
+                     _add_eval, _eval)
+    register_command("train", "judge", "label divergent draft tokens on checkable problems and train a judge head",
+                     _add_train_judge, _train_judge)

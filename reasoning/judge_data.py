@@ -1,0 +1,100 @@
+"""Training data for judge verification, labelled automatically on problems with checkable answers.
+
+Greedy speculative decoding of the base model with the small model as drafter; wherever the exact rule
+rejects a draft token (the first divergence in a step), the divergent token is tried: the text up to it,
+the token, then the base model's own greedy continuation to the end. The token is good (label 1) if that
+answer checks out, bad (0) otherwise. Its feature is the base's hidden state at the token, the state the
+judge reads during verification. Only divergent tokens are labelled: the judge is consulted only where
+the exact rule rejects (it is OR-ed with it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from multispec import Prompt, Session
+from multispec.drafters import ModelDrafter
+from multispec.judge import JudgeHead, train_judge_head
+from multispec.targets import as_target
+from multispec.targets.base import FeatureRequest
+
+from .data import Problem, is_correct
+
+
+@dataclass
+class Divergence:
+    prefix: list[int]  # the text before the draft token (prompt included)
+    token: int  # the draft token the exact rule rejected
+    target_token: int  # what the base chose instead
+
+
+def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos: int) -> list[Divergence]:
+    """Every first rejected draft token of a greedy speculative run (one per verification step)."""
+    found: list[Divergence] = []
+    session = Session(base, ModelDrafter(small), tree=k, eos_token_id=eos, rollback=False)
+    session.append(torch.tensor([prompt]))
+
+    def record(draft, verdict, rows):
+        acc = int(verdict.num_accepted[0])
+        if acc < int(draft.valid[0].sum()):
+            before = session.tokens[0] + verdict.tokens[0, :acc].tolist()
+            found.append(Divergence(before, int(draft.tokens[0, acc]), int(verdict.tokens[0, acc])))
+
+    session.generate(max_new_tokens, on_step=record)
+    return found
+
+
+def hidden_at(target, ids: list[int]) -> torch.Tensor:
+    """The base's final hidden state [H] at the last token of `ids` (what `Judge` reads for a draft there)."""
+    padded = torch.tensor([ids + [0]])  # the prefill feeds all but the last token: pad one past it
+    out = target.prefill(Prompt.build(padded), FeatureRequest(hidden=True))
+    return out.features.hidden[0, -1].float()
+
+
+def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int = 4, max_new_tokens: int = 256,
+                      check: Callable[[str, float], bool] = is_correct, progress: bool = True) -> dict:
+    """Features [N, H], labels [N] and counts for the divergent draft tokens of `problems`."""
+    eos = tokenizer.eos_token_id
+    adapter = as_target(base)
+    feats, labels = [], []
+    for problem in tqdm(problems, desc="labelling divergences", disable=not progress):
+        prompt = tokenizer.encode(problem.prompt())
+        for d in divergences(base, small, prompt, k, max_new_tokens, eos):
+            text = d.prefix + [d.token]
+            if len(text) - len(prompt) >= max_new_tokens:
+                continue
+            session = Session(base, ModelDrafter(small), tree=k, eos_token_id=eos, rollback=False)
+            session.append(torch.tensor([text]))
+            rest = session.generate(max_new_tokens - (len(text) - len(prompt)))[0]
+            good = check(tokenizer.decode(text[len(prompt):] + rest), problem.answer)
+            feats.append(hidden_at(adapter, text))
+            labels.append(int(good))
+    if not feats:
+        raise ValueError("problems: no divergent draft tokens to label (the draft agrees with the base everywhere)")
+    return {"features": torch.stack(feats), "labels": torch.tensor(labels)}
+
+
+def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777) -> dict:
+    """Label divergences of the pair in `folder` on `problems` training-distribution problems and train its
+    judge head into `folder/judge` (skipped when it exists)."""
+    from .data import make_problems
+    from .zoo_pair import CHECK_RATE, ByteTokenizer, load_model, test_split
+
+    folder = Path(folder)
+    config = folder / "judge" / "judge_config.json"
+    if config.exists():
+        return json.loads(config.read_text())
+    base, small = load_model(folder / "base"), load_model(folder / "small")
+    held_out = {p.question for p in test_split()}
+    chosen = [p for p in make_problems(problems * 2, seed, CHECK_RATE) if p.question not in held_out][:problems]
+    data = label_divergences(base, small, chosen, ByteTokenizer())
+    head, report = train_judge_head(data["features"], data["labels"])
+    report |= {"problems": len(chosen), "labelled": len(data["labels"])}
+    head.save(folder / "judge", **report)
+    return report

@@ -1,0 +1,111 @@
+"""SpecReason (Pan et al. 2025): the small model writes each reasoning step, the base model scores it, and a
+step whose score misses the threshold is written again by the base model.
+
+On sessions: each model keeps its cache across steps, so no step re-reads the context. The base reads
+the small model's step in one pass (which the scorer needs anyway: an accepted step is then already in its
+cache); a rejected step is rolled back and the base writes its own from the same prefix, optionally with
+token-level speculation (`base_drafter`, e.g. the small model: SpecReason+Decode), and the small model
+reads the base's step in one pass.
+
+Limits (tested): with a threshold above 9 every step is the base model's, so the text is the base model's
+own greedy generation; with threshold 0 every step is the small model's, so the text is the small model's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .scoring import StepScorer, resolve_scorer
+from .steps import SEPARATOR, ReasoningOutput, Step, Stops, Writer, separator_ids
+
+
+@dataclass
+class SpecReasonConfig:
+    threshold: float = 7.0  # accept a step whose score is >= this (0-9 scale)
+    separator: str = SEPARATOR  # the step delimiter (a stop sequence)
+    max_step_tokens: int = 512
+    token_budget: int = 8192
+    first_n_steps_base: int = 0  # the first n steps are the base model's
+    markers: tuple[str, ...] = ("Answer:",)
+    stop_on_repeat: bool = True  # stop when a step repeats the one before  # a step containing one of these finishes the solution
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.threshold, (int, float)):
+            raise ValueError(f"threshold: expected a number on the 0-9 scale, got {self.threshold!r}")
+        if not isinstance(self.max_step_tokens, int) or self.max_step_tokens < 1:
+            raise ValueError(f"max_step_tokens: expected a positive int, got {self.max_step_tokens!r}")
+        if not isinstance(self.first_n_steps_base, int) or self.first_n_steps_base < 0:
+            raise ValueError(f"first_n_steps_base: expected an int >= 0, got {self.first_n_steps_base!r}")
+
+
+class SpecReason:
+    """`small` writes, `base` scores (with `scorer`) and rewrites rejected steps. Models share the tokenizer.
+
+    `base_drafter` / `base_tree`: token-level speculation inside the base model's own steps (None: plain
+    one-token decoding through the same loop)."""
+
+    def __init__(self, small, base, tokenizer, scorer: StepScorer | str = "likelihood",
+                 config: SpecReasonConfig | None = None, base_drafter=None, base_tree=None):
+        _check_vocab(small, base)
+        self.small, self.base, self.tokenizer = small, base, tokenizer
+        self.scorer = resolve_scorer(scorer, tokenizer)
+        self.config = config or SpecReasonConfig()
+        self.base_drafter, self.base_tree = base_drafter, base_tree
+        self.sep = separator_ids(tokenizer, self.config.separator)
+        self.eos = getattr(tokenizer, "eos_token_id", None)
+
+    def run(self, prompt: str | list[int]) -> ReasoningOutput:
+        c = self.config
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        t0 = time.perf_counter()
+        small = Writer(self.small, eos_token_id=self.eos)
+        base = Writer(self.base, self.base_drafter, self.base_tree, eos_token_id=self.eos)
+        small.start(ids)
+        base.start(ids)
+        steps: list[Step] = []
+        used, scored, accepted = 0, 0, 0
+        score_s = 0.0
+        stops = Stops(c.token_budget, c.markers, c.stop_on_repeat)
+        while True:
+            room = min(c.max_step_tokens, c.token_budget - used)
+            if len(steps) < c.first_n_steps_base:
+                tokens = base.write(room, [self.sep])
+                small.append(tokens)
+                step = Step(tokens, self.tokenizer.decode(tokens), "base")
+            else:
+                mark_small, mark_base = small.checkpoint(), base.checkpoint()
+                draft = small.write(room, [self.sep])
+                t1 = time.perf_counter()
+                score = self.scorer.score(base, draft)  # appends the draft to the base's session
+                score_s += time.perf_counter() - t1
+                scored += 1
+                if score >= c.threshold:
+                    accepted += 1
+                    tokens = draft
+                    step = Step(tokens, self.tokenizer.decode(tokens), "small", score)
+                else:
+                    base.rollback(mark_base)
+                    tokens = base.write(room, [self.sep])
+                    small.rollback(mark_small)
+                    small.append(tokens)
+                    step = Step(tokens, self.tokenizer.decode(tokens), "base", score,
+                                rejected=self.tokenizer.decode(draft))
+            steps.append(step)
+            used += len(step.tokens)
+            reason = stops.check(steps, used, small.ends(step.tokens) or not step.tokens)
+            if reason is not None:
+                break
+        tokens = [t for s in steps for t in s.tokens]
+        counters = {"steps": len(steps), "scored": scored, "accepted": accepted, "rejected": scored - accepted,
+                    "small_tokens_written": small.tokens_written, "base_tokens_written": base.tokens_written,
+                    "score_s": round(score_s, 4), "base_mean_accepted_length": base.session.stats.mean_accepted_length}
+        return ReasoningOutput(tokens, self.tokenizer.decode(tokens), steps, reason, time.perf_counter() - t0, counters)
+
+
+def _check_vocab(small, base) -> None:
+    vs = getattr(getattr(small, "config", None), "vocab_size", None)
+    vb = getattr(getattr(base, "config", None), "vocab_size", None)
+    if vs is not None and vb is not None and vs != vb:
+        raise ValueError(f"small: vocabulary size {vs} differs from the base model's {vb}; step-level speculation "
+                         "appends one model's tokens to the other's context, so they must share a tokenizer")

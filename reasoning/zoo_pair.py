@@ -1,0 +1,240 @@
+"""The reasoning zoo pair, `arith-reasoning`: byte-level Llamas trained here on synthetic arithmetic with
+step-by-step solutions (`multispec.reasoning.data`).
+
+- `base/`: the base model (deep and narrow, so one forward costs over 10x the small model's on a CPU);
+- `small/`: the small model (one layer), much less accurate on the arithmetic;
+- `experts/*`: further small models (other sizes and seeds): Speculative Verdict's draft experts;
+- `judge/`: a judge head on the base's hidden states, trained on automatically labelled draft tokens.
+The held-out test split is `test.jsonl` (problems whose questions the training data never contains).
+
+`multispec zoo train arith-reasoning` reproduces it (fixed seeds; each stage resumes when its folder is
+complete).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from multispec.zoo import ZooEntry, ZooPair, bytes_lm
+
+from .data import Problem, make_problems, read_problems, training_text, write_problems
+
+NAME = "arith-reasoning"
+EOS = 3  # byte 0x03 ends a solution (the byte tokenizer has no special tokens)
+PAD = 0
+MAX_LEN = 512
+SEED = 0
+TEST_SEED = 12345
+TEST_SIZE = 300
+CHECK_RATE = 0.25
+
+
+def llama_config(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=256, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=MAX_LEN,
+                       tie_word_embeddings=False, bos_token_id=None, eos_token_id=EOS, pad_token_id=PAD)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One model of the pair: its architecture and training budget."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    steps: int
+    batch_size: int
+    lr: float
+    seed: int = SEED
+
+    def config(self):
+        return llama_config(self.hidden, self.layers, self.heads, self.kv_heads, self.intermediate)
+
+
+BASE = Recipe(hidden=128, layers=12, heads=4, kv_heads=2, intermediate=384, steps=2500, batch_size=16, lr=1.5e-3)
+SMALL = Recipe(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=192, steps=2000, batch_size=16, lr=4e-3)
+EXPERTS = {  # Speculative Verdict's draft experts besides `small`
+    "expert-2layer": Recipe(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=192, steps=2000, batch_size=16,
+                            lr=4e-3, seed=1),
+    "expert-wide": Recipe(hidden=96, layers=1, heads=2, kv_heads=1, intermediate=256, steps=2000, batch_size=16,
+                          lr=4e-3, seed=2),
+}
+
+
+class ByteTokenizer(bytes_lm.ByteTokenizer):
+    """The zoo's byte tokenizer, with the EOS byte that ends a solution (dropped when decoding)."""
+
+    eos_token_id = EOS
+    pad_token_id = PAD
+
+    def decode(self, ids) -> str:
+        ids = ids.tolist() if hasattr(ids, "tolist") else ids
+        return super().decode([i for i in ids if int(i) not in (EOS, PAD)])
+
+
+@dataclass
+class ReasoningPair(ZooPair):
+    """`target` the base model, `drafter` the small model (as a token-level drafter), plus the small model
+    itself, the experts (name -> model, `small` first), the judge head and the test split."""
+
+    small: object = None
+    experts: dict = field(default_factory=dict)
+    judge: object = None
+    test: list = field(default_factory=list)
+    folder: Path | None = None
+
+
+def test_split() -> list[Problem]:
+    """The held-out problems (fixed seed; their questions never occur in the training stream)."""
+    return make_problems(TEST_SIZE, TEST_SEED, CHECK_RATE)
+
+
+class Batches:
+    """The endless training stream of a recipe (problems outside the test split); prompt tokens and padding
+    are masked out of the loss. Its state is a `random.Random` state, saved with checkpoints."""
+
+    def __init__(self, recipe: Recipe, held_out: set[str]):
+        import random
+
+        self.recipe, self.held_out = recipe, held_out
+        self.rng = random.Random(recipe.seed + 100)
+        self.tok = ByteTokenizer()
+
+    def __next__(self) -> dict:
+        from .data import make_problem
+
+        rows, prompts = [], []
+        while len(rows) < self.recipe.batch_size:
+            p = make_problem(self.rng, CHECK_RATE)
+            if p.question in self.held_out:
+                continue
+            rows.append(self.tok.encode(training_text(p, chr(EOS)))[:MAX_LEN])
+            prompts.append(len(self.tok.encode(p.prompt())))
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), PAD, dtype=torch.long)
+        labels = torch.full((len(rows), width), -100, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, (r, n) in enumerate(zip(rows, prompts)):
+            ids[i, : len(r)] = torch.tensor(r)
+            labels[i, n: len(r)] = torch.tensor(r[n:])
+            mask[i, : len(r)] = 1
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 200) -> dict:
+    """Train one model of the recipe into `out` (skipped when `out` already holds it). A run that was cut off
+    resumes from its last checkpoint (`out/resume.pt`: weights, optimiser, schedule, data stream)."""
+    from tqdm.auto import tqdm
+    from transformers import LlamaForCausalLM
+
+    report_file = out / "training_report.json"
+    if report_file.exists():
+        return json.loads(report_file.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(recipe.seed)
+    model = LlamaForCausalLM(recipe.config())
+    stream = Batches(recipe, {p.question for p in test_split()})
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}],
+                            lr=recipe.lr, betas=(0.9, 0.95))
+    warmup = max(1, recipe.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / recipe.steps)))))
+    resume = out / "resume.pt"
+    start, losses, seconds = 0, [], 0.0
+    if resume.exists():
+        state = torch.load(resume, weights_only=False)
+        if state["recipe"] != recipe.__dict__:
+            raise ValueError(f"{resume}: written for another recipe ({state['recipe']}); delete it to start over")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        stream.rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        start, losses, seconds = state["step"], state["losses"], state["seconds"]
+    model.train()
+    t0 = time.time()
+    bar = tqdm(range(start, recipe.steps), desc=desc, unit="step", initial=start, total=recipe.steps)
+    for step in bar:
+        loss = model(**next(stream)).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+        if (step + 1) % checkpoint_every == 0 and step + 1 < recipe.steps:
+            torch.save({"recipe": recipe.__dict__, "model": model.state_dict(), "opt": opt.state_dict(),
+                        "sched": sched.state_dict(), "rng": stream.rng.getstate(), "torch_rng": torch.get_rng_state(),
+                        "step": step + 1, "losses": losses, "seconds": seconds + time.time() - t0}, resume)
+    model.eval()
+    model.half().save_pretrained(out)  # shipped in fp16; loaded back in fp32
+    report = {"recipe": recipe.__dict__, "params": sum(p.numel() for p in model.parameters()),
+              "final_loss": sum(losses[-50:]) / len(losses[-50:]), "seconds": round(seconds + time.time() - t0)}
+    report_file.write_text(json.dumps(report, indent=2))
+    resume.unlink(missing_ok=True)
+    return report
+
+
+def load_model(folder: Path):
+    from transformers import LlamaForCausalLM
+
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {NAME}`")
+    return LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+def load_pair(folder: str | Path | None = None) -> ReasoningPair:
+    """The shipped pair (or a retrained one in `folder`)."""
+    from multispec import zoo
+    from multispec.drafters import ModelDrafter
+    from multispec.judge import JudgeHead
+
+    folder = Path(folder) if folder is not None else zoo.path(NAME)
+    base, small = load_model(folder / "base"), load_model(folder / "small")
+    experts = {"small": small}
+    for name in EXPERTS:
+        if (folder / "experts" / name / "config.json").exists():
+            experts[name] = load_model(folder / "experts" / name)
+    judge = JudgeHead.load(folder / "judge") if (folder / "judge" / "judge_config.json").exists() else None
+    test = read_problems(folder / "test.jsonl") if (folder / "test.jsonl").exists() else test_split()
+    return ReasoningPair(base, ModelDrafter(small), ByteTokenizer(), NAME, small=small, experts=experts, judge=judge,
+                         test=test, folder=folder)
+
+
+def train_pair(folder: str | Path, quick: bool = False) -> dict:
+    """Every stage of the pair into `folder`: base, small, experts, test split, judge. `quick`: a smoke run
+    (tiny budgets) for tests."""
+    from dataclasses import replace
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    shrink = (lambda r: replace(r, steps=8, batch_size=4)) if quick else (lambda r: r)
+    report = {"base": train_model(shrink(BASE), folder / "base", "base"),
+              "small": train_model(shrink(SMALL), folder / "small", "small")}
+    for name, recipe in EXPERTS.items():
+        report[name] = train_model(shrink(recipe), folder / "experts" / name, name)
+    if not (folder / "test.jsonl").exists():
+        write_problems(test_split(), folder / "test.jsonl")
+    from .judge_data import train_zoo_judge
+
+    report["judge"] = train_zoo_judge(folder, problems=8 if quick else 400)
+    return report
+
+
+def zoo_entry() -> ZooEntry:
+    return ZooEntry(NAME, "byte-level Llamas on synthetic step-by-step arithmetic: a 12-layer base, a 1-layer small "
+                    "model, two more small experts and a judge head (multispec.reasoning)", None,
+                    lambda folder: load_pair(folder), lambda folder: train_pair(folder))

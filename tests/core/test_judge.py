@@ -1,0 +1,111 @@
+"""Judge verification: with nothing approved it is Exact draw for draw (greedy and sampling, chains and
+trees); an approving judge lengthens the accepted runs and counts every emitted token the target would not
+have chosen; the judge head trains, saves and loads; bad input names itself."""
+
+import pytest
+import torch
+
+from multispec import DynamicTree, speculative_generate
+from multispec.drafters import ModelDrafter
+from multispec.judge import Judge, JudgeHead, JudgeStats, train_judge_head
+from multispec.testing import make_perturbed_copy, make_target
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = make_target("llama", seed=5)
+    return target, make_perturbed_copy(target, noise=0.05)
+
+
+def _head(hidden: int, bias: float) -> JudgeHead:
+    head = JudgeHead(hidden)
+    with torch.no_grad():
+        head.linear.weight.zero_()
+        head.linear.bias.fill_(bias)
+    return head
+
+
+def _run(pair, rule, tree=4, do_sample=False, seed=0, on_step=None):
+    target, draft = pair
+    ids = torch.randint(5, 120, (3, 7), generator=torch.Generator().manual_seed(2))
+    return speculative_generate(target, ModelDrafter(draft), ids, max_new_tokens=40, tree=tree, rule=rule,
+                                do_sample=do_sample, temperature=0.9, generator=torch.Generator().manual_seed(seed),
+                                on_step=on_step)
+
+
+@pytest.mark.parametrize("tree", [4, DynamicTree(depth=3, topk=2, total=6)], ids=["chain", "tree"])
+@pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampling"])
+def test_a_judge_that_approves_nothing_is_exact(pair, tree, do_sample):
+    hidden = pair[0].config.hidden_size
+    exact = _run(pair, None, tree, do_sample)
+    for rule in (Judge(None), Judge(_head(hidden, 5.0), threshold=1.1)):  # disabled; threshold above 1
+        judged = _run(pair, rule, tree, do_sample)
+        assert torch.equal(judged.sequences, exact.sequences)
+        assert judged.stats.mean_accepted_length == exact.stats.mean_accepted_length
+    assert exact.stats.mean_accepted_length > 1.3  # drafts are accepted: the comparison is not trivial
+
+
+def test_an_approving_judge_accepts_every_draft_and_counts_its_overrides(pair):
+    hidden = pair[0].config.hidden_size
+    exact = _run(pair, None)
+    tally = JudgeStats()
+    judged = _run(pair, Judge(_head(hidden, 5.0), threshold=0.5), on_step=tally)
+    steps = judged.stats.steps
+    # every chain is accepted whole: 4 drafts + the target's token per step (the last step may be cut short)
+    assert all(s.accepted == s.drafted for s in steps[:-1])
+    assert judged.stats.mean_accepted_length > exact.stats.mean_accepted_length
+    assert tally.overrides > 0
+    assert not torch.equal(judged.sequences, exact.sequences)  # the departures the count reports
+
+
+def test_overrides_are_the_drafts_the_target_would_not_have_chosen(pair):
+    """Greedy, one row: replay each step's approved chain against the target's argmax."""
+    target, draft = pair
+    hidden = target.config.hidden_size
+    records = []
+
+    def record(tree, verdict, rows):
+        records.append((tree.tokens[0].clone(), int(verdict.num_accepted[0]), int(verdict.overrides[0])))
+
+    ids = torch.randint(5, 120, (1, 6), generator=torch.Generator().manual_seed(4))
+    out = speculative_generate(target, ModelDrafter(draft), ids, max_new_tokens=20, tree=3,
+                               rule=Judge(_head(hidden, 5.0)), on_step=record)
+    text = ids[0].tolist()
+    for tokens, accepted, overrides in records:
+        with torch.no_grad():
+            logits = target(torch.tensor([text + tokens[:accepted].tolist()])).logits[0]
+        own = logits[len(text) - 1: len(text) - 1 + accepted].argmax(-1)
+        assert overrides == int((own != tokens[:accepted]).sum())
+        text += tokens[:accepted].tolist()
+        text.append(int(logits[len(text) - 1].argmax()))  # the correction / bonus is the target's choice
+    assert text[: out.sequences.shape[1]] == out.sequences[0].tolist()[: len(text)]
+
+
+def test_training_separates_good_from_bad_tokens_and_round_trips(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(600, 16, generator=g) * 3 + 1
+    w = torch.randn(16, generator=g)
+    y = (x @ w > 2.0).long()  # imbalanced, linearly separable
+    head, report = train_judge_head(x, y, epochs=400, progress=False)
+    assert report["recall_good"] > 0.95 and report["recall_bad"] > 0.95, report
+    head.save(tmp_path / "judge", note="test")
+    again = JudgeHead.load(tmp_path / "judge")
+    assert torch.allclose(again(x), head(x))
+    with pytest.raises(ValueError, match="labels"):
+        train_judge_head(x, torch.ones(600, dtype=torch.long), progress=False)
+
+
+def test_bad_input_names_itself(pair):
+    with pytest.raises(ValueError, match="hidden_size"):
+        JudgeHead(0)
+    with pytest.raises(ValueError, match="hidden"):
+        JudgeHead(8)(torch.zeros(2, 9))
+    with pytest.raises(TypeError, match="head"):
+        Judge(torch.nn.Linear(4, 1))
+    with pytest.raises(ValueError, match="threshold"):
+        Judge(None, threshold=float("nan"))
+    from multispec.tree import DraftTree
+
+    tree = DraftTree.chain(torch.tensor([[3, 4]]))
+    with pytest.raises(ValueError, match="features"):
+        Judge(_head(8, 0.0)).approvals(tree, None)

@@ -1,0 +1,61 @@
+"""The synthetic arithmetic: answers are what the steps compute, phrasings vary, checks re-derive an operand;
+files in GSM8K's layout and plain numbers read back, and a malformed line is named."""
+
+import json
+import re
+
+import pytest
+
+from multispec.reasoning import extract_answer, is_correct, make_problems, read_problems, write_problems
+
+
+def _evaluate(step: str) -> bool:
+    """Whether a step's arithmetic (any phrasing) is right."""
+    m = re.search(r"(\d+) (?:\*|x|times) (\d+) (?:=|is) (\d+)", step) or \
+        re.search(r"Multiply (\d+) by (\d+): (\d+)", step, re.I)
+    if m:
+        a, b, r = map(int, m.groups())
+        return a * b == r
+    return True
+
+
+def test_problems_solve_to_their_answers():
+    problems = make_problems(500, seed=1)
+    phrasings = set()
+    for p in problems:
+        steps = p.solution.split("\n\n")
+        assert steps[-1] == f"Answer: {p.answer}"
+        assert all(_evaluate(s) for s in steps)
+        if p.question.startswith("Compute"):
+            assert eval(p.question[len("Compute "):-1]) == p.answer
+        phrasings |= {s.split()[1] for s in steps if "*" in s or " x " in s or "times" in s}
+        assert p.answer >= 0
+    assert {"*", "x", "times"} <= phrasings  # equivalent phrasings occur
+    assert any("check" in p.solution.lower() or "verify" in p.solution.lower() for p in problems)
+    assert make_problems(5, seed=1) == problems[:5]  # seeded
+
+
+def test_files_round_trip_and_bad_lines_are_named(tmp_path):
+    problems = make_problems(4, seed=2)
+    path = tmp_path / "p.jsonl"
+    write_problems(problems, path)
+    back = read_problems(path)
+    assert [(p.question, p.answer) for p in back] == [(p.question, p.answer) for p in problems]
+    assert "#### " in path.read_text().splitlines()[0]
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"question": "1+1?", "answer": 2}) + "\n" + json.dumps({"question": "x", "answer": "7"}))
+    assert [p.answer for p in read_problems(plain)] == [2, 7]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "q", "answer": 1}) + "\n{not json\n")
+    with pytest.raises(ValueError, match="line 2"):
+        read_problems(bad)
+    bad.write_text(json.dumps({"question": "q"}) + "\n")
+    with pytest.raises(ValueError, match="line 1.*answer"):
+        read_problems(bad)
+
+
+def test_answers_are_read_after_the_last_marker():
+    assert extract_answer("3 + 4 = 7.\n\nAnswer: 7") == 7
+    assert extract_answer("so #### 1,234") == 1234
+    assert extract_answer("no answer here") is None
+    assert is_correct("Answer: 12\n", 12) and not is_correct("Answer: 13", 12)

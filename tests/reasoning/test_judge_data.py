@@ -1,0 +1,38 @@
+"""Judge training data: every first rejected draft token of a greedy speculative run is labelled by whether the
+base model's continuation after it checks out; its feature is the base's hidden state at that token (what the
+judge reads during verification)."""
+
+import torch
+
+from multispec.drafters import ModelDrafter
+from multispec.reasoning.data import Problem
+from multispec.reasoning.judge_data import divergences, hidden_at, label_divergences
+from multispec.targets import as_target
+
+from reasoning_models import greedy
+
+
+def test_divergences_are_the_tokens_the_exact_rule_rejected(models, prompt):
+    base, small = models
+    found = divergences(base, small, prompt, k=3, max_new_tokens=30, eos=2)
+    assert found
+    for d in found:
+        assert greedy(base, d.prefix, 1) == [d.target_token] and d.token != d.target_token
+        assert d.prefix[: len(prompt)] == prompt
+
+
+def test_labels_follow_the_checker_and_features_are_the_verification_states(models, tok):
+    base, small = models
+    problems = [Problem("What is 1 + 1?", 2), Problem("Compute 4 * 2.", 8)]
+    # a checker that likes even-length answers: both labels occur, and each is what the checker said
+    data = label_divergences(base, small, problems, tok, k=3, max_new_tokens=24,
+                             check=lambda text, answer: len(text) % 2 == 0, progress=False)
+    assert data["features"].shape == (len(data["labels"]), base.config.hidden_size)
+    assert set(data["labels"].tolist()) == {0, 1}
+    prompt = tok.encode(problems[0].prompt())
+    d = divergences(base, small, prompt, 3, 24, 2)[0]
+    assert torch.allclose(data["features"][0], hidden_at(as_target(base), d.prefix + [d.token]))
+    # the same state the verification pass hands the judge
+    with torch.no_grad():
+        h = base(torch.tensor([d.prefix + [d.token]]), output_hidden_states=True).hidden_states[-1][0, -1]
+    assert torch.allclose(data["features"][0], h, atol=1e-4)
