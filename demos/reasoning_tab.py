@@ -56,11 +56,12 @@ def run(problem: int = 0, question: str = "", threshold: float = 7.0):
         import time
 
         t0 = time.perf_counter()
-        writer = Writer(model, eos_token_id=tok.eos_token_id)
+        writer = Writer.open(model, eos_token_id=tok.eos_token_id)
         writer.start(prompt)
         text = tok.decode(writer.write(320))
         results[name] = (text, time.perf_counter() - t0)
-    sr = SpecReason(pair.small, pair.target, tok, "likelihood", SpecReasonConfig(threshold=float(threshold), token_budget=320),
+    sr = SpecReason(pair.small, pair.target, tok, "likelihood",
+                    SpecReasonConfig(threshold=float(threshold), token_budget=320),
                     base_drafter=ModelDrafter(pair.small), base_tree=4).run(prompt)
     results["SpecReason"] = (sr.text, sr.seconds)
     st = SpeculativeThinking(pair.small, pair.target, tok, SpeculativeThinkingConfig(token_budget=320),

@@ -8,7 +8,8 @@
 - judge verification is a core rule (`multispec.judge.Judge`); `label_divergences` makes its training data
   on problems with checkable answers.
 
-All run on the core's sessions (no context is prefilled twice). The zoo pair `arith-reasoning` (byte-level
+Each model keeps its cache across steps (a `Writer`: a core `Session` when it drafts, a plain adapter loop
+when it decodes alone), so no context is prefilled twice. The zoo pair `arith-reasoning` (byte-level
 Llamas on synthetic step-by-step arithmetic) ships a base, a small model, two more experts and a judge.
 """
 
@@ -21,7 +22,7 @@ from .judge_data import label_divergences
 from .scoring import LogLikelihoodScorer, PromptScorer, StepScorer
 from .spec_thinking import SpeculativeThinking, SpeculativeThinkingConfig, Triggers
 from .specreason import SpecReason, SpecReasonConfig
-from .steps import ReasoningOutput, Step, Writer
+from .steps import PlainWriter, ReasoningOutput, SessionWriter, Step, Writer
 from .verdict import (LikelihoodVerdict, PromptVerdict, SpeculativeVerdict, TextExpert, VisionExpert, consensus_scores,
                       top_k)
 from .zoo_pair import load_pair, zoo_entry
@@ -29,8 +30,8 @@ from .zoo_pair import load_pair, zoo_entry
 register_entry(zoo_entry())
 _cli.register()
 
-__all__ = ["LikelihoodVerdict", "LogLikelihoodScorer", "METHODS", "Models", "Problem", "PromptScorer", "PromptVerdict",
-           "ReasoningOutput", "Settings", "SpecReason", "SpecReasonConfig", "SpeculativeThinking",
-           "SpeculativeThinkingConfig", "SpeculativeVerdict", "Step", "StepScorer", "TextExpert", "Triggers",
-           "VisionExpert", "Writer", "consensus_scores", "evaluate", "extract_answer", "is_correct",
+__all__ = ["LikelihoodVerdict", "LogLikelihoodScorer", "METHODS", "Models", "PlainWriter", "Problem", "PromptScorer",
+           "PromptVerdict", "ReasoningOutput", "SessionWriter", "Settings", "SpecReason", "SpecReasonConfig",
+           "SpeculativeThinking", "SpeculativeThinkingConfig", "SpeculativeVerdict", "Step", "StepScorer", "TextExpert",
+           "Triggers", "VisionExpert", "Writer", "consensus_scores", "evaluate", "extract_answer", "is_correct",
            "label_divergences", "load_pair", "make_problems", "read_problems", "top_k", "write_problems"]

@@ -17,6 +17,15 @@ def zoo_models(weights: str | None = None) -> tuple[Models, list]:
     return Models(pair.target, pair.small, pair.tokenizer, pair.experts, pair.judge), pair.test
 
 
+def zoo_thinking(budget: int):
+    """Speculative Thinking's knobs for the zoo's short solutions (~100-200 bytes, where the reference's are
+    for thousands of tokens): a look-ahead long enough to hold "Let me check" / "Wait", the large model
+    writing the reflective step up to its delimiter, 30 more tokens after a verify word."""
+    from .spec_thinking import SpeculativeThinkingConfig
+
+    return SpeculativeThinkingConfig(lookahead_tokens=12, takeover_tokens=None, verify_tokens=30, token_budget=budget)
+
+
 def run(quick: bool = False, json_path: str | None = None, threads: int | None = None, problems: int | None = None,
         methods=METHODS, settings: Settings | None = None, weights: str | None = None) -> dict:
     if threads is not None:
@@ -24,11 +33,13 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
     models, test = zoo_models(weights)
     n = problems or (30 if quick else len(test))
     settings = settings or Settings()
+    if settings.thinking is None:
+        settings.thinking = zoo_thinking(settings.max_new_tokens)
     results = evaluate(models, test[:n], methods, settings)
     out = {"benchmark": "reasoning", "pair": "arith-reasoning", "machine": machine_info(),
            "settings": {"problems": n, "quick": quick, "threshold": settings.threshold, "scorer": repr(settings.scorer),
                         "k": settings.k, "judge_threshold": settings.judge_threshold, "verdict_k": settings.verdict_k,
-                        "max_new_tokens": settings.max_new_tokens},
+                        "max_new_tokens": settings.max_new_tokens, "thinking": repr(settings.thinking)},
            "methods": results}
     print(f"reasoning on arith-reasoning ({describe(out['machine'])}), {n} held-out problems")
     print(markdown(results))

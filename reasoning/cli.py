@@ -89,15 +89,17 @@ def _user_models(args):
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .bench import zoo_models
+    from .bench import zoo_models, zoo_thinking
     from .data import read_problems
     from .evaluate import evaluate, markdown
 
+    settings = _settings(args)
     if args.base is not None:
         models = _user_models(args)
         problems = None
     else:
         models, problems = zoo_models()
+        settings.thinking = zoo_thinking(settings.max_new_tokens)
         if args.judge:
             from multispec.judge import JudgeHead
 
@@ -111,7 +113,7 @@ def _eval(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    results = evaluate(models, problems, _methods(args), _settings(args))
+    results = evaluate(models, problems, _methods(args), settings)
     print(markdown(results))
     if args.json:
         Path(args.json).write_text(json.dumps({"problems": len(problems), "methods": results}, indent=2))

@@ -84,22 +84,23 @@ def _check(a: int, op: str, b: int, r: int, rng: random.Random) -> str | None:
 
 def _expression(rng: random.Random) -> tuple[str, list[tuple[int, str, int]]]:
     """A 2-4 operation expression whose usual reading (parentheses where precedence needs them) is the
-    left-to-right order of its steps."""
+    left-to-right order of its steps. Operands stay small (products of at most 20 x 5), so the arithmetic
+    is learnable by the zoo's models on a CPU budget."""
     n_ops = rng.choice([2, 2, 3, 3, 4])
-    value = rng.randint(10, 99)
+    value = rng.randint(10, 60)
     text, ops, low = str(value), [], False  # low: the text so far ends in an unparenthesised + or -
     for _ in range(n_ops):
         op = rng.choice(["+", "-", "*", "+", "-"])
-        if op == "*" and value * 2 > 999:
+        if op == "*" and value > 20:
             op = "-"
         if op == "*":
-            b = rng.randint(2, min(9, 999 // value))
+            b = rng.randint(2, 5)
         elif op == "-":
-            b = rng.randint(1, min(value - 1, 199)) if value > 1 else 0
+            b = rng.randint(1, min(value - 1, 40)) if value > 1 else 0
             if not b:
-                op, b = "+", rng.randint(1, 99)
+                op, b = "+", rng.randint(1, 40)
         else:
-            b = rng.randint(1, 199)
+            b = rng.randint(1, 40)
         if op == "*" and low:
             text = f"({text})"
         text = f"{text} {op} {b}"
@@ -115,34 +116,34 @@ def _word(rng: random.Random) -> tuple[str, list[tuple[int, str, int]], list[str
     item = rng.choice(ITEMS)
     kind = rng.randrange(5)
     if kind == 0:
-        a, b, c = rng.randint(10, 99), rng.randint(2, 9), rng.randint(5, 25)
+        a, b, c = rng.randint(10, 60), rng.randint(2, 5), rng.randint(2, 9)
         d = rng.randint(1, a + b * c - 1)
         q = (f"{name} has {a} {item}. {name} buys {b} packs of {c} {item}. Then {name} gives {d} {item} to "
              f"{other}. How many {item} does {name} have now?")
-        return q, [(b, "*", c), (a, "+", b * c), (a + b * c, "-", d)], [f"The packs hold ", f"{name} then has ",
+        return q, [(b, "*", c), (a, "+", b * c), (a + b * c, "-", d)], ["The packs hold ", f"{name} then has ",
                                                                       f"After giving {d} away, "]
     if kind == 1:
-        price, n = rng.randint(2, 15), rng.randint(2, 9)
-        paid = rng.choice([x for x in (50, 100, 150, 200) if x >= price * n] or [200])
+        price, n = rng.randint(2, 9), rng.randint(2, 9)
+        paid = rng.choice([x for x in (50, 100) if x >= price * n])
         q = (f"A shop sells {item} for {price} dollars each. {name} buys {n} {item} and pays with {paid} dollars. "
              f"How much change does {name} get?")
         return q, [(n, "*", price), (paid, "-", n * price)], ["The cost is ", "The change is "]
     if kind == 2:
-        a, b = rng.randint(10, 150), rng.randint(10, 150)
-        total = a + b + rng.randint(5, 300)
+        a, b = rng.randint(10, 60), rng.randint(10, 60)
+        total = a + b + rng.randint(5, 60)
         q = (f"{name} reads {a} pages on Monday and {b} pages on Tuesday. The book has {total} pages. "
              f"How many pages are left?")
         return q, [(a, "+", b), (total, "-", a + b)], ["So far ", "The pages left are "]
     if kind == 3:
-        groups, per = rng.randint(2, 9), rng.randint(3, 20)
-        extra = rng.randint(1, 15)
+        groups, per = rng.randint(2, 6), rng.randint(3, 12)
+        extra = rng.randint(1, 9)
         students = groups * per
         q = (f"{students} students are split into {groups} equal groups. Then {extra} more students join each "
              f"group. How many students are in each group now?")
         return q, [(students, "/", groups), (per, "+", extra)], ["Each group first has ", "Each group now has "]
-    rows, per = rng.randint(2, 9), rng.randint(5, 40)
+    rows, per = rng.randint(2, 9), rng.randint(2, 9)
     cut = rng.randint(1, rows * per - 1)
-    new = rng.randint(1, 60)
+    new = rng.randint(1, 30)
     q = (f"A farmer plants {rows} rows of {per} trees. {cut} trees are cut down. Then {new} new trees are "
          f"planted. How many trees are there now?")
     return q, [(rows, "*", per), (rows * per, "-", cut), (rows * per - cut, "+", new)], \
@@ -170,6 +171,26 @@ def make_problem(rng: random.Random, check_rate: float = 0.25) -> Problem:
     answer = _apply(a, op, b)
     steps.append(f"{ANSWER_PREFIX} {answer}")
     return Problem(question, answer, SEPARATOR.join(steps))
+
+
+def make_drill(rng: random.Random, facts: int = 14) -> str:
+    """Arithmetic practice: `facts` lines "a op b = r" over the operand ranges the problems use (the zoo mixes
+    them into training so that small models learn the arithmetic their solutions need on a CPU budget)."""
+    lines = []
+    for _ in range(facts):
+        op = rng.choice(["+", "-", "*", "/"])
+        if op == "+":
+            a, b = rng.randint(1, 120), rng.randint(1, 60)
+        elif op == "-":
+            a = rng.randint(2, 180)
+            b = rng.randint(1, a - 1)
+        elif op == "*":
+            a, b = rng.randint(2, 20), rng.randint(2, 9)
+        else:
+            b = rng.randint(2, 9)
+            a = b * rng.randint(2, 12)
+        lines.append(f"{a} {op} {b} = {_apply(a, op, b)}")
+    return "\n".join(lines)
 
 
 def make_problems(n: int, seed: int, check_rate: float = 0.25) -> list[Problem]:

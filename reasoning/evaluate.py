@@ -49,7 +49,7 @@ class Settings:
     k: int = 4  # drafts per token-level step (exact, judge, and the base's own steps in SpecReason)
     judge_threshold: float = 0.5
     verdict_k: int = 2
-    thinking: object = None  # a SpeculativeThinkingConfig (default: the reference's knobs, scaled to the budget)
+    thinking: object = None  # a SpeculativeThinkingConfig (default: the reference's knobs, this token budget)
 
 
 def _run(method: str, models: Models, s: Settings, question: str) -> dict:
@@ -69,7 +69,7 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
     eos = getattr(tok, "eos_token_id", None)
     t0 = time.perf_counter()
     if method in ("base", "small"):
-        writer = Writer(models.base if method == "base" else models.small, eos_token_id=eos)
+        writer = Writer.open(models.base if method == "base" else models.small, eos_token_id=eos)
         writer.start(prompt)
         out = writer.write(s.max_new_tokens)
         return {"text": tok.decode(out), "seconds": time.perf_counter() - t0, "tokens": len(out)}
@@ -141,7 +141,8 @@ def summarise(rows: dict[str, list[dict]]) -> dict:
     out = {}
     for m, rs in rows.items():
         n = len(rs)
-        entry = {"accuracy": round(sum(r["correct"] for r in rs) / n, 4), "latency_s": round(sum(r["seconds"] for r in rs) / n, 4),
+        entry = {"accuracy": round(sum(r["correct"] for r in rs) / n, 4),
+                 "latency_s": round(sum(r["seconds"] for r in rs) / n, 4),
                  "tokens": round(sum(r["tokens"] for r in rs) / n, 1), "problems": n}
         counts = [r.get("counts", {}) for r in rs]
         if m == "specreason":
@@ -158,7 +159,8 @@ def summarise(rows: dict[str, list[dict]]) -> dict:
         if m in ("exact", "judge"):
             forwards = sum(c["forwards"] for c in counts)
             entry |= {"mean_accepted_length": round(sum(c["committed"] for c in counts) / max(forwards, 1), 3),
-                      "acceptance_rate": round(sum(c["accepted"] for c in counts) / max(sum(c["drafted"] for c in counts), 1), 4),
+                      "acceptance_rate": round(sum(c["accepted"] for c in counts) /
+                                               max(sum(c["drafted"] for c in counts), 1), 4),
                       "overrides": sum(c["overrides"] for c in counts)}
         out[m] = entry
     if "base" in out:
@@ -178,5 +180,6 @@ def markdown(results: dict) -> str:
         if "mean_accepted_length" in r:
             notes.append(f"mean accepted length {r['mean_accepted_length']:.2f}, overrides {r['overrides']}")
         vs = f"{r['speedup_vs_base']:.2f}x" if "speedup_vs_base" in r else "-"
-        lines.append(f"| {m} | {r['accuracy']:.3f} | {r['latency_s']:.3f} | {vs} | {r['tokens']:.0f} | {'; '.join(notes)} |")
+        lines.append(f"| {m} | {r['accuracy']:.3f} | {r['latency_s']:.3f} | {vs} | {r['tokens']:.0f} "
+                     f"| {'; '.join(notes)} |")
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """How the base model scores a step the small model wrote, on a 0-9 scale (SpecReason).
 
-Both scorers append the step to the base model's session (one pass over it: if the step is accepted it
+Both scorers append the step to the base model's writer (one pass over it: if the step is accepted it
 is already in the base's cache) and return its score; the caller rolls back on rejection.
 
 - `PromptScorer`, for instruction-tuned models: after the step, a judging prompt ("Evaluate the last
@@ -89,7 +89,8 @@ class PromptScorer(StepScorer):
 
     @classmethod
     def chat(cls, tokenizer, question: str, steps_text: Callable[[], str], method: str = "greedy",
-             instruction: str = DEFAULT_INSTRUCTION, lead: str = DEFAULT_LEAD, think: str = "<think>") -> "PromptScorer":
+             instruction: str = DEFAULT_INSTRUCTION, lead: str = DEFAULT_LEAD,
+             think: str = "<think>") -> "PromptScorer":
         """SpecReason's chat layout: [user: question, assistant: <think>steps] is the text so far; the suffix
         is what the tokenizer's chat template puts after it for [..., user: instruction, assistant: <think>
         lead] (the thinking left open, so the earlier steps stay visible). `steps_text()` returns the
@@ -112,7 +113,7 @@ class PromptScorer(StepScorer):
     def score(self, writer, step: list[int]) -> float:
         if step:
             writer.append(step)
-        logits = writer.session.score(torch.tensor([self.suffix()])).next_logits[0].float()
+        logits = writer.score(self.suffix()).next_logits[0].float()
         return self.from_logits(logits)
 
     def from_logits(self, logits: torch.Tensor) -> float:
@@ -136,7 +137,9 @@ def _takes_special(tokenizer) -> bool:
 
 
 def _encode(tokenizer, text: str) -> list[int]:
-    return list(tokenizer.encode(text, add_special_tokens=False) if _takes_special(tokenizer) else tokenizer.encode(text))
+    if _takes_special(tokenizer):
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    return list(tokenizer.encode(text))
 
 
 def resolve_scorer(scorer, tokenizer=None) -> StepScorer:

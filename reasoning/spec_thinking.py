@@ -125,8 +125,8 @@ class _Run:
     def __init__(self, method: SpeculativeThinking, prompt: list[int]):
         self.m, self.c, self.tok, self.sep = method, method.config, method.tokenizer, method.sep
         self.t0 = time.perf_counter()
-        self.small = Writer(method.small, eos_token_id=method.eos)
-        self.large = Writer(method.large, method.large_drafter, method.large_tree, eos_token_id=method.eos)
+        self.small = Writer.open(method.small, eos_token_id=method.eos)
+        self.large = Writer.open(method.large, method.large_drafter, method.large_tree, eos_token_id=method.eos)
         self.small.start(prompt)
         self.large.start(prompt)
         self.pending: list[int] = []  # text the small model has and the large model has not read yet

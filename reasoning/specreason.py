@@ -27,8 +27,8 @@ class SpecReasonConfig:
     max_step_tokens: int = 512
     token_budget: int = 8192
     first_n_steps_base: int = 0  # the first n steps are the base model's
-    markers: tuple[str, ...] = ("Answer:",)
-    stop_on_repeat: bool = True  # stop when a step repeats the one before  # a step containing one of these finishes the solution
+    markers: tuple[str, ...] = ("Answer:",)  # a step containing one of these finishes the solution
+    stop_on_repeat: bool = True  # stop when a step repeats the one before
 
     def __post_init__(self) -> None:
         if not isinstance(self.threshold, (int, float)):
@@ -59,8 +59,8 @@ class SpecReason:
         c = self.config
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         t0 = time.perf_counter()
-        small = Writer(self.small, eos_token_id=self.eos)
-        base = Writer(self.base, self.base_drafter, self.base_tree, eos_token_id=self.eos)
+        small = Writer.open(self.small, eos_token_id=self.eos)
+        base = Writer.open(self.base, self.base_drafter, self.base_tree, eos_token_id=self.eos)
         small.start(ids)
         base.start(ids)
         steps: list[Step] = []
@@ -99,7 +99,7 @@ class SpecReason:
         tokens = [t for s in steps for t in s.tokens]
         counters = {"steps": len(steps), "scored": scored, "accepted": accepted, "rejected": scored - accepted,
                     "small_tokens_written": small.tokens_written, "base_tokens_written": base.tokens_written,
-                    "score_s": round(score_s, 4), "base_mean_accepted_length": base.session.stats.mean_accepted_length}
+                    "score_s": round(score_s, 4)}
         return ReasoningOutput(tokens, self.tokenizer.decode(tokens), steps, reason, time.perf_counter() - t0, counters)
 
 

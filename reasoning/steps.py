@@ -1,35 +1,73 @@
-"""What the step-level methods share: a model writing into a `multispec.Session` (so no context is ever
+"""What the step-level methods share: a model writing into a cache kept across steps (so no context is ever
 prefilled twice), stop rules, and the typed output.
 
-A `Writer` is one model's session over the text so far. Token-level speculation is the session's: the
-base model's writer may draft with the small model (`drafter=`, the combination SpecReason measures) or
-with n-grams; `drafter=None` decodes one token per step through the same lean loop.
+`Writer.open(model, drafter, tree)` gives one model's writer over the text so far:
+- with a `drafter`, a `SessionWriter`: a `multispec.Session`, so the model's own text is written with
+  token-level speculation (the base model drafted by the small model: the combination SpecReason measures);
+- without, a `PlainWriter`: one token per forward on the same target adapter (lean forward, cache indexed
+  by position) with no draft bookkeeping, since a model decoding alone gains nothing from it.
+Both append text written elsewhere in one pass (returning its scores), score a span without committing it,
+and roll back to a checkpoint.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from multispec import Session
-from multispec.drafters import NGramDrafter
+from multispec import Prompt, SamplingConfig, Session
+from multispec.session import SpanScore, eos_ids
+from multispec.sampling import check_logits_finite
+from multispec.targets import as_target
+from multispec.tree import DraftTree
 
 SEPARATOR = "\n\n"
 
 
 class Writer:
-    """One model's session over the text (prompt included), greedy unless `sampling` says otherwise."""
+    """Interface of one model writing into the text (prompt included); see the module docstring."""
 
-    def __init__(self, model, drafter=None, tree=None, eos_token_id: int | Sequence[int] | None = None,
-                 **sampling):
-        if drafter is None:  # one token per step: a zero-length draft through the same loop
-            drafter, tree = NGramDrafter(), 0
+    eos: frozenset[int] = frozenset()
+    tokens_written: int = 0  # tokens this model generated (not appended)
+
+    @staticmethod
+    def open(model, drafter=None, tree=None, eos_token_id: int | Sequence[int] | None = None,
+             **sampling) -> "Writer":
+        if drafter is None:
+            return PlainWriter(model, eos_token_id, **sampling)
+        return SessionWriter(model, drafter, tree, eos_token_id, **sampling)
+
+    def start(self, prompt: list[int]) -> None: ...
+
+    @property
+    def text(self) -> list[int]: ...
+
+    def write(self, max_new_tokens: int, stop: list[list[int]] | None = None) -> list[int]:
+        """Up to `max_new_tokens` tokens, stopping after an EOS or a `stop` sequence (included)."""
+
+    def append(self, tokens: list[int]) -> SpanScore | None:
+        """Text written by someone else, in one pass; its scores (None for no tokens)."""
+
+    def score(self, tokens: list[int]) -> SpanScore:
+        """The model's scores of a span after the text, and its logits after it; nothing is committed."""
+
+    def checkpoint(self): ...
+
+    def rollback(self, mark) -> None: ...
+
+    def ends(self, tokens: list[int]) -> bool:
+        return bool(tokens) and tokens[-1] in self.eos
+
+
+class SessionWriter(Writer):
+    """A writer on a `multispec.Session` with `drafter` (token-level speculation, lossless)."""
+
+    def __init__(self, model, drafter, tree=None, eos_token_id: int | Sequence[int] | None = None, **sampling):
         self.session = Session(model, drafter, tree=tree, eos_token_id=eos_token_id, **sampling)
-        self.eos = set(self.session.eos)
-        self.tokens_written = 0  # tokens this model generated (not appended)
+        self.eos = frozenset(self.session.eos)
+        self.tokens_written = 0
 
     def start(self, prompt: list[int]) -> None:
         self.session.append(torch.tensor([prompt]))
@@ -39,16 +77,17 @@ class Writer:
         return self.session.tokens[0]
 
     def write(self, max_new_tokens: int, stop: list[list[int]] | None = None) -> list[int]:
-        """Up to `max_new_tokens` tokens, stopping after an EOS or a `stop` sequence (included)."""
         if max_new_tokens <= 0:
             return []
         out = self.session.generate(max_new_tokens, stop=stop)[0]
         self.tokens_written += len(out)
         return out
 
-    def append(self, tokens: list[int]):
-        """Text written by someone else (one pass; returns the session's `SpanScore` of it)."""
+    def append(self, tokens: list[int]) -> SpanScore | None:
         return self.session.append(torch.tensor([tokens])) if tokens else None
+
+    def score(self, tokens: list[int]) -> SpanScore:
+        return self.session.score(torch.tensor([tokens]))
 
     def checkpoint(self):
         return self.session.checkpoint()
@@ -56,8 +95,94 @@ class Writer:
     def rollback(self, mark) -> None:
         self.session.rollback(mark)
 
-    def ends(self, tokens: list[int]) -> bool:
-        return bool(tokens) and tokens[-1] in self.eos
+
+class PlainWriter(Writer):
+    """One token per forward on the model's target adapter: what a `Session` with a zero-length draft does,
+    without the draft, verdict and statistics bookkeeping of every step."""
+
+    def __init__(self, model, eos_token_id: int | Sequence[int] | None = None, generator=None, **sampling):
+        self.target = as_target(model)
+        self.sampling = SamplingConfig(**sampling)
+        self.generator = generator
+        if eos_token_id is None:
+            config = getattr(getattr(self.target, "model", None), "generation_config", None)
+            eos_token_id = getattr(config, "eos_token_id", None)
+        self.eos = frozenset(eos_ids(eos_token_id))
+        self.tokens: list[int] = []
+        self.root: torch.Tensor | None = None
+        self.tokens_written = 0
+        self._who = f"model ({type(getattr(self.target, 'model', self.target)).__name__})"
+
+    def start(self, prompt: list[int]) -> None:
+        if not prompt:
+            raise ValueError("prompt: expected at least one token")
+        ids = torch.tensor([prompt], device=self.target.device)
+        self.root = self.target.prefill(Prompt.build(ids)).roots
+        self.tokens = list(prompt)
+
+    @property
+    def text(self) -> list[int]:
+        return self.tokens
+
+    def _require_started(self) -> None:
+        if self.root is None:
+            raise RuntimeError("writer: start it with a prompt first")
+
+    def _pass(self, span: list[int]) -> torch.Tensor:
+        """Logits [1, 1 + len(span), V] after the root and each span token (the tree is pending)."""
+        chain = DraftTree.chain(torch.tensor([span], dtype=torch.long, device=self.target.device))
+        full = torch.cat([self.root[:, None], chain.tokens], 1)
+        logits = self.target.score(full, chain.full_parents(), chain.full_valid()).logits
+        check_logits_finite(logits, self._who)
+        return logits
+
+    @torch.no_grad()
+    def write(self, max_new_tokens: int, stop: list[list[int]] | None = None) -> list[int]:
+        self._require_started()
+        stops = [tuple(s) for s in (stop or ())]
+        path = torch.zeros(1, 1, dtype=torch.long, device=self.target.device)
+        out: list[int] = []
+        while len(out) < max_new_tokens:
+            token, _ = self.sampling.pick(self._pass([])[:, 0], self.generator)
+            self.target.commit(path)  # the root is now in the cache; the new token is the next root
+            self.root = token.to(self.target.device)
+            out.append(int(token[0]))
+            self.tokens.append(out[-1])
+            if out[-1] in self.eos or any(tuple(self.tokens[-len(s):]) == s for s in stops):
+                break
+        self.tokens_written += len(out)
+        return out
+
+    @torch.no_grad()
+    def append(self, tokens: list[int]) -> SpanScore | None:
+        self._require_started()
+        if not tokens:
+            return None
+        logits = self._pass(tokens[:-1])
+        n = len(tokens)
+        self.target.commit(torch.arange(n, device=self.target.device)[None])
+        self.root = torch.tensor([tokens[-1]], device=self.target.device)
+        self.tokens.extend(tokens)
+        return SpanScore.of(logits, torch.tensor([tokens], device=logits.device))
+
+    @torch.no_grad()
+    def score(self, tokens: list[int]) -> SpanScore:
+        self._require_started()
+        if not tokens:
+            raise ValueError("tokens: expected a non-empty span")
+        logits = self._pass(tokens)
+        self.target.discard()
+        return SpanScore.of(logits[:, :-1], torch.tensor([tokens], device=logits.device), logits[:, -1])
+
+    def checkpoint(self):
+        self._require_started()
+        return len(self.tokens), self.root.clone(), self.target.checkpoint()
+
+    def rollback(self, mark) -> None:
+        length, root, state = mark
+        self.target.rollback(state)
+        del self.tokens[length:]
+        self.root = root.clone()
 
 
 @dataclass

@@ -55,7 +55,8 @@ class TextExpert:
     def answer(self, question: str, image=None) -> ExpertAnswer:
         from .steps import Writer
 
-        writer = Writer(self.model, self.drafter, self.tree, eos_token_id=getattr(self.tokenizer, "eos_token_id", None))
+        writer = Writer.open(self.model, self.drafter, self.tree,
+                             eos_token_id=getattr(self.tokenizer, "eos_token_id", None))
         writer.start(self._ids(self.prompt(question)))
         text = self.tokenizer.decode(writer.write(self.max_new_tokens))
         return ExpertAnswer(text, self.answer_of(text))
@@ -178,7 +179,8 @@ class PromptVerdict:
     def prompt(self, question: str, reasoning: dict[str, str], answers: dict[str, ExpertAnswer]) -> str:
         parts = [f"Question:\n{question}\n"]
         for i, (name, text) in enumerate(reasoning.items(), 1):
-            parts.append(f"--- Model {i} ({name}) ---\nReasoning:\n{text}\nProposed Answer: {_fmt(answers[name].answer)}\n")
+            parts.append(f"--- Model {i} ({name}) ---\nReasoning:\n{text}\n"
+                         f"Proposed Answer: {_fmt(answers[name].answer)}\n")
         parts.append(self.instruction)
         text = "\n".join(parts)
         if self.chat:
@@ -190,7 +192,8 @@ class PromptVerdict:
         from .scoring import _encode
         from .steps import Writer
 
-        writer = Writer(self.model, self.drafter, self.tree, eos_token_id=getattr(self.tokenizer, "eos_token_id", None))
+        writer = Writer.open(self.model, self.drafter, self.tree,
+                             eos_token_id=getattr(self.tokenizer, "eos_token_id", None))
         writer.start(_encode(self.tokenizer, self.prompt(question, reasoning, answers)))
         text = self.tokenizer.decode(writer.write(self.max_new_tokens))
         return extract_answer(text), text, {}

@@ -87,3 +87,19 @@ def test_continuous_tab_runs_every_method_and_colours_the_patch_grid():
         continuous_tab.run(10)
     with pytest.raises(ValueError, match="fewer_steps"):
         continuous_tab.run(3, fewer_steps=50)
+
+
+def test_reasoning_tab_solves_a_problem_and_colours_who_wrote_each_step():
+    from demos import reasoning_tab
+
+    table, chain, thinking = reasoning_tab.run(0, threshold=10.0)  # every step rewritten by the base model
+    assert "| base alone |" in table and "| SpecReason |" in table and "| Speculative Thinking |" in table
+    assert "#cfe3ff" in chain and "line-through" in chain and "score" in chain
+    table, chain, _ = reasoning_tab.run(0, threshold=0.0)  # every small step accepted
+    assert "#c8f7c5" in chain and "line-through" not in chain
+    table, _, _ = reasoning_tab.run(0, question="Compute 12 + 7 - 3.")
+    assert "| - |" in table  # no reference answer for a question of one's own
+    with pytest.raises(ValueError, match="problem"):
+        reasoning_tab.run(10_000)
+    with pytest.raises(ValueError, match="threshold"):
+        reasoning_tab.run(0, threshold=11)

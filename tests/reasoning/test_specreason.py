@@ -60,7 +60,7 @@ def _forward(model, ids):
 def test_likelihood_scorer_is_its_definition(models, prompt, reduce):
     base, _ = models
     step = [50, 61, 72, 83, 94]
-    writer = Writer(base)
+    writer = Writer.open(base)
     writer.start(prompt)
     got = LogLikelihoodScorer(reduce).score(writer, step)
     logp = torch.log_softmax(_forward(base, prompt + step)[len(prompt) - 1: -1], -1)
@@ -76,7 +76,7 @@ def test_prompt_scorer_reads_the_digit_tokens_after_the_judging_prompt(models, t
     base, _ = models
     step = [50, 61, 72]
     scorer = PromptScorer.plain(tok, method)
-    writer = Writer(base)
+    writer = Writer.open(base)
     writer.start(prompt)
     got = scorer.score(writer, step)
     logits = _forward(base, prompt + step + scorer.suffix())[-1]
@@ -143,7 +143,7 @@ def test_chat_prompt_scorer_appends_the_templates_judging_turn():
                                        {"role": "assistant", "content": "<think>2 + 3 = 5."}],
                                       tokenize=False, continue_final_message=True)
     ids = fast.encode(before, add_special_tokens=False)
-    writer = Writer(model, eos_token_id=2)
+    writer = Writer.open(model, eos_token_id=2)
     writer.start(ids[:-3])
     got = scorer.score(writer, ids[-3:])  # the step's last tokens are appended by the scorer
     with torch.no_grad():

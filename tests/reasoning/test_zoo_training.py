@@ -57,13 +57,23 @@ def test_a_checkpoint_of_another_recipe_is_refused(tmp_path, monkeypatch):
 
 def test_training_batches_mask_the_prompt_and_never_hold_a_test_question():
     held_out = {p.question for p in zoo_pair.test_split()}
-    batch = next(Batches(replace(SMALL, batch_size=8), held_out))
+    batch = next(Batches(replace(SMALL, batch_size=16), held_out))
     ids, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
     tok = zoo_pair.ByteTokenizer()
-    for row in range(8):
-        text = tok.decode(ids[row][mask[row].bool()])
-        first = int((labels[row] != -100).nonzero()[0])
-        assert tok.decode(ids[row, :first]).endswith("Solution:\n")  # the loss starts at the solution
-        question = text.split("\n")[0][len("Question: "):]
-        assert question not in held_out
-        assert int(ids[row][mask[row].bool()][-1]) == zoo_pair.EOS
+    kinds = set()
+    for row in range(16):
+        real = ids[row][mask[row].bool()]
+        text = tok.decode(real)
+        read = labels[row][mask[row].bool()] != -100
+        assert int(real[-1]) == zoo_pair.EOS and bool(read[-1])
+        if text.startswith(zoo_pair.DRILL_HEADER):  # practice: the loss reads the results only
+            kinds.add("drill")
+            results = tok.decode(real[read])
+            assert results.split() == [line.split(" = ")[1] for line in text.split("\n")[1:] if " = " in line]
+            continue
+        kinds.add("problem")
+        first = int(read.nonzero()[0])
+        assert tok.decode(real[:first]).endswith("Solution:\n")  # the loss starts at the solution
+        assert bool(read[first:].all())
+        assert text.split("\n")[0][len("Question: "):] not in held_out
+    assert kinds == {"drill", "problem"}

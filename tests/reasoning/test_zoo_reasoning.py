@@ -1,0 +1,111 @@
+"""The shipped `arith-reasoning` pair end to end: the base model is clearly more accurate than the small one on
+held-out problems; SpecReason's and Speculative Thinking's limits hold on real steps (delimited by blank lines,
+finished by "Answer:"); judge decoding with the judge disabled is exact decoding token for token, and the
+shipped judge lengthens the accepted runs; the CLI commands run."""
+
+import json
+
+import pytest
+import torch
+
+from multispec import speculative_generate
+from multispec.drafters import ModelDrafter
+from multispec.judge import Judge
+from multispec.reasoning import (SpecReason, SpecReasonConfig, SpeculativeThinking, SpeculativeThinkingConfig, Triggers,
+                                 Writer, is_correct, load_pair)
+
+N = 24  # held-out problems for the accuracy check
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_pair()
+
+
+def _alone(model, tok, problem, budget=320):
+    writer = Writer.open(model, eos_token_id=tok.eos_token_id)
+    writer.start(tok.encode(problem.prompt()))
+    return writer.write(budget)
+
+
+def test_the_base_is_clearly_more_accurate_than_the_small_model(pair):
+    tok = pair.tokenizer
+    base = sum(is_correct(tok.decode(_alone(pair.target, tok, p)), p.answer) for p in pair.test[:N]) / N
+    small = sum(is_correct(tok.decode(_alone(pair.small, tok, p)), p.answer) for p in pair.test[:N]) / N
+    assert base >= small + 0.2, (base, small)
+
+
+@pytest.mark.parametrize("threshold, author", [(10.0, "base"), (0.0, "small")])
+def test_specreason_limits_on_real_steps(pair, threshold, author):
+    tok = pair.tokenizer
+    problem = pair.test[1]
+    model = pair.target if author == "base" else pair.small
+    ref = _alone(model, tok, problem)
+    sr = SpecReason(pair.small, pair.target, tok, "likelihood", SpecReasonConfig(threshold=threshold, token_budget=320),
+                    base_drafter=ModelDrafter(pair.small), base_tree=4)
+    out = sr.run(problem.prompt())
+    assert out.tokens == ref and out.stop_reason == "finished"
+    assert len(out.steps) >= 3 and all(s.author == author for s in out.steps)
+    assert all(s.text.endswith("\n\n") for s in out.steps[:-1]) and "Answer:" in out.steps[-1].text
+
+
+@pytest.mark.parametrize("trigger", ["never", "always"])
+def test_speculative_thinking_limits_on_real_steps(pair, trigger):
+    tok = pair.tokenizer
+    problem = pair.test[2]
+    if trigger == "never":
+        config, model = SpeculativeThinkingConfig(triggers=Triggers.never(), token_budget=320), pair.small
+    else:
+        config = SpeculativeThinkingConfig(triggers=Triggers.always(), begin=True, begin_tokens=None,
+                                           takeover_tokens=None, token_budget=320)
+        model = pair.target
+    out = SpeculativeThinking(pair.small, pair.target, tok, config).run(problem.prompt())
+    assert out.tokens == _alone(model, tok, problem)
+
+
+def test_reflective_words_hand_the_check_steps_to_the_base(pair):
+    from multispec.reasoning.bench import zoo_thinking
+
+    tok = pair.tokenizer
+    triggered = 0
+    for problem in pair.test[:8]:
+        out = SpeculativeThinking(pair.small, pair.target, tok, zoo_thinking(320)).run(problem.prompt())
+        triggered += out.counters["triggers"]
+        assert out.counters["triggers"] == 0 or out.counters["large_tokens_written"] > 0
+    assert triggered > 0  # the zoo's solutions check results ("Let me check: ...")
+
+
+def test_judge_decoding(pair):
+    tok = pair.tokenizer
+    assert pair.judge is not None
+    exact_len, judge_len = [], []
+    for problem in pair.test[:6]:
+        ids = torch.tensor([tok.encode(problem.prompt())])
+        kw = dict(max_new_tokens=200, tree=4, eos_token_id=tok.eos_token_id)
+        exact = speculative_generate(pair.target, ModelDrafter(pair.small), ids, **kw)
+        off = speculative_generate(pair.target, ModelDrafter(pair.small), ids, rule=Judge(None), **kw)
+        assert torch.equal(off.sequences, exact.sequences)  # judge disabled: exact, token for token
+        judged = speculative_generate(pair.target, ModelDrafter(pair.small), ids, rule=Judge(pair.judge), **kw)
+        exact_len.append(exact.stats.mean_accepted_length)
+        judge_len.append(judged.stats.mean_accepted_length)
+    assert sum(judge_len) > sum(exact_len)
+
+
+def test_cli_bench_eval_and_train_judge(tmp_path, pair):
+    from multispec.cli import main
+    from multispec.reasoning import write_problems
+
+    out = tmp_path / "bench.json"
+    assert main(["bench", "reasoning", "--problems", "2", "--methods", "base,small,specreason,judge",
+                 "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["methods"]
+    assert set(rows) == {"base", "small", "specreason", "judge"} and rows["base"]["speedup_vs_base"] == 1.0
+    data = tmp_path / "problems.jsonl"
+    write_problems(pair.test[:2], data)
+    scores = tmp_path / "eval.json"
+    assert main(["eval", "reasoning", "--data", str(data), "--methods", "base,spec_thinking,verdict",
+                 "--json", str(scores)]) == 0
+    assert json.loads(scores.read_text())["problems"] == 2
+    assert main(["train", "judge", "--problems", "3", "--out", str(tmp_path / "judge")]) == 0
+    assert (tmp_path / "judge" / "judge.safetensors").exists()
+    assert main(["bench", "reasoning", "--methods", "tea"]) == 2
