@@ -149,8 +149,9 @@ class Batches:
 def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 200) -> dict:
     """Train one model of the recipe into `out` (skipped when `out` already holds it). A run that was cut off
     resumes from its last checkpoint (`out/resume.pt`: weights, optimiser, schedule, data stream)."""
-    from tqdm.auto import tqdm
     from transformers import LlamaForCausalLM
+
+    from multispec.zoo.training import train_steps
 
     report_file = out / "training_report.json"
     if report_file.exists():
@@ -164,8 +165,8 @@ def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 20
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}],
                             lr=recipe.lr, betas=(0.9, 0.95))
     warmup = max(1, recipe.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, s / recipe.steps)))))
+    cosine = lambda s: 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, s / recipe.steps)))  # noqa: E731 (to 0.1 lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * cosine(s))
     resume = out / "resume.pt"
     start, losses, seconds = 0, [], 0.0
     if resume.exists():
@@ -180,20 +181,14 @@ def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 20
         start, losses, seconds = state["step"], state["losses"], state["seconds"]
     model.train()
     t0 = time.time()
-    bar = tqdm(range(start, recipe.steps), desc=desc, unit="step", initial=start, total=recipe.steps)
-    for step in bar:
-        loss = model(**next(stream)).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-        bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
-        if (step + 1) % checkpoint_every == 0 and step + 1 < recipe.steps:
+
+    def checkpoint(done: int, losses: list[float]) -> None:
+        if done % checkpoint_every == 0 and done < recipe.steps:
             torch.save({"recipe": recipe.__dict__, "model": model.state_dict(), "opt": opt.state_dict(),
                         "sched": sched.state_dict(), "rng": stream.rng.getstate(), "torch_rng": torch.get_rng_state(),
-                        "step": step + 1, "losses": losses, "seconds": seconds + time.time() - t0}, resume)
+                        "step": done, "losses": losses, "seconds": seconds + time.time() - t0}, resume)
+
+    losses = train_steps(model, lambda _: next(stream), recipe.steps, opt, sched, desc, start, losses, checkpoint)
     model.eval()
     model.half().save_pretrained(out)  # shipped in fp16; loaded back in fp32
     report = {"recipe": recipe.__dict__, "params": sum(p.numel() for p in model.parameters()),
