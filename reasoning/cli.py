@@ -11,7 +11,7 @@ from multispec.cli import register_command
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default=None, help="comma-separated subset of: base, small, specreason, "
-                   "spec_thinking, verdict, exact, judge (default: all)")
+                   "spec_thinking, verdict, exact, judge, generate, assisted (default: all)")
     p.add_argument("--threshold", type=float, default=7.0, help="SpecReason's score threshold on the 0-9 scale")
     p.add_argument("--scorer", default="likelihood", choices=["likelihood", "prompt"],
                    help="how the base scores a step: its likelihood of it, or a 0-9 judging prompt")

@@ -9,7 +9,9 @@ Methods (each a name in `METHODS`):
 - `verdict`: Speculative Verdict (the experts answer, consensus keeps the top k, the base decides);
 - `exact`, `judge`: token-level speculative decoding of the base with the small model as drafter (chain of
   `k`), exact and with judge verification; both report the mean accepted length (tokens per base forward,
-  the correction included).
+  the correction included);
+- `generate`, `assisted`: the `transformers` baselines, the base's own greedy `generate` and assisted
+  generation with the small model as assistant (lossless, so their accuracy is the base's).
 
 Per method: `accuracy`, `latency_s` (mean per problem), `tokens` (mean generated), `speedup_vs_base`
 (base latency / method latency, from the same run), plus the method's own counts.
@@ -26,7 +28,7 @@ from tqdm.auto import tqdm
 
 from .data import Problem, format_prompt, is_correct
 
-METHODS = ("base", "small", "specreason", "spec_thinking", "verdict", "exact", "judge")
+METHODS = ("base", "small", "specreason", "spec_thinking", "verdict", "exact", "judge", "generate", "assisted")
 
 
 @dataclass
@@ -92,6 +94,15 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
         r = SpeculativeVerdict(experts, verdict, k=min(s.verdict_k, len(experts))).run(question)
         return {"text": r.text, "answer": r.answer, "seconds": r.seconds, "tokens": 0,
                 "counts": {"chosen": r.chosen}}
+    if method in ("generate", "assisted"):
+        ids = torch.tensor([prompt])
+        extra = {"assistant_model": models.small} if method == "assisted" else {}
+        with torch.no_grad():
+            seq = models.base.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=s.max_new_tokens,
+                                       do_sample=False, eos_token_id=eos, pad_token_id=_pad(tok, eos), **extra)
+        new = seq[0, len(prompt):].tolist()
+        new = new[: new.index(eos) + 1] if eos in new else new
+        return {"text": tok.decode(new), "seconds": time.perf_counter() - t0, "tokens": len(new)}
     if method in ("exact", "judge"):
         rule = None if method == "exact" else Judge(models.judge, s.judge_threshold)
         tally = JudgeStats()
@@ -105,6 +116,11 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
                 "counts": {"forwards": len(st.steps), "committed": st.committed, "drafted": st.drafted,
                            "accepted": st.accepted, "overrides": tally.overrides}}
     raise ValueError(f"method: unknown method {method!r}; expected one of {', '.join(METHODS)}")
+
+
+def _pad(tok, eos):
+    pad = getattr(tok, "pad_token_id", None)
+    return eos if pad is None else pad
 
 
 def evaluate(models: Models, problems: Sequence[Problem], methods: Sequence[str] = METHODS,

@@ -5,7 +5,8 @@ rejects a draft token (the first divergence in a step), the divergent token is t
 the token, then the base model's own greedy continuation to the end. The token is good (label 1) if that
 answer checks out, bad (0) otherwise. Its feature is the base's hidden state at the token, the state the
 judge reads during verification. Only divergent tokens are labelled: the judge is consulted only where
-the exact rule rejects (it is OR-ed with it).
+the exact rule rejects (it is OR-ed with it). Problems the base itself gets wrong are skipped: there a
+good token and a bad one both end at a wrong answer, so every label would read "bad".
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ class Divergence:
     target_token: int  # what the base chose instead
 
 
-def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos: int) -> list[Divergence]:
-    """Every first rejected draft token of a greedy speculative run (one per verification step)."""
+def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos: int
+                ) -> tuple[list[Divergence], list[int]]:
+    """Every first rejected draft token of a greedy speculative run (one per verification step), and the
+    run's output (the base's own greedy text)."""
     found: list[Divergence] = []
     session = Session(base, ModelDrafter(small), tree=k, eos_token_id=eos, rollback=False)
     session.append(torch.tensor([prompt]))
@@ -46,8 +49,8 @@ def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos
             before = session.tokens[0] + verdict.tokens[0, :acc].tolist()
             found.append(Divergence(before, int(draft.tokens[0, acc]), int(verdict.tokens[0, acc])))
 
-    session.generate(max_new_tokens, on_step=record)
-    return found
+    out = session.generate(max_new_tokens, on_step=record)[0]
+    return found, out
 
 
 def hidden_at(target, ids: list[int]) -> torch.Tensor:
@@ -62,10 +65,14 @@ def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int
     """Features [N, H], labels [N] and counts for the divergent draft tokens of `problems`."""
     eos = tokenizer.eos_token_id
     adapter = as_target(base)
-    feats, labels = [], []
+    feats, labels, skipped = [], [], 0
     for problem in tqdm(problems, desc="labelling divergences", disable=not progress):
         prompt = tokenizer.encode(problem.prompt())
-        for d in divergences(base, small, prompt, k, max_new_tokens, eos):
+        found, own = divergences(base, small, prompt, k, max_new_tokens, eos)
+        if not check(tokenizer.decode(own), problem.answer):
+            skipped += 1
+            continue
+        for d in found:
             text = d.prefix + [d.token]
             if len(text) - len(prompt) >= max_new_tokens:
                 continue
@@ -76,8 +83,9 @@ def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int
             feats.append(hidden_at(adapter, text))
             labels.append(int(good))
     if not feats:
-        raise ValueError("problems: no divergent draft tokens to label (the draft agrees with the base everywhere)")
-    return {"features": torch.stack(feats), "labels": torch.tensor(labels)}
+        raise ValueError(f"problems: no divergent draft tokens to label ({skipped} of {len(problems)} problems skipped "
+                         "because the base's own answer is wrong; on the rest the draft agrees with the base)")
+    return {"features": torch.stack(feats), "labels": torch.tensor(labels), "skipped_problems": skipped}
 
 
 def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777) -> dict:
@@ -95,6 +103,6 @@ def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777) ->
     chosen = [p for p in make_problems(problems * 2, seed, CHECK_RATE) if p.question not in held_out][:problems]
     data = label_divergences(base, small, chosen, ByteTokenizer())
     head, report = train_judge_head(data["features"], data["labels"])
-    report |= {"problems": len(chosen), "labelled": len(data["labels"])}
+    report |= {"problems": len(chosen), "labelled": len(data["labels"]), "skipped_problems": data["skipped_problems"]}
     head.save(folder / "judge", **report)
     return report

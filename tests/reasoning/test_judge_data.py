@@ -2,6 +2,7 @@
 base model's continuation after it checks out; its feature is the base's hidden state at that token (what the
 judge reads during verification)."""
 
+import pytest
 import torch
 
 from multispec.drafters import ModelDrafter
@@ -14,8 +15,8 @@ from reasoning_models import greedy
 
 def test_divergences_are_the_tokens_the_exact_rule_rejected(models, prompt):
     base, small = models
-    found = divergences(base, small, prompt, k=3, max_new_tokens=30, eos=2)
-    assert found
+    found, own = divergences(base, small, prompt, k=3, max_new_tokens=30, eos=2)
+    assert found and own == greedy(base, prompt, len(own))
     for d in found:
         assert greedy(base, d.prefix, 1) == [d.target_token] and d.token != d.target_token
         assert d.prefix[: len(prompt)] == prompt
@@ -24,15 +25,24 @@ def test_divergences_are_the_tokens_the_exact_rule_rejected(models, prompt):
 def test_labels_follow_the_checker_and_features_are_the_verification_states(models, tok):
     base, small = models
     problems = [Problem("What is 1 + 1?", 2), Problem("Compute 4 * 2.", 8)]
-    # a checker that likes even-length answers: both labels occur, and each is what the checker said
+    own = {tok.decode(divergences(base, small, tok.encode(p.prompt()), 3, 24, 2)[1]) for p in problems}
+    # a checker that passes the base's own answers and likes even-length ones: both labels occur
     data = label_divergences(base, small, problems, tok, k=3, max_new_tokens=24,
-                             check=lambda text, answer: len(text) % 2 == 0, progress=False)
+                             check=lambda text, answer: text in own or len(text) % 2 == 0, progress=False)
     assert data["features"].shape == (len(data["labels"]), base.config.hidden_size)
     assert set(data["labels"].tolist()) == {0, 1}
     prompt = tok.encode(problems[0].prompt())
-    d = divergences(base, small, prompt, 3, 24, 2)[0]
+    d = divergences(base, small, prompt, 3, 24, 2)[0][0]
     assert torch.allclose(data["features"][0], hidden_at(as_target(base), d.prefix + [d.token]))
     # the same state the verification pass hands the judge
     with torch.no_grad():
         h = base(torch.tensor([d.prefix + [d.token]]), output_hidden_states=True).hidden_states[-1][0, -1]
     assert torch.allclose(data["features"][0], h, atol=1e-4)
+
+
+def test_problems_the_base_gets_wrong_are_skipped(models, tok):
+    base, small = models
+    problems = [Problem("What is 1 + 1?", 2)]
+    with pytest.raises(ValueError, match="1 of 1 problems skipped"):
+        label_divergences(base, small, problems, tok, k=3, max_new_tokens=24, check=lambda text, answer: False,
+                          progress=False)
