@@ -18,6 +18,12 @@ def _pair():
     return load_pair()
 
 
+def default_threshold() -> float:
+    from multispec.reasoning import Settings
+
+    return Settings().threshold
+
+
 def chain_html(steps) -> str:
     parts = []
     for s in steps:
@@ -32,15 +38,17 @@ def chain_html(steps) -> str:
     return "".join(parts)
 
 
-def run(problem: int = 0, question: str = "", threshold: float = 7.0):
+def run(problem: int = 0, question: str = "", threshold: float | None = None):
     """Returns (results markdown, SpecReason chain HTML, Speculative Thinking chain HTML)."""
     from multispec.drafters import ModelDrafter
-    from multispec.reasoning import SpecReason, SpecReasonConfig, SpeculativeThinking, SpeculativeThinkingConfig, Writer
+    from multispec.reasoning import SpecReason, SpecReasonConfig, SpeculativeThinking, Writer
+    from multispec.reasoning.bench import zoo_thinking
     from multispec.reasoning.data import format_prompt, is_correct
 
     pair = _pair()
     if not isinstance(problem, int) or not 0 <= problem < len(pair.test):
         raise ValueError(f"problem: expected an index in [0, {len(pair.test)}) of the test split, got {problem!r}")
+    threshold = default_threshold() if threshold is None else threshold
     if not 0 <= float(threshold) <= 10:
         raise ValueError(f"threshold: expected a score in [0, 10], got {threshold!r}")
     answer = None
@@ -64,7 +72,7 @@ def run(problem: int = 0, question: str = "", threshold: float = 7.0):
                     SpecReasonConfig(threshold=float(threshold), token_budget=320),
                     base_drafter=ModelDrafter(pair.small), base_tree=4).run(prompt)
     results["SpecReason"] = (sr.text, sr.seconds)
-    st = SpeculativeThinking(pair.small, pair.target, tok, SpeculativeThinkingConfig(token_budget=320),
+    st = SpeculativeThinking(pair.small, pair.target, tok, zoo_thinking(320),
                              large_drafter=ModelDrafter(pair.small), large_tree=4).run(prompt)
     results["Speculative Thinking"] = (st.text, st.seconds)
     base_s = results["base alone"][1]
@@ -84,13 +92,14 @@ def build() -> None:
     import gradio as gr
 
     gr.Markdown("Step-level speculation on the zoo's `arith-reasoning` pair (byte-level Llamas trained on synthetic "
-                "step-by-step arithmetic: a 12-layer base and a 1-layer small model). SpecReason: the small model "
+                "step-by-step arithmetic: a 12-layer base and a small model). SpecReason: the small model "
                 "writes each step, the base model scores it (its likelihood of the step, 0-9) and rewrites the steps "
                 "scoring under the threshold. Speculative Thinking: the small model writes and the base takes over "
                 "after reflective words (check, verify, wait, yes). Green: the small model's text; blue: the base's.")
     with gr.Row():
         problem = gr.Number(0, label="test problem #", precision=0)
-        threshold = gr.Slider(0, 10, value=7.0, step=0.5, label="SpecReason threshold (10: every step is the base's)")
+        threshold = gr.Slider(0, 10, value=default_threshold(), step=0.5,
+                              label="SpecReason threshold (10: every step is the base's)")
     question = gr.Textbox(label="or your own question (arithmetic in the training style)", lines=2)
     go = gr.Button("solve", variant="primary")
     table = gr.Markdown()

@@ -83,18 +83,21 @@ def _sync(device: torch.device) -> None:
 class SpanScore:
     """`logprobs[b, i]`: the target's log-probability of span token i after the context and tokens < i
     (raw logits, no sampling transform); `top_logprobs[b, i]`: the largest log-probability at that position
-    (the target's own choice there); `next_logits[b]`: the target's logits after the whole span (None
-    after `append`, whose pass does not read the last appended token)."""
+    (the target's own choice there), `top_tokens[b, i]` that choice (the argmax: what greedy decoding
+    would have written); `next_logits[b]`: the target's logits after the whole span (None after `append`,
+    whose pass does not read the last appended token)."""
 
     logprobs: torch.Tensor
     top_logprobs: torch.Tensor
     next_logits: torch.Tensor | None = None
+    top_tokens: torch.Tensor | None = None
 
     @staticmethod
     def of(logits: torch.Tensor, tokens: torch.Tensor, next_logits: torch.Tensor | None = None) -> "SpanScore":
         """From the logits predicting `tokens` [B, n] ([B, n, V])."""
         logp = torch.log_softmax(logits.float(), dim=-1)
-        return SpanScore(logp.gather(2, tokens[..., None])[..., 0], logp.max(dim=-1).values, next_logits)
+        top = logp.max(dim=-1)
+        return SpanScore(logp.gather(2, tokens[..., None])[..., 0], top.values, next_logits, top.indices)
 
     @property
     def total(self) -> torch.Tensor:

@@ -29,7 +29,10 @@ DEFAULT_LEAD = "I think the quality score is: "
 
 
 class StepScorer:
-    """Interface: `score(writer, step_tokens) -> float` in [0, 9]; appends the step to `writer`."""
+    """Interface: `score(writer, step_tokens) -> float` in [0, 9]; appends the step to `writer`, and leaves
+    the writer's scores of the step in `last_scores` (a `SpanScore`; None if the scorer does not read them)."""
+
+    last_scores = None
 
     def score(self, writer, step: list[int]) -> float:
         raise NotImplementedError
@@ -46,8 +49,9 @@ class LogLikelihoodScorer(StepScorer):
 
     def score(self, writer, step: list[int]) -> float:
         if not step:
+            self.last_scores = None
             return 9.0
-        scored = writer.append(step)
+        scored = self.last_scores = writer.append(step)
         logp, top = scored.logprobs[0], scored.top_logprobs[0]
         if self.reduce == "min_ratio":
             value = float((logp - top).min().exp())
@@ -111,8 +115,7 @@ class PromptScorer(StepScorer):
         return f"PromptScorer({self.method!r})"
 
     def score(self, writer, step: list[int]) -> float:
-        if step:
-            writer.append(step)
+        self.last_scores = writer.append(step) if step else None
         logits = writer.score(self.suffix()).next_logits[0].float()
         return self.from_logits(logits)
 

@@ -34,6 +34,36 @@ def test_threshold_above_nine_gives_the_base_models_own_text(models, tok, prompt
     assert out.counters["accepted"] == 0 and out.counters["rejected"] == len(out.steps)
 
 
+@pytest.mark.parametrize("keep_agreed", [True, False])
+def test_a_rejected_step_starts_with_the_draft_prefix_the_base_agrees_with(models, tok, prompt, keep_agreed):
+    base, _ = models
+    ref = greedy(base, prompt, BUDGET)
+    # the base as its own small model: every step is rejected (threshold 10), yet the base agrees with all of it
+    sr = SpecReason(base, base, tok, "likelihood", _config(frequent(ref), 10.0), keep_agreed=keep_agreed)
+    out = sr.run(prompt)
+    assert out.tokens == ref[: len(out.tokens)] and out.counters["rejected"] == len(out.steps)
+    kept = out.counters["base_tokens_kept_from_drafts"]
+    assert kept == (len(out.tokens) if keep_agreed else 0)
+    assert out.counters["base_tokens_written"] == len(out.tokens) - kept
+
+
+def test_kept_prefixes_never_split_a_multi_token_separator(models, tok, prompt):
+    base, small = models
+    ref = greedy(base, prompt, 96)
+    pairs = [tuple(ref[i: i + 2]) for i in range(len(ref) - 1) if max(ref[i: i + 2]) < 128]
+    sep = max(set(pairs), key=pairs.count)  # a two-token separator the base writes
+    config = SpecReasonConfig(threshold=10.0, separator=chr(sep[0]) + chr(sep[1]), max_step_tokens=20,
+                              token_budget=96, markers=(), stop_on_repeat=False)
+    for drafter in (small, base):
+        out = SpecReason(drafter, base, tok, "likelihood", config).run(prompt)
+        assert out.tokens == ref[: len(out.tokens)]
+        for step in out.steps[:-1]:  # each step ends at the first separator in it, or at max_step_tokens
+            body = step.tokens[:-2] if tuple(step.tokens[-2:]) == sep else step.tokens
+            assert all(tuple(body[i: i + 2]) != sep for i in range(len(body) - 1))
+            assert tuple(step.tokens[-2:]) == sep or len(step.tokens) == 20
+        assert any(tuple(step.tokens[-2:]) == sep for step in out.steps)
+
+
 def test_threshold_zero_gives_the_small_models_own_text(models, tok, prompt):
     base, small = models
     ref = greedy(small, prompt, BUDGET)
