@@ -1,9 +1,11 @@
 """The reasoning zoo pair, `arith-reasoning`: byte-level Llamas trained here on synthetic arithmetic with
 step-by-step solutions (`multispec.reasoning.data`).
 
-- `base/`: the base model (deep and narrow, so one forward costs over 10x the small model's on a CPU);
-- `small/`: the small model (one layer), much less accurate on the arithmetic;
+- `base/`: the base model (12 layers, deep and narrow);
+- `small/`: the small model (2 layers), much less accurate on the arithmetic;
 - `experts/*`: further small models (other sizes and seeds): Speculative Verdict's draft experts;
+The models are stored in int8 (`multispec.zoo.int8`: half of fp16, for the zoo's 100 MB) and load as fp32
+`LlamaForCausalLM`s.
 - `judge/`: a judge head on the base's hidden states, trained on automatically labelled draft tokens.
 The held-out test split is `test.jsonl` (problems whose questions the training data never contains).
 
@@ -23,6 +25,8 @@ from pathlib import Path
 import torch
 
 from multispec.zoo import ZooEntry, ZooPair, bytes_lm
+from multispec.zoo.int8 import FILE as INT8_FILE
+from multispec.zoo.int8 import load_int8, save_int8
 
 from .data import Problem, make_problems, read_problems, training_text, write_problems
 
@@ -65,12 +69,13 @@ class Recipe:
 
 
 BASE = Recipe(hidden=128, layers=12, heads=4, kv_heads=2, intermediate=384, steps=3500, batch_size=16, lr=2e-3)
-SMALL = Recipe(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=192, steps=2000, batch_size=16, lr=4e-3)
+# Two layers at least: a one-layer model cannot copy the question's numbers into its steps (no induction).
+SMALL = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=6000, batch_size=16, lr=3e-3)
 EXPERTS = {  # Speculative Verdict's draft experts besides `small`
-    "expert-2layer": Recipe(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=192, steps=2000, batch_size=16,
+    "expert-1layer": Recipe(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=192, steps=10000, batch_size=16,
+                            lr=4e-3),
+    "expert-2layer": Recipe(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=192, steps=3000, batch_size=16,
                             lr=4e-3, seed=1),
-    "expert-wide": Recipe(hidden=96, layers=1, heads=2, kv_heads=1, intermediate=256, steps=2000, batch_size=16,
-                          lr=4e-3, seed=2),
 }
 
 
@@ -190,7 +195,7 @@ def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 20
 
     losses = train_steps(model, lambda _: next(stream), recipe.steps, opt, sched, desc, start, losses, checkpoint)
     model.eval()
-    model.half().save_pretrained(out)  # shipped in fp16; loaded back in fp32
+    save_int8(model, out)  # shipped in int8 (the zoo's budget); loaded back in fp32
     report = {"recipe": recipe.__dict__, "params": sum(p.numel() for p in model.parameters()),
               "final_loss": sum(losses[-50:]) / len(losses[-50:]), "seconds": round(seconds + time.time() - t0)}
     report_file.write_text(json.dumps(report, indent=2))
@@ -199,10 +204,13 @@ def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 20
 
 
 def load_model(folder: Path):
+    """A model of the pair: int8 storage (`multispec.zoo.int8`), or a `save_pretrained` folder."""
     from transformers import LlamaForCausalLM
 
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {NAME}`")
+    if (folder / INT8_FILE).exists():
+        return load_int8(LlamaForCausalLM, folder)
     return LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
@@ -245,6 +253,6 @@ def train_pair(folder: str | Path, quick: bool = False) -> dict:
 
 
 def zoo_entry() -> ZooEntry:
-    return ZooEntry(NAME, "byte-level Llamas on synthetic step-by-step arithmetic: a 12-layer base, a 1-layer small "
+    return ZooEntry(NAME, "byte-level Llamas on synthetic step-by-step arithmetic: a 12-layer base, a 2-layer small "
                     "model, two more small experts and a judge head (multispec.reasoning)", None,
                     lambda folder: load_pair(folder), lambda folder: train_pair(folder))
