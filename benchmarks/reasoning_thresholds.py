@@ -16,8 +16,9 @@ from multispec.reasoning.bench import zoo_models
 from multispec.reasoning.evaluate import markdown
 
 VALIDATION_SEED = 4242
-SPECREASON = (1.0, 2.0, 3.0, 4.5, 6.0, 7.0)
-JUDGE = (0.3, 0.5, 0.7, 0.9)
+SPECREASON = (0.5, 1.0, 2.0, 3.0, 4.5, 7.0)
+JUDGE = (0.1, 0.3, 0.5, 0.7, 0.9)
+JUDGE_K = (4, 16)  # chain lengths: exact accepts most of a 4-token chain already, which caps the judge's gain
 
 
 def main() -> None:
@@ -25,9 +26,10 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=60)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--weights", default=None, help="a retrained pair's folder (default: the shipped one)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    models, test = zoo_models()
+    models, test = zoo_models(args.weights)
     held_out = {p.question for p in test}
     problems = [p for p in make_problems(args.problems * 2, VALIDATION_SEED) if p.question not in held_out]
     problems = problems[: args.problems]
@@ -43,10 +45,17 @@ def main() -> None:
                                                                                r["specreason"]["latency_s"], 3)}
         print(f"SpecReason threshold {t}: {out['specreason'][str(t)]}")
     if models.judge is not None:
-        for t in JUDGE:
-            r = evaluate(models, problems, ["judge"], Settings(judge_threshold=t), progress=False, warmup=False)
-            out["judge"][str(t)] = r["judge"]
-            print(f"judge threshold {t}: {r['judge']}")
+        for k in JUDGE_K:
+            exact = base["exact"] if k == Settings.k else evaluate(models, problems, ["exact"], Settings(k=k),
+                                                                  progress=False, warmup=False)["exact"]
+            out["judge"][f"k{k}"] = {"exact": exact}
+            print(f"exact, k={k}: {exact}")
+            for t in JUDGE:
+                r = evaluate(models, problems, ["judge"], Settings(k=k, judge_threshold=t), progress=False,
+                             warmup=False)["judge"]
+                r["accepted_length_vs_exact"] = round(r["mean_accepted_length"] / exact["mean_accepted_length"], 3)
+                out["judge"][f"k{k}"][str(t)] = r
+                print(f"judge k={k} threshold {t}: {r}")
     save_results(out, args.json)
 
 

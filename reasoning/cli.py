@@ -12,7 +12,9 @@ from multispec.cli import register_command
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default=None, help="comma-separated subset of: base, small, specreason, "
                    "spec_thinking, verdict, exact, judge, generate, assisted (default: all)")
-    p.add_argument("--threshold", type=float, default=7.0, help="SpecReason's score threshold on the 0-9 scale")
+    p.add_argument("--threshold", type=float, default=None, help="SpecReason's score threshold on the 0-9 scale "
+                   "(default 3, chosen for the likelihood scorer on the zoo pair's validation split; the reference "
+                   "uses 7 with its prompt scorer)")
     p.add_argument("--scorer", default="likelihood", choices=["likelihood", "prompt"],
                    help="how the base scores a step: its likelihood of it, or a 0-9 judging prompt")
     p.add_argument("--k", type=int, default=4, help="drafts per token-level step")
@@ -25,7 +27,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def _settings(args):
     from .evaluate import Settings
 
-    return Settings(threshold=args.threshold, scorer=args.scorer, k=args.k, judge_threshold=args.judge_threshold,
+    threshold = Settings.threshold if args.threshold is None else args.threshold
+    return Settings(threshold=threshold, scorer=args.scorer, k=args.k, judge_threshold=args.judge_threshold,
                     max_new_tokens=args.max_new_tokens)
 
 
