@@ -18,12 +18,17 @@ def zoo_models(weights: str | None = None) -> tuple[Models, list]:
 
 
 def zoo_thinking(budget: int):
-    """Speculative Thinking's knobs for the zoo's short solutions (~100-200 bytes, where the reference's are
-    for thousands of tokens): a look-ahead long enough to hold "Let me check" / "Wait", the large model
-    writing the reflective step up to its delimiter, 30 more tokens after a verify word."""
-    from .spec_thinking import SpeculativeThinkingConfig
+    """Speculative Thinking's knobs for the zoo's short solutions (~60 bytes, where the reference's are for
+    thousands of tokens): a look-ahead long enough to hold "Let me check" / "Wait", the large model writing
+    the reflective step up to its delimiter, 30 more tokens after a verify word. The pair's solutions end in
+    "Answer: N", its "final answer", so "answer" joins the positive words: greedy decoding of this pair
+    writes its optional check steps too rarely for the reference's words alone to fire (measured: none in
+    60 held-out problems)."""
+    from .spec_thinking import SpeculativeThinkingConfig, Triggers
 
-    return SpeculativeThinkingConfig(lookahead_tokens=12, takeover_tokens=None, verify_tokens=30, token_budget=budget)
+    triggers = Triggers(positive=Triggers().positive + ("answer",))
+    return SpeculativeThinkingConfig(triggers=triggers, lookahead_tokens=12, takeover_tokens=None, verify_tokens=30,
+                                     token_budget=budget)
 
 
 def run(quick: bool = False, json_path: str | None = None, threads: int | None = None, problems: int | None = None,

@@ -63,7 +63,7 @@ def test_speculative_thinking_limits_on_real_steps(pair, trigger):
     assert out.tokens == _alone(model, tok, problem)
 
 
-def test_reflective_words_hand_the_check_steps_to_the_base(pair):
+def test_the_zoo_triggers_hand_the_final_answer_to_the_base(pair):
     from multispec.reasoning.bench import zoo_thinking
 
     tok = pair.tokenizer
@@ -72,7 +72,7 @@ def test_reflective_words_hand_the_check_steps_to_the_base(pair):
         out = SpeculativeThinking(pair.small, pair.target, tok, zoo_thinking(320)).run(problem.prompt())
         triggered += out.counters["triggers"]
         assert out.counters["triggers"] == 0 or out.counters["large_tokens_written"] > 0
-    assert triggered > 0  # the zoo's solutions check results ("Let me check: ...")
+    assert triggered >= 8  # every solution ends in "Answer: N", a trigger of the zoo's knobs
 
 
 def test_judge_decoding(pair):
