@@ -80,6 +80,10 @@ def render(path: Path) -> str:
         lines += ["| rows | per-row walk ms | batched walk ms |", "| --- | --- | --- |"]
         for r in data["rows"]:
             lines.append(f"| {r['rows']} | {r['per_row_ms']:.3f} | {r['batched_ms']:.3f} |")
+    elif data.get("benchmark") == "reasoning":  # bench reasoning
+        from multispec.reasoning.evaluate import markdown
+
+        lines += ["", markdown(data["methods"])]
     elif "identical" in data:  # reproducibility
         lines += ["| generation | identical across processes |", "| --- | --- |"]
         for k, v in data["identical"].items():
