@@ -54,10 +54,18 @@ def _apply(a: int, op: str, b: int) -> int:
     return {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
 
 
-def phrase(a: int, op: str, b: int, rng: random.Random) -> str:
-    """One equivalent way of writing `a op b = r`."""
+STYLES = ("mixed", "words")
+
+
+def phrase(a: int, op: str, b: int, rng: random.Random, style: str = "mixed") -> str:
+    """One equivalent way of writing `a op b = r`. `style`: "mixed" (symbols 45%, "a plus b is r" 25%, "Add a
+    to b: r" 30%) or "words" (never symbols: a writer with another habit, same random draws)."""
     r = _apply(a, op, b)
     kind = rng.random()
+    if style == "words":
+        kind = 0.45 + 0.55 * kind
+    elif style != "mixed":
+        raise ValueError(f"style: expected one of {', '.join(STYLES)}, got {style!r}")
     if kind < 0.45:
         return f"{a} {rng.choice(_SYMBOL[op])} {b} = {r}"
     if kind < 0.7:
@@ -150,8 +158,8 @@ def _word(rng: random.Random) -> tuple[str, list[tuple[int, str, int]], list[str
         ["The rows hold ", "After the cut, ", "With the new trees, "]
 
 
-def make_problem(rng: random.Random, check_rate: float = 0.25) -> Problem:
-    """One random problem with a worked solution in random phrasings."""
+def make_problem(rng: random.Random, check_rate: float = 0.25, style: str = "mixed") -> Problem:
+    """One random problem with a worked solution in random phrasings (of `style`, see `phrase`)."""
     if rng.random() < 0.4:
         question, ops = _expression(rng)
         leads = [""] * len(ops)
@@ -159,7 +167,7 @@ def make_problem(rng: random.Random, check_rate: float = 0.25) -> Problem:
         question, ops, leads = _word(rng)
     steps = []
     for (a, op, b), lead in zip(ops, leads):
-        text = phrase(a, op, b, rng)
+        text = phrase(a, op, b, rng, style)
         if lead and rng.random() < 0.5:
             text = lead + text[0].lower() + text[1:]
         steps.append(text + ".")

@@ -7,9 +7,9 @@ Methods (each a name in `METHODS`):
   drafted by the small model token by token;
 - `spec_thinking`: Speculative Thinking (the small model writes, the base takes over at reflective words);
 - `verdict`: Speculative Verdict (the experts answer, consensus keeps the top k, the base decides);
-- `exact`, `judge`: token-level speculative decoding of the base with the small model as drafter (chain of
-  `k`), exact and with judge verification; both report the mean accepted length (tokens per base forward,
-  the correction included);
+- `exact`, `judge`: token-level speculative decoding of the base with the small model (or
+  `Models.token_drafter`) as drafter (chain of `k`), exact and with judge verification; both report the
+  mean accepted length (tokens per base forward, the correction included);
 - `generate`, `assisted`: the `transformers` baselines, the base's own greedy `generate` and assisted
   generation with the small model as assistant (lossless, so their accuracy is the base's).
 
@@ -39,8 +39,13 @@ class Models:
     small: object
     tokenizer: object
     experts: dict = field(default_factory=dict)
-    judge: object = None  # a JudgeHead
+    judge: object = None  # a JudgeHead (trained on the drafts of the token-level rows' drafter)
     prompt: object = format_prompt  # question -> the text the models continue
+    token_drafter: object = None  # the draft model of `exact`, `judge`, `assisted` (None: `small`)
+
+    @property
+    def drafter_model(self):
+        return self.small if self.token_drafter is None else self.token_drafter
 
 
 @dataclass
@@ -98,7 +103,7 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
                 "counts": {"chosen": r.chosen}}
     if method in ("generate", "assisted"):
         ids = torch.tensor([prompt])
-        extra = {"assistant_model": models.small} if method == "assisted" else {}
+        extra = {"assistant_model": models.drafter_model} if method == "assisted" else {}
         with torch.no_grad():
             seq = models.base.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=s.max_new_tokens,
                                        do_sample=False, eos_token_id=eos, pad_token_id=_pad(tok, eos), **extra)
@@ -109,8 +114,9 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
         rule = None if method == "exact" else Judge(models.judge, s.judge_threshold)
         tally = JudgeStats()
         ids = torch.tensor([prompt])
-        out = speculative_generate(models.base, ModelDrafter(models.small), ids, max_new_tokens=s.max_new_tokens,
-                                   tree=s.k, rule=rule, eos_token_id=eos, on_step=tally)
+        out = speculative_generate(models.base, ModelDrafter(models.drafter_model), ids,
+                                   max_new_tokens=s.max_new_tokens, tree=s.k, rule=rule, eos_token_id=eos,
+                                   on_step=tally)
         new = out.sequences[0, len(prompt):].tolist()
         new = new[: new.index(eos) + 1] if eos in new else new
         st = out.stats

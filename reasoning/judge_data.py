@@ -88,21 +88,22 @@ def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int
     return {"features": torch.stack(feats), "labels": torch.tensor(labels), "skipped_problems": skipped}
 
 
-def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777) -> dict:
-    """Label divergences of the pair in `folder` on `problems` training-distribution problems and train its
-    judge head into `folder/judge` (skipped when it exists)."""
+def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, drafter: str = "small",
+                    out: str = "judge") -> dict:
+    """Label divergences of the base in `folder` with the drafter in `folder/drafter` on `problems`
+    training-distribution problems and train its judge head into `folder/out` (skipped when it exists)."""
     from .data import make_problems
     from .zoo_pair import CHECK_RATE, ByteTokenizer, load_model, test_split
 
     folder = Path(folder)
-    config = folder / "judge" / "judge_config.json"
+    config = folder / out / "judge_config.json"
     if config.exists():
         return json.loads(config.read_text())
-    base, small = load_model(folder / "base"), load_model(folder / "small")
+    base, small = load_model(folder / "base"), load_model(folder / drafter)
     held_out = {p.question for p in test_split()}
     chosen = [p for p in make_problems(problems * 2, seed, CHECK_RATE) if p.question not in held_out][:problems]
     data = label_divergences(base, small, chosen, ByteTokenizer())
     head, report = train_judge_head(data["features"], data["labels"])
     report |= {"problems": len(chosen), "labelled": len(data["labels"]), "skipped_problems": data["skipped_problems"]}
-    head.save(folder / "judge", **report)
+    head.save(folder / out, **report)
     return report

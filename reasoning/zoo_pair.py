@@ -63,6 +63,7 @@ class Recipe:
     batch_size: int
     lr: float
     seed: int = SEED
+    style: str = "mixed"  # the solutions' phrasing habit (`multispec.reasoning.data.phrase`)
 
     def config(self):
         return llama_config(self.hidden, self.layers, self.heads, self.kv_heads, self.intermediate)
@@ -71,6 +72,10 @@ class Recipe:
 BASE = Recipe(hidden=128, layers=12, heads=4, kv_heads=2, intermediate=384, steps=3500, batch_size=16, lr=2e-3)
 # Two layers at least: a one-layer model cannot copy the question's numbers into its steps (no induction).
 SMALL = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=6000, batch_size=16, lr=3e-3)
+# A drafter with another writing habit (never "a + b = r"): its steps differ from the base's choice while
+# being right, the case judge verification is for. Not shipped (benchmarks/reasoning_styled_drafter.py).
+STYLED = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=3000, batch_size=16, lr=3e-3,
+                seed=3, style="words")
 EXPERTS = {  # Speculative Verdict's draft experts besides `small`
     "expert-1layer": Recipe(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=192, steps=10000, batch_size=16,
                             lr=4e-3),
@@ -133,7 +138,7 @@ class Batches:
                 rows.append(self.tok.encode(text))
                 learn.append(read)
                 continue
-            p = make_problem(self.rng, CHECK_RATE)
+            p = make_problem(self.rng, CHECK_RATE, self.recipe.style)
             if p.question in self.held_out:
                 continue
             ids = self.tok.encode(training_text(p, chr(EOS)))[:MAX_LEN]

@@ -59,3 +59,20 @@ def test_answers_are_read_after_the_last_marker():
     assert extract_answer("so #### 1,234") == 1234
     assert extract_answer("no answer here") is None
     assert is_correct("Answer: 12\n", 12) and not is_correct("Answer: 13", 12)
+
+
+def test_the_words_style_never_writes_symbols_and_keeps_the_same_problems():
+    import random
+
+    from multispec.reasoning.data import make_problem, phrase
+
+    mixed = [make_problem(random.Random(i), 0.25) for i in range(200)]
+    words = [make_problem(random.Random(i), 0.25, "words") for i in range(200)]
+    assert [(p.question, p.answer) for p in mixed] == [(p.question, p.answer) for p in words]
+    for p in words:
+        for step in p.solution.split("\n\n"):
+            if not any(w in step for w in ("check", "Check", "verify")):  # check steps keep their symbols
+                assert not re.search(r"\d [-+*x/] \d", step), step
+    assert sum(s != w for s, w in zip(mixed, words)) > 100  # the habits differ
+    with pytest.raises(ValueError, match="style"):
+        phrase(1, "+", 2, random.Random(0), "emoji")

@@ -37,3 +37,13 @@ def test_bad_method_lists_are_refused(models, tok):
         evaluate(m, [Problem("q", 1)], ["tea_leaves"], progress=False)
     with pytest.raises(ValueError, match="judge"):
         evaluate(m, [Problem("q", 1)], ["judge"], progress=False)
+
+
+def test_the_token_level_rows_use_the_token_drafter(models, tok):
+    base, small = models
+    m = Models(base, small, tok, token_drafter=base)  # the base drafting for itself: every draft is accepted
+    r = evaluate(m, [Problem("What is 2 + 2?", 4)], ["exact"], Settings(max_new_tokens=24, k=3), progress=False)
+    assert r["exact"]["acceptance_rate"] == 1.0
+    r = evaluate(Models(base, small, tok), [Problem("What is 2 + 2?", 4)], ["exact"], Settings(max_new_tokens=24, k=3),
+                 progress=False)
+    assert r["exact"]["acceptance_rate"] < 1.0

@@ -1,0 +1,79 @@
+"""Judge decoding where it should help: a drafter with another writing habit.
+
+The zoo's small model writes like the base (same data, same phrasing mix), so exact decoding already accepts
+~97% of its tokens and no rule can lengthen the accepted runs much. This script trains a drafter on the same
+problems written in another habit (`STYLED`: never "a + b = r"; 2 layers, 3,000 steps), labels its
+divergences from the base and trains its judge head, then sweeps the judge's threshold on the validation
+split beside exact decoding with the same drafter. Stages already in `--out` are not redone.
+
+    python benchmarks/reasoning_styled_drafter.py --out /tmp/styled [--problems 100]
+        [--json benchmarks/results/reasoning_styled_drafter.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+import torch
+
+from multispec import zoo
+from multispec.bench.machine import describe, machine_info, save_results
+from multispec.judge import JudgeHead
+from multispec.reasoning import Models, Settings, evaluate, make_problems
+from multispec.reasoning.bench import zoo_models
+from multispec.reasoning.judge_data import train_zoo_judge
+from multispec.reasoning.zoo_pair import NAME, STYLED, load_model, train_model
+
+VALIDATION_SEED = 4242
+JUDGE = (0.5, 0.9, 0.97, 0.99)
+K = (4, 16)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", required=True, help="folder for the styled drafter and its judge head")
+    parser.add_argument("--problems", type=int, default=100)
+    parser.add_argument("--label-problems", type=int, default=150, help="problems whose divergences are labelled")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    if not (out / "base").exists():  # the judge is trained on the shipped base's hidden states
+        shutil.copytree(zoo.path(NAME) / "base", out / "base")
+    train_model(STYLED, out / "styled" / "small", "styled")
+    report = train_zoo_judge(out, problems=args.label_problems, drafter="styled/small", out="styled/judge")
+
+    models, test = zoo_models()
+    models.token_drafter = load_model(out / "styled" / "small")
+    models.judge = JudgeHead.load(out / "styled" / "judge")
+    held_out = {p.question for p in test}
+    problems = [p for p in make_problems(args.problems * 2, VALIDATION_SEED) if p.question not in held_out]
+    problems = problems[: args.problems]
+    result = {"machine": machine_info(), "problems": len(problems), "seed": VALIDATION_SEED, "judge_training": report,
+              "styled_alone": None, "runs": {}}
+    print(f"styled drafter, validation split, {len(problems)} problems ({describe(result['machine'])})")
+    alone = evaluate(models, problems, ["base"], Settings(), progress=False)["base"]
+    styled = Models(models.token_drafter, models.small, models.tokenizer)  # the styled drafter alone
+    result["styled_alone"] = evaluate(styled, problems, ["base"], Settings(), progress=False)["base"]
+    print(f"base alone: accuracy {alone['accuracy']}; styled drafter alone: {result['styled_alone']['accuracy']}")
+    for k in K:
+        exact = evaluate(models, problems, ["base", "exact"], Settings(k=k), progress=False)
+        row = {"base": exact["base"], "exact": exact["exact"]}
+        print(f"k={k} exact: accuracy {exact['exact']['accuracy']}, accepted length "
+              f"{exact['exact']['mean_accepted_length']}, {exact['exact']['speedup_vs_base']}x")
+        for t in JUDGE:
+            r = evaluate(models, problems, ["judge"], Settings(k=k, judge_threshold=t), progress=False,
+                         warmup=False)["judge"]
+            r["accepted_length_vs_exact"] = round(r["mean_accepted_length"] / exact["exact"]["mean_accepted_length"], 3)
+            row[str(t)] = r
+            print(f"k={k} judge {t}: accuracy {r['accuracy']}, accepted length {r['mean_accepted_length']} "
+                  f"({r['accepted_length_vs_exact']}x exact), overrides {r['overrides']}")
+        result["runs"][f"k{k}"] = row
+    save_results(result, args.json)
+
+
+if __name__ == "__main__":
+    main()
