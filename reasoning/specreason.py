@@ -56,7 +56,6 @@ class SpecReason:
         self.scorer = resolve_scorer(scorer, tokenizer)
         self.config = config or SpecReasonConfig()
         self.base_drafter, self.base_tree, self.keep_agreed = base_drafter, base_tree, keep_agreed
-        self._last_kept = 0
         self.sep = separator_ids(tokenizer, self.config.separator)
         self.eos = getattr(tokenizer, "eos_token_id", None)
 
@@ -90,8 +89,8 @@ class SpecReason:
                     tokens = draft
                     step = Step(tokens, self.tokenizer.decode(tokens), "small", score)
                 else:
-                    tokens = self._rewrite(base, mark_base, draft, room)
-                    kept += min(len(tokens), self._last_kept)
+                    tokens, n_kept = self._rewrite(base, mark_base, draft, room)
+                    kept += n_kept
                     small.rollback(mark_small)
                     small.append(tokens)
                     step = Step(tokens, self.tokenizer.decode(tokens), "base", score,
@@ -108,8 +107,9 @@ class SpecReason:
                     "score_s": round(score_s, 4)}
         return ReasoningOutput(tokens, self.tokenizer.decode(tokens), steps, reason, time.perf_counter() - t0, counters)
 
-    def _rewrite(self, base, mark, draft: list[int], room: int) -> list[int]:
-        """The base's own step after it rejected `draft`. The scoring pass already gave the base's greedy
+    def _rewrite(self, base, mark, draft: list[int], room: int) -> tuple[list[int], int]:
+        """The base's own step after it rejected `draft`, and how many of its tokens came from the scoring
+        pass. The scoring pass already gave the base's greedy
         choice at every draft position, so the prefix it agrees with plus its own next token is exactly what
         it would write first (greedy): that is kept (one pass to re-read it), and the base writes on from
         there. A kept text ending inside a multi-token separator is cut before it, so the base's stop
@@ -123,14 +123,13 @@ class SpecReason:
             kept = kept[:room]
             while kept and any(kept[-j:] == self.sep[:j] for j in range(1, len(self.sep))):
                 kept.pop()
-        self._last_kept = len(kept)
         base.rollback(mark)
         if not kept:
-            return base.write(room, [self.sep])
+            return base.write(room, [self.sep]), 0
         base.append(kept)
         if len(kept) >= room or kept[-1] in base.eos or kept[-len(self.sep):] == self.sep:
-            return kept
-        return kept + base.write(room - len(kept), [self.sep])
+            return kept, len(kept)
+        return kept + base.write(room - len(kept), [self.sep]), len(kept)
 
 
 def _check_vocab(small, base) -> None:
