@@ -44,8 +44,8 @@ def highlight(steps, decode) -> str:
     return '<div style="font-family:monospace;white-space:pre-wrap">' + "".join(parts) + "</div>"
 
 
-def run(image, question: str, max_new_tokens: int = 160, chain_k: int = 4, depth: int = 4, topk: int = 4,
-        total: int = 15) -> tuple[str, str, str]:
+def run(image, question: str, max_new_tokens: int = 160, chain_k: int = 8, depth: int = 8, topk: int = 2,
+        total: int = 16) -> tuple[str, str, str]:
     """Returns (summary markdown, plain answer, highlighted answer of the fastest drafter)."""
     from multispec.vision.zoo_vlm import EOS, PAD
 
@@ -101,7 +101,7 @@ def build() -> None:
             new = gr.Button("new sample")
             question = gr.Textbox(first_question, label="question")
             max_new = gr.Slider(8, 256, value=160, step=8, label="new tokens at most")
-            k = gr.Slider(1, 8, value=4, step=1, label="chain length k")
+            k = gr.Slider(1, 12, value=8, step=1, label="chain length k")
     go = gr.Button("answer", variant="primary")
     table = gr.Markdown()
     answer = gr.Textbox(label="answer (plain decoding)")

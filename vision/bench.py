@@ -6,12 +6,14 @@ dynamic trees. Every output is compared with plain decoding."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from multispec import DynamicTree, zoo
 from multispec.bench.machine import describe, machine_info, save_results
 
-from .evaluate import VQAItem, run_vqa, vqa_methods
+from .evaluate import CHAIN_K, TREE, VQAItem, chain_lengths, run_vqa, vqa_methods
 from .vqa_synth import generate_vqa
 from .zoo_pair import DRAFTERS, NAME, TEST_SEED, load_assistant, load_drafters
 from .zoo_vlm import EOS, PAD
@@ -23,7 +25,7 @@ def bench_items(count: int, seed: int = TEST_SEED) -> list[VQAItem]:
 
 
 def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int | None = None,
-        threads: int | None = None, chain_k: int = 4, tree: DynamicTree | None = None,
+        threads: int | None = None, chain_k: int | Sequence[int] = CHAIN_K, tree: DynamicTree | None = None,
         weights: str | None = None, drafters: tuple[str, ...] = DRAFTERS) -> dict:
     if threads:
         torch.set_num_threads(threads)
@@ -31,7 +33,8 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
     model, processor = pair.target, pair.tokenizer
     loaded = load_drafters(model, weights, drafters)
     n = max_new_tokens or 200
-    tree = tree or DynamicTree(depth=4, topk=4, total=15)
+    tree = tree or TREE
+    ks = chain_lengths(chain_k)
     items = bench_items(8 if quick else 32)
     methods = vqa_methods(model, loaded, n, EOS, PAD, chain_k=chain_k, tree=tree)
     # a small VLM of the same family: transformers' assisted generation, and the same draft model in our loop
@@ -43,8 +46,9 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
     methods["hf_assisted_small_vlm"] = lambda inputs: model.generate(
         **inputs, assistant_model=assistant, max_new_tokens=n, do_sample=False, **stop)
     small_vlm = ModelDrafter(assistant)
-    methods[f"small_vlm_chain_k{chain_k}"] = lambda inputs: speculative_generate(
-        model, small_vlm, max_new_tokens=n, tree=chain_k, **stop, **inputs)
+    for k in ks:
+        methods[f"small_vlm_chain_k{k}"] = lambda inputs, k=k: speculative_generate(
+            model, small_vlm, max_new_tokens=n, tree=k, **stop, **inputs)
     refusal = None
     if "hf_prompt_lookup" in methods:
         from .evaluate import probe
@@ -53,10 +57,10 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
             del methods["hf_prompt_lookup"]
     res = run_vqa(items, processor, methods, EOS, desc="bench vision")
     rows = res["methods"]
-    chain = rows.get(f"eagle_chain_k{chain_k}", {}).get("per_step")
+    chain = rows.get(f"eagle_chain_k{ks[0]}", {}).get("per_step")
     results = {"machine": machine_info(), "pair": NAME, "target_class": type(model).__name__,
                "questions": len(items), "max_new_tokens": n, "threads": torch.get_num_threads(),
-               "chain_k": chain_k, "dynamic_tree": [tree.depth, tree.topk, tree.total], "batch_size": 1,
+               "chain_k": list(ks), "dynamic_tree": [tree.depth, tree.topk, tree.total], "batch_size": 1,
                "greedy": rows, "outputs_identical": res["outputs_identical"],
                "vqa_accuracy": rows["plain"].get("vqa_accuracy"), "anls": rows["plain"].get("anls"),
                "transformers_assisted": "assistant_model: the zoo's small Llava (measured); prompt lookup: " +
@@ -64,8 +68,8 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
                "mean_accepted_length_definition": "tokens committed per target forward, including the bonus token"}
     if chain:  # one target forward over k+1 tokens vs one draft forward (the draft's k forwards per step)
         results["target_forward_ms"] = chain["verify_ms"]
-        results["draft_forward_ms"] = round(chain["draft_ms"] / chain_k, 3)
-        results["target_to_draft_cost"] = round(chain["verify_ms"] / max(1e-9, chain["draft_ms"] / chain_k), 2)
+        results["draft_forward_ms"] = round(chain["draft_ms"] / ks[0], 3)
+        results["target_to_draft_cost"] = round(chain["verify_ms"] / max(1e-9, chain["draft_ms"] / ks[0]), 2)
     _print(results)
     return save_results(results, json_path)
 

@@ -17,6 +17,16 @@ def _tree(text: str | None):
     return _parse_tree(text)
 
 
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(k) for k in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated chain lengths such as 4,8, got {text!r}")
+    if any(k < 1 for k in ks):
+        raise argparse.ArgumentTypeError(f"chain lengths must be positive, got {text!r}")
+    return ks
+
+
 def _load_target(path: str | None):
     """(model, processor, eos id, pad id): the zoo VLM by default, else a Llava / Qwen2-VL checkpoint folder
     with its processor (a checkpoint in the zoo's byte format needs none)."""
@@ -49,17 +59,19 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="8 questions instead of 32")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default 200")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--chain-k", type=int, default=4)
-    p.add_argument("--tree", default=None, metavar="D/K/N", help="dynamic tree (default 4/4/15)")
+    p.add_argument("--chain-k", type=_lengths, default=None, metavar="K[,K...]",
+                   help="chain lengths, one row each (default 8)")
+    p.add_argument("--tree", default=None, metavar="D/K/N", help="dynamic tree (default 8/2/16)")
     p.add_argument("--weights", default=None, help="a retrained vqa-llava folder (default: the shipped one)")
     p.add_argument("--json", default=None, metavar="PATH")
 
 
 def _bench(args: argparse.Namespace) -> int:
     from .bench import run
+    from .evaluate import CHAIN_K
 
     run(quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens, threads=args.threads,
-        chain_k=args.chain_k, tree=_tree(args.tree), weights=args.weights)
+        chain_k=args.chain_k or CHAIN_K, tree=_tree(args.tree), weights=args.weights)
     return 0
 
 

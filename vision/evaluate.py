@@ -34,10 +34,18 @@ class MethodRun:
     predictions: list[str] = field(default_factory=list)
 
 
+# The zoo drafters accept about 19 of 20 draft tokens, so long chains and deep, narrow trees pay best
+# (BENCHMARKS.md, "Vision": the chain-length sweep).
+CHAIN_K = 8
+TREE = DynamicTree(depth=8, topk=2, total=16)
+
+
 def vqa_methods(model, drafters: dict[str, object], max_new_tokens: int, eos_token_id: int, pad_token_id: int,
-                chain_k: int = 4, tree: DynamicTree | None = None, prompt_lookup: bool = True) -> dict[str, Method]:
-    """Greedy methods by name; "plain" first (the reference)."""
-    tree = tree or DynamicTree(depth=4, topk=4, total=15)
+                chain_k: int | Sequence[int] = CHAIN_K, tree: DynamicTree | None = None,
+                prompt_lookup: bool = True) -> dict[str, Method]:
+    """Greedy methods by name; "plain" first (the reference). One chain row per length in `chain_k`."""
+    tree = tree or TREE
+    ks = chain_lengths(chain_k)
     stop = dict(eos_token_id=eos_token_id, pad_token_id=pad_token_id)
     methods: dict[str, Method] = {
         "plain": lambda inputs: model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, **stop)}
@@ -45,10 +53,18 @@ def vqa_methods(model, drafters: dict[str, object], max_new_tokens: int, eos_tok
         methods["hf_prompt_lookup"] = lambda inputs: model.generate(
             **inputs, max_new_tokens=max_new_tokens, do_sample=False, prompt_lookup_num_tokens=5, **stop)
     for name, drafter in drafters.items():
-        for label, spec in ((f"chain_k{chain_k}", chain_k), ("dynamic_tree", tree)):
+        for label, spec in [(f"chain_k{k}", k) for k in ks] + [("dynamic_tree", tree)]:
             methods[f"{name}_{label}"] = (lambda inputs, d=drafter, s=spec: speculative_generate(
                 model, d, max_new_tokens=max_new_tokens, tree=s, **stop, **inputs))
     return methods
+
+
+def chain_lengths(chain_k: int | Sequence[int]) -> tuple[int, ...]:
+    """`chain_k` as a tuple of positive lengths, or a ValueError naming it."""
+    ks = (chain_k,) if isinstance(chain_k, int) else tuple(chain_k)
+    if not ks or any(not isinstance(k, int) or k < 1 for k in ks):
+        raise ValueError(f"chain_k: expected positive chain lengths, got {chain_k!r}")
+    return ks
 
 
 def probe(method: Method, inputs: dict[str, torch.Tensor]) -> str | None:

@@ -45,7 +45,7 @@ def test_eval_vqa_on_the_shipped_set(tmp_path, layout):
     res = json.loads(out.read_text())
     assert res["outputs_identical"] is True
     rows = res["methods"]
-    assert {"plain", "eagle_chain_k4", "vispec_dynamic_tree", "specvlm_chain_k4"} <= set(rows)
+    assert {"plain", "eagle_chain_k8", "vispec_dynamic_tree", "specvlm_chain_k8"} <= set(rows)
     for name, r in rows.items():
         assert 0.0 <= r["vqa_accuracy"] <= 1.0 and 0.0 <= r["anls"] <= 1.0
         assert r["vqa_accuracy"] == rows["plain"]["vqa_accuracy"]  # lossless: the same answers
@@ -83,17 +83,31 @@ def test_zoo_pair_is_lossless_batched_and_its_drafters_are_accepted(pair):
 
 def test_bench_vision_quick(tmp_path):
     out = tmp_path / "bench.json"
-    assert main(["bench", "vision", "--quick", "--max-new-tokens", "16", "--json", str(out)]) == 0
+    assert main(["bench", "vision", "--quick", "--max-new-tokens", "16", "--chain-k", "2,4", "--json",
+                 str(out)]) == 0
     res = json.loads(out.read_text())
-    assert res["outputs_identical"] is True
+    assert res["outputs_identical"] is True and res["chain_k"] == [2, 4]
     rows = res["greedy"]
-    for name in ("plain", "eagle_chain_k4", "eagle_dynamic_tree", "vispec_chain_k4", "vispec_dynamic_tree",
-                 "specvlm_chain_k4", "specvlm_dynamic_tree", "hf_assisted_small_vlm", "small_vlm_chain_k4"):
+    for name in ("plain", "eagle_chain_k2", "eagle_chain_k4", "eagle_dynamic_tree", "vispec_chain_k4",
+                 "vispec_dynamic_tree", "specvlm_chain_k2", "specvlm_dynamic_tree", "hf_assisted_small_vlm",
+                 "small_vlm_chain_k2", "small_vlm_chain_k4"):
         r = rows[name]
         assert r["tokens_per_s"] > 0
         assert r["speedup_vs_ar"] == pytest.approx(r["tokens_per_s"] / rows["plain"]["tokens_per_s"], rel=1e-2)
     assert 0.0 <= res["vqa_accuracy"] <= 1.0
     assert res["mean_accepted_length_definition"].startswith("tokens committed per target forward")
+
+
+def test_bench_vision_rejects_bad_chain_lengths(capsys):
+    from multispec.vision.evaluate import chain_lengths
+
+    for bad in ("0,4", "four"):
+        with pytest.raises(SystemExit):
+            main(["bench", "vision", "--chain-k", bad])
+        assert "--chain-k" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="chain_k"):
+        chain_lengths(())
+    assert chain_lengths(4) == (4,) and chain_lengths([4, 8]) == (4, 8)
 
 
 def test_train_vision_draft_on_a_user_checkpoint(tmp_path):
@@ -160,5 +174,5 @@ def test_train_and_eval_with_a_checkpoints_own_processor(tmp_path):
                  "--limit", "3", "--max-new-tokens", "8", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["outputs_identical"] is True
-    assert {"plain", "draft_chain_k4", "draft_dynamic_tree"} <= set(res["methods"])
+    assert {"plain", "draft_chain_k8", "draft_dynamic_tree"} <= set(res["methods"])
     assert all(len(p) > 0 for p in res["predictions"]["plain"])  # decoded by the checkpoint's tokenizer

@@ -1,0 +1,152 @@
+"""How much the zoo VLM and its shipped drafters depend on the image (the question behind the ViSpec /
+SpecVLM comparison: a compressor can only help a drafter that needs the image).
+
+    python benchmarks/vision_image_reliance.py [--questions 16] [--json PATH]
+
+Two measurements on the held-out bench questions, greedy, no timing:
+- target: how often the answer changes when the question is asked about another image of the same kind
+  (same chart type, same question text), the share of each answer before the first change, and the
+  short-answer VQA accuracy with the right image against the swapped one;
+- drafters: mean accepted length (chain k=4, k=8 and the default dynamic tree) of each shipped drafter
+  shown the prompt's image, another image of the same kind (in distribution: the drop measures how much the
+  drafter uses this image's content), and zeros (out of distribution). The target always sees the prompt's
+  own image, so the output is unchanged; only the drafter's view differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from multispec import speculative_generate
+from multispec.bench.machine import machine_info
+from multispec.vision.bench import bench_items
+from multispec.vision.drafter import VisionEagleDrafter
+from multispec.vision.evaluate import CHAIN_K, TREE
+from multispec.vision.vqa_metrics import vqa_accuracy
+from multispec.vision.zoo_pair import NAME, load_drafters
+from multispec.vision.zoo_vlm import EOS, PAD, VQAProcessor
+
+
+class ImageSwappedDrafter(VisionEagleDrafter):
+    """The same head, shown `substitute` (another image's projected embeddings, or zeros) instead of the
+    prompt's image; the target still sees the prompt's own image."""
+
+    substitute: torch.Tensor | None = None
+
+    def start(self, prompt, features=None):
+        if self.substitute is not None and features is not None and features.image_embeds is not None:
+            features = replace(features, image_embeds=self.substitute.to(features.image_embeds))
+        super().start(prompt, features)
+
+
+def accepted_length(model, drafter, prompts, n: int, tree, substitutes=None) -> float:
+    committed = forwards = 0
+    for i, inputs in enumerate(prompts):
+        if substitutes is not None:
+            drafter.substitute = substitutes[i]
+        res = speculative_generate(model, drafter, max_new_tokens=n, tree=tree, eos_token_id=EOS,
+                                   pad_token_id=PAD, **inputs)
+        committed += res.stats.committed
+        forwards += sum(s.rows for s in res.stats.steps)
+    return round(committed / forwards, 3)
+
+
+@torch.no_grad()
+def answer(model, processor, inputs, n: int) -> list[int]:
+    ids = model.generate(**inputs, max_new_tokens=n, do_sample=False, eos_token_id=EOS, pad_token_id=PAD)
+    ids = ids[0, inputs["input_ids"].shape[1]:].tolist()
+    return ids[:ids.index(EOS)] if EOS in ids else ids
+
+
+def same_kind_partner(kinds: list[str]) -> list[int | None]:
+    """For each item, the next item (cyclically) of the same kind, or None."""
+    out = []
+    for i, kind in enumerate(kinds):
+        same = [j for j, k in enumerate(kinds) if k == kind]
+        out.append(same[(same.index(i) + 1) % len(same)] if len(same) > 1 else None)
+    return out
+
+
+@torch.no_grad()
+def image_embeds(model, inputs) -> torch.Tensor:
+    from multispec import Prompt
+    from multispec.targets import FeatureRequest, as_target
+
+    return as_target(model).prefill(Prompt.build(**inputs), FeatureRequest(image_embeds=True)).features.image_embeds
+
+
+def target_reliance(model, processor, items, partner: list[int | None], n: int) -> dict:
+    """Answers to each question about its own image and about another image of the same kind."""
+    differ, prefix, right, swapped = [], [], [], []
+    for i, item in enumerate(items):
+        if partner[i] is None:
+            continue
+        own = answer(model, processor, processor(item.image, item.question), n)
+        alt = answer(model, processor, processor(items[partner[i]].image, item.question), n)
+        same = next((j for j, (a, b) in enumerate(zip(own, alt)) if a != b), min(len(own), len(alt)))
+        differ.append(own != alt)
+        prefix.append(same / max(1, len(own)))
+        if item.short:
+            right.append(vqa_accuracy(processor.decode(own).strip(), item.answers))
+            swapped.append(vqa_accuracy(processor.decode(alt).strip(), item.answers))
+    mean = lambda xs: round(sum(xs) / max(1, len(xs)), 3)  # noqa: E731
+    return {"questions": len(differ), "answers_changed_by_another_image": mean(differ),
+            "shared_prefix_fraction": mean(prefix), "short_questions": len(right),
+            "short_vqa_accuracy_own_image": mean(right), "short_vqa_accuracy_swapped_image": mean(swapped)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=int, default=16)
+    parser.add_argument("--target-questions", type=int, default=96,
+                        help="questions for the target's measurement (more: short answers are cheap)")
+    parser.add_argument("--max-new-tokens", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from multispec import zoo
+    from multispec.vision.vqa_synth import generate_vqa
+    from multispec.vision.zoo_pair import TEST_SEED
+
+    model = zoo.load(NAME).target
+    processor = VQAProcessor()
+    many = bench_items(args.target_questions)
+    many_kinds = [s.kind for s in generate_vqa(args.target_questions, seed=TEST_SEED)]
+    items = bench_items(args.questions)
+    kinds = [s.kind for s in generate_vqa(args.questions, seed=TEST_SEED)]  # the same samples as bench_items
+    partner = same_kind_partner(kinds)
+    keep = [i for i in range(len(items)) if partner[i] is not None]
+    prompts = [processor(items[i].image, items[i].question) for i in keep]
+    own = [image_embeds(model, processor(item.image, item.question)) for item in items]
+    swaps = {"image_swapped": [own[partner[i]] for i in keep],
+             "image_zeroed": [torch.zeros_like(own[i]) for i in keep]}
+    trees = {"chain_k4": 4, f"chain_k{CHAIN_K}": CHAIN_K,
+             f"dynamic_tree_{TREE.depth}_{TREE.topk}_{TREE.total}": TREE}
+    rows = {}
+    for name, drafter in tqdm(load_drafters(model).items(), desc="drafters", unit="drafter"):
+        rows[name] = {t: accepted_length(model, drafter, prompts, args.max_new_tokens, tree)
+                      for t, tree in trees.items()}
+        swapped = ImageSwappedDrafter(drafter.head, model)
+        for label, subs in swaps.items():
+            rows[f"{name}_{label}"] = {t: accepted_length(model, swapped, prompts, args.max_new_tokens, tree, subs)
+                                       for t, tree in trees.items()}
+    result = {"machine": machine_info(), "pair": NAME, "questions": len(items),
+              "max_new_tokens": args.max_new_tokens,
+              "mean_accepted_length_definition": "tokens committed per target forward, including the bonus token",
+              "questions_with_a_same_kind_partner": len(keep),
+              "target": target_reliance(model, processor, many, same_kind_partner(many_kinds), args.max_new_tokens), "drafters": rows}
+    print(json.dumps({k: result[k] for k in ("target", "drafters")}, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
