@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -161,7 +160,7 @@ def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 20
     resumes from its last checkpoint (`out/resume.pt`: weights, optimiser, schedule, data stream)."""
     from transformers import LlamaForCausalLM
 
-    from multispec.zoo.training import train_steps
+    from multispec.zoo.training import Checkpoint, train_steps
 
     report_file = out / "training_report.json"
     if report_file.exists():
@@ -177,34 +176,17 @@ def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 20
     warmup = max(1, recipe.steps // 20)
     cosine = lambda s: 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, s / recipe.steps)))  # noqa: E731 (to 0.1 lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * cosine(s))
-    resume = out / "resume.pt"
-    start, losses, seconds = 0, [], 0.0
-    if resume.exists():
-        state = torch.load(resume, weights_only=False)
-        if state["recipe"] != recipe.__dict__:
-            raise ValueError(f"{resume}: written for another recipe ({state['recipe']}); delete it to start over")
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        sched.load_state_dict(state["sched"])
-        stream.rng.setstate(state["rng"])
-        torch.set_rng_state(state["torch_rng"])
-        start, losses, seconds = state["step"], state["losses"], state["seconds"]
+    run = Checkpoint(out / "resume.pt", recipe.__dict__, model, opt, sched, every=checkpoint_every,
+                     total=recipe.steps, state=stream.rng.getstate, load_state=stream.rng.setstate)
+    start, losses = run.restore()
     model.train()
-    t0 = time.time()
-
-    def checkpoint(done: int, losses: list[float]) -> None:
-        if done % checkpoint_every == 0 and done < recipe.steps:
-            torch.save({"recipe": recipe.__dict__, "model": model.state_dict(), "opt": opt.state_dict(),
-                        "sched": sched.state_dict(), "rng": stream.rng.getstate(), "torch_rng": torch.get_rng_state(),
-                        "step": done, "losses": losses, "seconds": seconds + time.time() - t0}, resume)
-
-    losses = train_steps(model, lambda _: next(stream), recipe.steps, opt, sched, desc, start, losses, checkpoint)
+    losses = train_steps(model, lambda _: next(stream), recipe.steps, opt, sched, desc, start, losses, run)
     model.eval()
     save_int8(model, out)  # shipped in int8 (the zoo's budget); loaded back in fp32
     report = {"recipe": recipe.__dict__, "params": sum(p.numel() for p in model.parameters()),
-              "final_loss": sum(losses[-50:]) / len(losses[-50:]), "seconds": round(seconds + time.time() - t0)}
+              "final_loss": sum(losses[-50:]) / len(losses[-50:]), "seconds": round(run.seconds())}
     report_file.write_text(json.dumps(report, indent=2))
-    resume.unlink(missing_ok=True)
+    run.finish()
     return report
 
 

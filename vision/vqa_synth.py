@@ -18,6 +18,28 @@ SHAPES = ("circle", "square", "triangle")
 KINDS = ("bar", "line", "shapes", "table")
 
 
+@dataclass(frozen=True)
+class SceneItem:
+    """One thing drawn in a slot of the image: a bar, a line point, a shape (slot = quadrant) or a table
+    cell (slot = row-major cell). Absent attributes are None."""
+
+    colour: str | None = None
+    value: int | None = None  # bar or point value 1..9, table digit 0..9
+    shape: str | None = None
+
+
+@dataclass(frozen=True)
+class Scene:
+    """What an image shows, slot by slot (None = an empty slot): the labels of the vision tower's
+    pretraining (`multispec.vision.tower`)."""
+
+    kind: str
+    slots: tuple[SceneItem | None, ...]
+
+
+MAX_SLOTS = 6
+
+
 @dataclass
 class VQASample:
     image: Image.Image
@@ -26,6 +48,7 @@ class VQASample:
     kind: str  # bar | line | shapes | table
     style: str  # short | describe | explain
     answers: list[str] = field(default_factory=list)  # accepted short answers (for VQA accuracy)
+    scene: Scene | None = None
 
 
 def _canvas() -> tuple[Image.Image, ImageDraw.ImageDraw]:
@@ -41,7 +64,14 @@ def _join(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def _bar(rng: random.Random) -> tuple[Image.Image, list[tuple[str, str, list[str]]]]:
+QAs = list[tuple[str, str, list[str]]]  # (question, answer, accepted short answers)
+
+
+def _scene(kind: str, items: dict[int, SceneItem]) -> Scene:
+    return Scene(kind, tuple(items.get(i) for i in range(MAX_SLOTS)))
+
+
+def _bar(rng: random.Random) -> tuple[Image.Image, QAs, Scene]:
     n = rng.randint(3, 5)
     names = rng.sample(list(COLOURS), n)
     values = rng.sample(range(1, 10), n)  # distinct: one tallest bar, so "which is tallest" has one answer
@@ -60,10 +90,10 @@ def _bar(rng: random.Random) -> tuple[Image.Image, list[tuple[str, str, list[str
            (f"What is the value of the {names[pick]} bar?", str(values[pick]), [str(values[pick])]),
            ("Describe the chart.", f"A bar chart with {n} bars: {listing}. The tallest bar is {top}.", [top]),
            ("Explain step by step which bar is the tallest.", f"{steps} So the tallest bar is {top}.", [top])]
-    return image, qas
+    return image, qas, _scene("bar", {i: SceneItem(c, v) for i, (c, v) in enumerate(zip(names, values))})
 
 
-def _line(rng: random.Random) -> tuple[Image.Image, list[tuple[str, str, list[str]]]]:
+def _line(rng: random.Random) -> tuple[Image.Image, QAs, Scene]:
     n = rng.randint(4, 6)
     values = [rng.randint(1, 8) for _ in range(n)]
     values[rng.randrange(n)] = 9 if rng.random() < 0.3 else max(values) + 1  # a single peak
@@ -87,10 +117,10 @@ def _line(rng: random.Random) -> tuple[Image.Image, list[tuple[str, str, list[st
            ("Explain step by step where the line peaks.", " ".join(
                f"Step {i + 1}: point {i + 1} is {v}." for i, v in enumerate(values)) +
             f" So the line peaks at point {where} with {peak}.", [str(where)])]
-    return image, qas
+    return image, qas, _scene("line", {i: SceneItem(colour, v) for i, v in enumerate(values)})
 
 
-def _shapes(rng: random.Random) -> tuple[Image.Image, list[tuple[str, str, list[str]]]]:
+def _shapes(rng: random.Random) -> tuple[Image.Image, QAs, Scene]:
     n = rng.randint(1, 4)
     cells = rng.sample(range(4), n)  # one shape per quadrant: no overlaps
     items = [(rng.choice(SHAPES), rng.choice(list(COLOURS))) for _ in range(n)]
@@ -119,7 +149,7 @@ def _shapes(rng: random.Random) -> tuple[Image.Image, list[tuple[str, str, list[
                f"Step {i + 1}: {_a(c)} {c} {s}{' counts' if s == kind else ' does not count'}."
                for i, (s, c) in enumerate(items)) + f" So there {'is' if count == 1 else 'are'} {count}.",
             [str(count)])]
-    return image, qas
+    return image, qas, _scene("shapes", {cell: SceneItem(c, None, s) for cell, (s, c) in zip(cells, items)})
 
 
 _FONT = None
@@ -132,7 +162,7 @@ def _font() -> ImageFont.ImageFont:
     return _FONT
 
 
-def _table(rng: random.Random) -> tuple[Image.Image, list[tuple[str, str, list[str]]]]:
+def _table(rng: random.Random) -> tuple[Image.Image, QAs, Scene]:
     rows, cols = 2, rng.randint(2, 3)
     cells = [[rng.randint(0, 9) for _ in range(cols)] for _ in range(rows)]
     image, draw = _canvas()
@@ -153,7 +183,8 @@ def _table(rng: random.Random) -> tuple[Image.Image, list[tuple[str, str, list[s
            (f"Explain step by step the sum of row {r + 1}.",
             f"Step 1: row {r + 1} is {', '.join(map(str, cells[r]))}. Step 2: "
             f"{' + '.join(map(str, cells[r]))} = {total}. So the sum is {total}.", [str(total)])]
-    return image, qas
+    return image, qas, _scene("table", {i * cols + j: SceneItem(value=v) for i, row in enumerate(cells)
+                                        for j, v in enumerate(row)})
 
 
 _MAKERS = {"bar": _bar, "line": _line, "shapes": _shapes, "table": _table}
@@ -173,12 +204,12 @@ def generate_vqa(count: int, seed: int = 0, kinds: tuple[str, ...] = KINDS,
     out = []
     for i in range(count):
         kind = kinds[i % len(kinds)]
-        image, qas = _MAKERS[kind](rng)
+        image, qas, scene = _MAKERS[kind](rng)
         long = rng.random() < long_fraction
         choices = [j for j, s in enumerate(_STYLES) if (s != "short") == long]
         j = rng.choice(choices)
         question, answer, answers = qas[j]
-        out.append(VQASample(image, question, answer, kind, _STYLES[j], answers))
+        out.append(VQASample(image, question, answer, kind, _STYLES[j], answers, scene))
     return out
 
 

@@ -21,12 +21,12 @@ from multispec.drafters.eagle import EagleConfig
 from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
 from .vqa_synth import VQASample, generate_vqa
-from .zoo_vlm import EOS, IMAGE, PAD, VOCAB, VQAProcessor, load_vlm, train_vlm, training_batch
+from .zoo_vlm import (EOS, IMAGE, PAD, VOCAB, VLMRecipe, VQAProcessor, load_vlm, train_vlm, training_batch,
+                      vlm_config)
 
 NAME = "vqa-llava"
 DRAFTERS = ("eagle", "vispec", "specvlm")
 DEFAULT_DRAFTER = "eagle"  # the fastest of the three on this pair (BENCHMARKS.md)
-ASSISTANT_STEPS = 600
 TRAIN_SEED, TEST_SEED = 1000, 7  # generator seeds: training data and the shipped evaluation set
 
 
@@ -104,19 +104,69 @@ def train_drafter(target, examples: list[VQASample], out_dir: str | Path, vision
             "acc_last50": round(sum(h["acc"] for h in last) / len(last), 4)}
 
 
-def train_pair(folder: Path, target_steps: int = 1200, answers: int = 2000, draft_steps: int = 400) -> dict:
-    """Train the VLM, generate its answers to `answers` training questions, train the three drafters on
-    them with the same steps and batch size."""
+TOWER_STEPS = 3000
+TARGET = VLMRecipe(layers=16, hidden=256, steps=3000)
+ASSISTANT = VLMRecipe(layers=2, hidden=128, steps=600, lr=2e-3)
+ANSWERS, DRAFT_STEPS = 2000, 400
+
+
+def pretrained_tower(folder: Path, steps: int) -> tuple[dict[str, torch.Tensor], dict]:
+    """The vision tower pretrained on scene labels (`multispec.vision.tower`), kept in `folder/tower.pt`
+    until the pair is done (a resumed run reuses it)."""
+    from transformers import SiglipVisionModel
+
+    from .tower import pretrain_tower
+
+    path = folder / "tower.pt"
+    if path.exists():
+        saved = torch.load(path, weights_only=False)
+        if saved["report"]["steps"] == steps:
+            return saved["state"], saved["report"]
+    tower = SiglipVisionModel(vlm_config().vision_config)
+    report = pretrain_tower(tower, VQAProcessor().pixels, steps=steps)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save({"state": tower.state_dict(), "report": report}, path)
+    return tower.state_dict(), report
+
+
+def target_answers(target, folder: Path, count: int) -> list[VQASample]:
+    """The target's own greedy answers to `count` training questions (cached in `folder/answers.json`)."""
+    samples = generate_vqa(count, seed=TRAIN_SEED + 1)
+    cache = folder / "answers.json"
+    if cache.exists():
+        answers = json.loads(cache.read_text())
+        if len(answers) == count:
+            return [replace(s, answer=a) for s, a in zip(samples, answers)]
+    out = generate_answers(target, samples)
+    cache.write_text(json.dumps([s.answer for s in out]))
+    return out
+
+
+def train_pair(folder: Path, *, quick: bool = False) -> dict:
+    """Pretrain the vision tower, train the VLM (int8 storage) and the small assistant VLM on it, generate
+    the target's answers to the training questions, and train the three drafters on them with the same
+    steps and batch size. Each stage resumes (or is skipped when done); `quick` trains tiny models in
+    seconds (tests)."""
     folder = Path(folder)
-    report = {"target": train_vlm(folder / "target", steps=target_steps, layers=8, hidden=256),
-              "assistant": train_vlm(folder / "assistant", steps=ASSISTANT_STEPS, layers=2, hidden=128)}
+    if (folder / "pair_report.json").exists():  # finished
+        return json.loads((folder / "pair_report.json").read_text())
+    tiny = dict(steps=6, batch_size=4, warmup=2)
+    target_recipe = replace(TARGET, layers=2, hidden=64, **tiny) if quick else TARGET
+    assistant_recipe = replace(ASSISTANT, layers=1, hidden=64, **tiny) if quick else ASSISTANT
+    answers, draft = (8, DistillConfig(steps=4, batch_size=4, warmup_steps=1)) if quick else (
+        ANSWERS, DistillConfig(steps=DRAFT_STEPS))
+    tower, report = pretrained_tower(folder, 20 if quick else TOWER_STEPS)
+    report = {"tower": report,
+              "target": train_vlm(folder / "target", target_recipe, tower, int8=True),
+              "assistant": train_vlm(folder / "assistant", assistant_recipe, tower)}
     target = load_vlm(folder / "target")
-    examples = generate_answers(target, generate_vqa(answers, seed=TRAIN_SEED + 1))
-    config = DistillConfig(steps=draft_steps)
+    examples = target_answers(target, folder, answers)
     for mode in DRAFTERS:
-        report[mode] = train_drafter(target, examples, folder / mode, drafter_config(mode), config)
+        report[mode] = train_drafter(target, examples, folder / mode, drafter_config(mode), draft)
     (folder / "pair_report.json").write_text(json.dumps(report, indent=2))
-    return report
+    for scratch in ("tower.pt", "answers.json"):
+        (folder / scratch).unlink(missing_ok=True)
+    return json.loads((folder / "pair_report.json").read_text())
 
 
 def zoo_entry():

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-import random
-import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -101,41 +100,94 @@ def training_batch(samples: list[VQASample], processor: VQAProcessor) -> dict[st
                 pixel_values=torch.stack([processor.pixels(s.image) for s in samples]))
 
 
-def train_vlm(out_dir: str | Path, steps: int = 1500, batch_size: int = 16, lr: float = 2e-3, samples: int = 12000,
-              seed: int = 0, layers: int = 6, hidden: int = 256) -> dict:
-    """Train the zoo VLM from scratch (fixed seed) on `samples` procedural VQA samples and save it as a
-    Llava checkpoint (fp16) with a training report."""
+@dataclass(frozen=True)
+class VLMRecipe:
+    """How a zoo VLM is trained: its size, and a budget of `steps` batches of fresh procedural samples (batch
+    `step` is drawn with seed `data_seed + step`, so no image repeats and a resumed run sees the same data);
+    even steps ask short questions, odd steps descriptions and explanations (batches of similar lengths pad
+    little). The vision tower starts from a pretrained one (`multispec.vision.tower`) and learns at
+    `tower_lr_scale` times the rate of the rest."""
+
+    layers: int = 16
+    hidden: int = 256
+    steps: int = 2400
+    batch_size: int = 16
+    lr: float = 1e-3
+    tower_lr_scale: float = 0.1
+    warmup: int = 100
+    seed: int = 0
+    data_seed: int = 100_000
+
+
+def training_stream(recipe: VLMRecipe, processor: VQAProcessor):
+    """`step -> batch` of the recipe's data stream."""
+    def batch(step: int) -> dict[str, torch.Tensor]:
+        samples = generate_vqa(recipe.batch_size, seed=recipe.data_seed + step, long_fraction=float(step % 2))
+        return training_batch(samples, processor)
+    return batch
+
+
+def train_vlm(out_dir: str | Path, recipe: VLMRecipe, tower_state: dict[str, torch.Tensor] | None = None,
+              int8: bool = False, checkpoint_every: int = 100) -> dict:
+    """Train a zoo VLM (fixed seed) and save it as a Llava checkpoint (fp16 `save_pretrained`, or int8
+    storage with `int8`) with a training report; a run that was cut off resumes from `out_dir/resume.pt`,
+    and a finished one is read back, not retrained."""
     from transformers import LlavaForConditionalGeneration
 
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    start = time.time()
-    data = generate_vqa(samples, seed=seed + 1000)  # the evaluation sets use other seeds
-    processor = VQAProcessor()
-    model = LlavaForConditionalGeneration(vlm_config(layers, hidden))
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.05)
-    warm = 50
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (s + 1) / warm if s < warm else
-                                              0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (s - warm) / (steps - warm))))
-    losses = train_steps(model, lambda _step: training_batch(rng.sample(data, batch_size), processor), steps, opt,
-                         sched, "zoo VLM")
-    model.eval()
+    from multispec.zoo.int8 import save_int8
+    from multispec.zoo.training import Checkpoint
+
     out_dir = Path(out_dir)
+    report_file = out_dir / "training_report.json"
+    if report_file.exists():
+        return json.loads(report_file.read_text())
+    torch.manual_seed(recipe.seed)
+    model = LlavaForConditionalGeneration(vlm_config(recipe.layers, recipe.hidden))
+    if tower_state is not None:
+        model.model.vision_tower.load_state_dict(tower_state)
+    tower = set(map(id, model.model.vision_tower.parameters()))
+    groups = {}
+    for p in model.parameters():
+        key = (id(p) in tower, p.dim() >= 2)
+        groups.setdefault(key, []).append(p)
+    opt = torch.optim.AdamW([{"params": ps, "lr": recipe.lr * (recipe.tower_lr_scale if in_tower else 1.0),
+                              "weight_decay": 0.05 if matrix else 0.0} for (in_tower, matrix), ps in groups.items()],
+                            betas=(0.9, 0.95))
+    warm, steps = recipe.warmup, recipe.steps
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
+        0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
+    run = Checkpoint(out_dir / "resume.pt", asdict(recipe) | {"pretrained_tower": tower_state is not None}, model,
+                     opt, sched, every=checkpoint_every, total=steps)
+    start, losses = run.restore()
+    model.train()
+    losses = train_steps(model, training_stream(recipe, VQAProcessor()), steps, opt, sched,
+                         f"zoo VLM ({recipe.layers} layers)", start, losses, run)
+    model.eval()
     model.generation_config.pad_token_id = PAD
     model.generation_config.eos_token_id = EOS
-    model.to(torch.float16).save_pretrained(out_dir)
-    report = {"steps": steps, "batch_size": batch_size, "samples": samples, "final_loss": sum(losses[-50:]) / 50,
+    if int8:
+        save_int8(model, out_dir)
+    else:
+        model.to(torch.float16).save_pretrained(out_dir)
+    report = {"recipe": asdict(recipe), "pretrained_tower": tower_state is not None,
+              "params": sum(p.numel() for p in model.parameters()), "storage": "int8" if int8 else "fp16",
+              "final_loss": sum(losses[-50:]) / len(losses[-50:]),
               "loss_curve": [round(sum(losses[i:i + 50]) / len(losses[i:i + 50]), 4) for i in range(0, steps, 50)],
-              "seconds": round(time.time() - start)}
-    (out_dir / "training_report.json").write_text(json.dumps(report, indent=2))
+              "seconds": round(run.seconds())}
+    report_file.write_text(json.dumps(report, indent=2))
+    run.finish()
     return report
 
 
 def load_vlm(folder: str | Path, dtype: torch.dtype = torch.float32):
+    """A zoo VLM folder: int8 storage (`multispec.zoo.int8`, loaded as fp32) or a `save_pretrained` checkpoint."""
     from transformers import LlavaForConditionalGeneration
+
+    from multispec.zoo.int8 import FILE, load_int8
 
     folder = Path(folder)
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained VLM; run `multispec zoo train vqa-llava`")
+    if (folder / FILE).exists():
+        return load_int8(LlavaForConditionalGeneration, folder).to(dtype)
     return LlavaForConditionalGeneration.from_pretrained(folder, dtype=dtype).eval()

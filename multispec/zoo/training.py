@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -28,3 +29,57 @@ def train_steps(model: torch.nn.Module, next_batch: Callable[[int], dict], total
         if after_step is not None:
             after_step(step + 1, losses)
     return losses
+
+
+class Checkpoint:
+    """A training run that survives being cut off: every `every` steps the model, optimiser, schedule, RNG
+    state, losses and time spent go to one file (`path`); a restart with the same `recipe` resumes there
+    (a different recipe is refused, naming the file). Pass it as `train_steps`' `after_step`.
+
+    `state` / `load_state` carry whatever else the run needs to resume exactly (e.g. a data stream's
+    `random.Random` state)."""
+
+    def __init__(self, path, recipe: dict, model: torch.nn.Module, opt: torch.optim.Optimizer, sched,
+                 every: int = 200, total: int | None = None, state: Callable[[], dict] | None = None,
+                 load_state: Callable[[dict], None] | None = None):
+        from pathlib import Path
+
+        self.path, self.recipe = Path(path), recipe
+        self.model, self.opt, self.sched, self.every, self.total = model, opt, sched, every, total
+        self.state, self.load_state = state, load_state
+        self.spent = 0.0
+        self._t0 = time.time()
+
+    def restore(self) -> tuple[int, list[float]]:
+        """(the step to start from, the losses of the steps already done): (0, []) with no checkpoint."""
+        if not self.path.exists():
+            return 0, []
+        saved = torch.load(self.path, weights_only=False)
+        if saved["recipe"] != self.recipe:
+            raise ValueError(f"{self.path}: written for another recipe ({saved['recipe']}); delete it to start over")
+        self.model.load_state_dict(saved["model"])
+        self.opt.load_state_dict(saved["opt"])
+        self.sched.load_state_dict(saved["sched"])
+        torch.set_rng_state(saved["torch_rng"])
+        if self.load_state is not None:
+            self.load_state(saved["extra"])
+        self.spent, self._t0 = saved["seconds"], time.time()
+        return saved["step"], saved["losses"]
+
+    def seconds(self) -> float:
+        """Training time over every run so far."""
+        return self.spent + time.time() - self._t0
+
+    def __call__(self, done: int, losses: list[float]) -> None:
+        if done % self.every or (self.total is not None and done >= self.total):
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        torch.save({"recipe": self.recipe, "model": self.model.state_dict(), "opt": self.opt.state_dict(),
+                    "sched": self.sched.state_dict(), "torch_rng": torch.get_rng_state(),
+                    "extra": self.state() if self.state is not None else None, "step": done, "losses": losses,
+                    "seconds": self.seconds()}, tmp)
+        tmp.replace(self.path)  # a run cut off while saving keeps the previous checkpoint
+
+    def finish(self) -> None:
+        self.path.unlink(missing_ok=True)
