@@ -36,6 +36,10 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="folder for the styled drafter and its judge head")
     parser.add_argument("--problems", type=int, default=100)
     parser.add_argument("--label-problems", type=int, default=150, help="problems whose divergences are labelled")
+    parser.add_argument("--context", action="store_true", help="a context judge (state before the token and the "
+                        "base's distribution there too)")
+    parser.add_argument("--width", type=int, default=0, help="the judge's hidden layer (0: linear)")
+    parser.add_argument("--thresholds", default=",".join(map(str, JUDGE)))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -44,15 +48,18 @@ def main() -> None:
     if not (out / "base").exists():  # the judge is trained on the shipped base's hidden states
         shutil.copytree(zoo.path(NAME) / "base", out / "base")
     train_model(STYLED, out / "styled" / "small", "styled")
-    report = train_zoo_judge(out, problems=args.label_problems, drafter="styled/small", out="styled/judge")
+    judge = "styled/judge" + ("_context" if args.context else "") + (f"_w{args.width}" if args.width else "")
+    report = train_zoo_judge(out, problems=args.label_problems, drafter="styled/small", out=judge,
+                             context=args.context, width=args.width)
 
     models, test = zoo_models()
     models.token_drafter = load_model(out / "styled" / "small")
-    models.judge = JudgeHead.load(out / "styled" / "judge")
+    models.judge = JudgeHead.load(out / judge)
     held_out = {p.question for p in test}
     problems = [p for p in make_problems(args.problems * 2, VALIDATION_SEED) if p.question not in held_out]
     problems = problems[: args.problems]
-    result = {"machine": machine_info(), "problems": len(problems), "seed": VALIDATION_SEED, "judge_training": report,
+    result = {"machine": machine_info(), "problems": len(problems), "seed": VALIDATION_SEED, "judge": judge,
+              "judge_training": report,
               "styled_alone": None, "runs": {}}
     print(f"styled drafter, validation split, {len(problems)} problems ({describe(result['machine'])})")
     alone = evaluate(models, problems, ["base"], Settings(), progress=False)["base"]
@@ -64,7 +71,7 @@ def main() -> None:
         row = {"base": exact["base"], "exact": exact["exact"]}
         print(f"k={k} exact: accuracy {exact['exact']['accuracy']}, accepted length "
               f"{exact['exact']['mean_accepted_length']}, {exact['exact']['speedup_vs_base']}x")
-        for t in JUDGE:
+        for t in map(float, args.thresholds.split(",")):
             r = evaluate(models, problems, ["judge"], Settings(k=k, judge_threshold=t), progress=False,
                          warmup=False)["judge"]
             r["accepted_length_vs_exact"] = round(r["mean_accepted_length"] / exact["exact"]["mean_accepted_length"], 3)

@@ -32,22 +32,54 @@ from .tree import DraftTree
 _OFF = -1.0e4  # logit of every other token at an approved node's parent: exp(-1e4) is 0 in float32
 
 
-class JudgeHead(nn.Module):
-    """σ(w · h + b) over the target's final hidden state h [..., H]: the probability a token is good."""
+CONTEXT_SCALARS = 3  # from the parent's distribution: log p(token), the top log-probability, the entropy
 
-    def __init__(self, hidden_size: int):
+
+def judge_inputs(node_hidden: torch.Tensor, parent_hidden: torch.Tensor, parent_logits: torch.Tensor,
+                 tokens: torch.Tensor) -> torch.Tensor:
+    """A context judge's input [..., 2H + 3]: the target's state at the draft token, its state at the
+    parent (where it chose what comes next), and from the parent's distribution the log-probability of the
+    drafted token, the top log-probability and the entropy: what the target expected, and how far the
+    draft strayed from it."""
+    lp = torch.log_softmax(parent_logits.float(), -1)
+    drafted = lp.gather(-1, tokens[..., None].long())[..., 0]
+    entropy = -(lp.exp() * lp.clamp(min=-1e4)).sum(-1)
+    scalars = torch.stack([drafted.clamp(min=-1e4), lp.max(-1).values, entropy], -1)
+    return torch.cat([node_hidden.float(), parent_hidden.float(), scalars], -1)
+
+
+class JudgeHead(nn.Module):
+    """The probability a draft token is good, σ(f(φ)): φ the target's final hidden state at the token [H],
+    or with `context` the `judge_inputs` vector [2H + 3]; f linear (logistic regression, the paper's head)
+    or, with `width` > 0, one hidden layer of that width."""
+
+    def __init__(self, hidden_size: int, context: bool = False, width: int = 0):
         super().__init__()
         if not isinstance(hidden_size, int) or hidden_size < 1:
             raise ValueError(f"hidden_size: expected a positive int, got {hidden_size!r}")
-        self.hidden_size = hidden_size
-        self.linear = nn.Linear(hidden_size, 1)
+        if not isinstance(width, int) or width < 0:
+            raise ValueError(f"width: expected a non-negative int (0: linear), got {width!r}")
+        self.hidden_size, self.context, self.width = hidden_size, bool(context), width
+        self.in_features = 2 * hidden_size + CONTEXT_SCALARS if context else hidden_size
+        self.hidden_layer = nn.Linear(self.in_features, width) if width else None
+        self.linear = nn.Linear(width or self.in_features, 1)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits [...] (apply sigmoid for probabilities)."""
-        if hidden.shape[-1] != self.hidden_size:
-            raise ValueError(f"hidden: last dimension {hidden.shape[-1]} does not match the judge's "
-                             f"hidden_size {self.hidden_size} (a judge belongs to one target)")
-        return self.linear(hidden.to(self.linear.weight.dtype))[..., 0]
+    @property
+    def first(self) -> nn.Linear:
+        """The layer that reads the input (the standardisation is folded into it)."""
+        return self.hidden_layer if self.hidden_layer is not None else self.linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits [...] of inputs [..., in_features] (apply sigmoid for probabilities)."""
+        if x.shape[-1] != self.in_features:
+            what = "judge_inputs vectors" if self.context else "the target's hidden states"
+            raise ValueError(f"hidden: last dimension {x.shape[-1]} does not match the judge's input size "
+                             f"{self.in_features} ({what} of hidden_size {self.hidden_size}: a judge belongs to "
+                             "one target)")
+        x = x.to(self.linear.weight.dtype)
+        if self.hidden_layer is not None:
+            x = torch.nn.functional.gelu(self.hidden_layer(x))
+        return self.linear(x)[..., 0]
 
     def save(self, folder: str | Path, **report) -> None:
         from safetensors.torch import save_file
@@ -55,7 +87,8 @@ class JudgeHead(nn.Module):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, folder / "judge.safetensors")
-        (folder / "judge_config.json").write_text(json.dumps({"hidden_size": self.hidden_size, **report}, indent=2))
+        config = {"hidden_size": self.hidden_size, "context": self.context, "width": self.width}
+        (folder / "judge_config.json").write_text(json.dumps(config | report, indent=2))
 
     @classmethod
     def load(cls, folder: str | Path) -> "JudgeHead":
@@ -65,7 +98,7 @@ class JudgeHead(nn.Module):
         if not (folder / "judge_config.json").exists():
             raise FileNotFoundError(f"{folder}: no judge_config.json (train one with `multispec train judge`)")
         config = json.loads((folder / "judge_config.json").read_text())
-        head = cls(int(config["hidden_size"]))
+        head = cls(int(config["hidden_size"]), bool(config.get("context", False)), int(config.get("width", 0)))
         head.load_state_dict(load_file(folder / "judge.safetensors"))
         return head.eval()
 
@@ -98,21 +131,31 @@ class Judge(AcceptanceRule):
     def __repr__(self) -> str:
         return f"Judge(threshold={self.threshold}, enabled={self.head is not None})"
 
-    def approvals(self, draft: DraftTree, features: Features | None) -> torch.Tensor:
-        """[B, N] bool: the draft nodes the judge approves."""
+    def approvals(self, draft: DraftTree, features: Features | None,
+                  target_logits: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, N] bool: the draft nodes the judge approves (a context judge also reads `target_logits`
+        [B, N + 1, V], the target's logits after the root and every node)."""
         if self.head is None or draft.num_nodes == 0:
             return torch.zeros_like(draft.valid)
         if features is None or features.hidden is None:
             raise ValueError("features: the judge reads the target's hidden states at the draft nodes "
                              "(score the tree with Judge.feature_request)")
-        hidden = features.hidden[:, 1: draft.num_nodes + 1]  # node 0 is the root
+        n = draft.num_nodes
+        x = features.hidden[:, 1: n + 1]  # node 0 is the root
+        if self.head.context:
+            if target_logits is None:
+                raise ValueError("target_logits: a context judge reads the target's distribution at each parent")
+            parent = (draft.parents + 1).clamp(min=0).to(features.hidden.device)  # full-tree index; root = 0
+            pick = lambda t: t.gather(1, parent[..., None].expand(-1, -1, t.shape[-1]))  # noqa: E731
+            x = judge_inputs(x, pick(features.hidden), pick(target_logits.to(features.hidden.device)),
+                             draft.tokens.clamp(min=0).to(features.hidden.device))
         with torch.no_grad():
-            p = torch.sigmoid(self.head(hidden.float()))
+            p = torch.sigmoid(self.head(x.float()))
         return (p > self.threshold).to(draft.valid.device) & draft.valid
 
     def accept(self, draft: DraftTree, target_logits: torch.Tensor, sampling: SamplingConfig,
                generator: torch.Generator | None = None, features: Features | None = None) -> JudgeVerdict:
-        approved = self.approvals(draft, features)
+        approved = self.approvals(draft, features, target_logits)
         logits = target_logits
         if bool(approved.any()):
             logits = target_logits.clone()
@@ -160,15 +203,20 @@ class JudgeStats:
             self.overrides += int(verdict.overrides.sum())
 
 
-def train_judge_head(features: torch.Tensor, labels: torch.Tensor, *, epochs: int = 300, lr: float = 0.05,
-                     weight_decay: float = 1e-3, pos_weight: float | None = None, seed: int = 0,
-                     progress: bool = True) -> tuple[JudgeHead, dict]:
-    """Fit a `JudgeHead` to hidden states `features` [N, H] with labels [N] (1 = good token) by weighted
-    binary cross-entropy (full batch, Adam). `pos_weight` (default: negatives / positives) balances the
-    classes. Returns the head and a report (class counts, final loss, training accuracy per class)."""
+def train_judge_head(features: torch.Tensor, labels: torch.Tensor, *, context: bool = False, width: int = 0,
+                     epochs: int = 300, lr: float = 0.05, weight_decay: float = 1e-3, pos_weight: float | None = None,
+                     seed: int = 0, progress: bool = True) -> tuple[JudgeHead, dict]:
+    """Fit a `JudgeHead` to inputs `features` [N, F] (hidden states, or `judge_inputs` vectors with
+    `context`) with labels [N] (1 = good token) by weighted binary cross-entropy (full batch, Adam).
+    `pos_weight` (default: negatives / positives) balances the classes. Returns the head and a report
+    (class counts, final loss, training accuracy per class)."""
     if features.dim() != 2 or labels.shape != features.shape[:1]:
-        raise ValueError(f"features / labels: expected [N, H] and [N], got {tuple(features.shape)} and "
+        raise ValueError(f"features / labels: expected [N, F] and [N], got {tuple(features.shape)} and "
                          f"{tuple(labels.shape)}")
+    f = features.shape[1]
+    hidden = (f - CONTEXT_SCALARS) // 2 if context else f
+    if hidden < 1 or (context and 2 * hidden + CONTEXT_SCALARS != f):
+        raise ValueError(f"features: {f} columns are not {'judge_inputs vectors [2H + 3]' if context else 'hidden states'}")
     y = labels.float()
     pos, neg = int(y.sum()), int((1 - y).sum())
     if pos == 0 or neg == 0:
@@ -176,21 +224,22 @@ def train_judge_head(features: torch.Tensor, labels: torch.Tensor, *, epochs: in
     torch.manual_seed(seed)
     x = features.float()
     mean, std = x.mean(0), x.std(0).clamp(min=1e-4)
-    head = JudgeHead(x.shape[1])
-    z = (x - mean) / std  # fit on standardised features, then fold the scaling into the linear layer
-    lin = nn.Linear(x.shape[1], 1)
-    opt = torch.optim.Adam(lin.parameters(), lr=lr, weight_decay=weight_decay)
+    head = JudgeHead(hidden, context, width)
+    z = (x - mean) / std  # fit on standardised inputs, then fold the scaling into the first layer
+    opt = torch.optim.Adam(head.parameters(), lr=lr, weight_decay=weight_decay)
     weight = torch.tensor(neg / pos if pos_weight is None else pos_weight)
     loss_fn = nn.BCEWithLogitsLoss(pos_weight=weight)
     loss = torch.tensor(0.0)
     for _ in tqdm(range(epochs), desc="judge", unit="epoch", disable=not progress):
-        loss = loss_fn(lin(z)[:, 0], y)
+        loss = loss_fn(head(z), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
     with torch.no_grad():
-        head.linear.weight.copy_(lin.weight / std)
-        head.linear.bias.copy_(lin.bias - (lin.weight[0] * mean / std).sum())
+        first = head.first
+        w = first.weight.clone()
+        first.weight.copy_(w / std)
+        first.bias.copy_(first.bias - (w * mean / std).sum(1))
         predicted = head(x) > 0
     report = {"good": pos, "bad": neg, "pos_weight": float(weight), "loss": float(loss.detach()),
               "recall_good": float(predicted[y == 1].float().mean()),
@@ -198,4 +247,4 @@ def train_judge_head(features: torch.Tensor, labels: torch.Tensor, *, epochs: in
     return head.eval(), report
 
 
-__all__ = ["Judge", "JudgeHead", "JudgeStats", "JudgeVerdict", "train_judge_head"]
+__all__ = ["Judge", "JudgeHead", "JudgeStats", "JudgeVerdict", "judge_inputs", "train_judge_head"]

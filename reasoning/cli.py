@@ -131,6 +131,9 @@ def _add_train_judge(p: argparse.ArgumentParser) -> None:
     p.add_argument("--problems", type=int, default=400, help="how many problems to label divergences on")
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--context", action="store_true", help="the judge also reads the state before each draft "
+                   "token and the base's distribution there (judge_inputs), not only the state at the token")
+    p.add_argument("--width", type=int, default=0, help="a hidden layer of this width (default 0: linear)")
     p.add_argument("--out", required=True, metavar="DIR", help="where the judge head is written")
 
 
@@ -154,8 +157,8 @@ def _train_judge(args: argparse.Namespace) -> int:
         base, small, tokenizer = pair.target, pair.small, ByteTokenizer()
     problems = read_problems(args.data) if args.data else make_problems(args.problems, seed=777)
     data = label_divergences(base, small, problems[: args.problems], tokenizer, k=args.k,
-                             max_new_tokens=args.max_new_tokens)
-    head, report = train_judge_head(data["features"], data["labels"])
+                             max_new_tokens=args.max_new_tokens, context=args.context)
+    head, report = train_judge_head(data["features"], data["labels"], context=args.context, width=args.width)
     head.save(args.out, **report, problems=len(problems[: args.problems]))
     print(json.dumps(report, indent=2))
     return 0

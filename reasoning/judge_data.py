@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from multispec import Prompt, Session
 from multispec.drafters import ModelDrafter
-from multispec.judge import JudgeHead, train_judge_head
+from multispec.judge import judge_inputs, train_judge_head
 from multispec.targets import as_target
 from multispec.targets.base import FeatureRequest
 
@@ -53,18 +53,25 @@ def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos
     return found, out
 
 
-def hidden_at(target, ids: list[int]) -> torch.Tensor:
-    """The base's final hidden state [H] at the last token of `ids` (what `Judge` reads for a draft there)."""
+@torch.no_grad()
+def judge_input_at(base, ids: list[int], context: bool = False) -> torch.Tensor:
+    """What `Judge` reads for a draft token that ends `ids`: the base's final hidden state there [H], or with
+    `context` the `judge_inputs` vector (also the state at the token before and the base's distribution
+    there, its head applied to that state)."""
     padded = torch.tensor([ids + [0]])  # the prefill feeds all but the last token: pad one past it
-    out = target.prefill(Prompt.build(padded), FeatureRequest(hidden=True))
-    return out.features.hidden[0, -1].float()
+    hidden = as_target(base).prefill(Prompt.build(padded), FeatureRequest(hidden=True)).features.hidden[0].float()
+    if not context:
+        return hidden[-1]
+    logits = base.get_output_embeddings()(hidden[-2].to(base.dtype)).float()
+    return judge_inputs(hidden[-1], hidden[-2], logits, torch.tensor(ids[-1]))
 
 
 def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int = 4, max_new_tokens: int = 256,
-                      check: Callable[[str, float], bool] = is_correct, progress: bool = True) -> dict:
-    """Features [N, H], labels [N] and counts for the divergent draft tokens of `problems`."""
+                      check: Callable[[str, float], bool] = is_correct, context: bool = False,
+                      progress: bool = True) -> dict:
+    """Judge inputs [N, F] (`judge_input_at`), labels [N] and counts for the divergent draft tokens of
+    `problems`."""
     eos = tokenizer.eos_token_id
-    adapter = as_target(base)
     feats, labels, skipped = [], [], 0
     for problem in tqdm(problems, desc="labelling divergences", disable=not progress):
         prompt = tokenizer.encode(problem.prompt())
@@ -80,7 +87,7 @@ def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int
             session.append(torch.tensor([text]))
             rest = session.generate(max_new_tokens - (len(text) - len(prompt)))[0]
             good = check(tokenizer.decode(text[len(prompt):] + rest), problem.answer)
-            feats.append(hidden_at(adapter, text))
+            feats.append(judge_input_at(base, text, context))
             labels.append(int(good))
     if not feats:
         raise ValueError(f"problems: no divergent draft tokens to label ({skipped} of {len(problems)} problems skipped "
@@ -89,9 +96,10 @@ def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int
 
 
 def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, drafter: str = "small",
-                    out: str = "judge") -> dict:
+                    out: str = "judge", context: bool = False, width: int = 0) -> dict:
     """Label divergences of the base in `folder` with the drafter in `folder/drafter` on `problems`
-    training-distribution problems and train its judge head into `folder/out` (skipped when it exists)."""
+    training-distribution problems and train its judge head (`context`, `width`: see `JudgeHead`) into
+    `folder/out` (skipped when it exists)."""
     from .data import make_problems
     from .zoo_pair import CHECK_RATE, ByteTokenizer, load_model, test_split
 
@@ -102,8 +110,8 @@ def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, dr
     base, small = load_model(folder / "base"), load_model(folder / drafter)
     held_out = {p.question for p in test_split()}
     chosen = [p for p in make_problems(problems * 2, seed, CHECK_RATE) if p.question not in held_out][:problems]
-    data = label_divergences(base, small, chosen, ByteTokenizer())
-    head, report = train_judge_head(data["features"], data["labels"])
+    data = label_divergences(base, small, chosen, ByteTokenizer(), context=context)
+    head, report = train_judge_head(data["features"], data["labels"], context=context, width=width)
     report |= {"problems": len(chosen), "labelled": len(data["labels"]), "skipped_problems": data["skipped_problems"]}
     head.save(folder / out, **report)
     return report

@@ -109,3 +109,40 @@ def test_bad_input_names_itself(pair):
     tree = DraftTree.chain(torch.tensor([[3, 4]]))
     with pytest.raises(ValueError, match="features"):
         Judge(_head(8, 0.0)).approvals(tree, None)
+
+
+def test_a_context_head_with_a_hidden_layer_trains_and_round_trips(tmp_path):
+    """Labels that need both the node state and the parent's distribution (an XOR of two signs: no linear
+    head separates them, one hidden layer does); saved and loaded with its shape."""
+    from multispec.judge import CONTEXT_SCALARS, judge_inputs
+
+    g = torch.Generator().manual_seed(1)
+    n, h, v = 800, 6, 11
+    node, parent = torch.randn(n, h, generator=g), torch.randn(n, h, generator=g)
+    logits, tokens = torch.randn(n, v, generator=g) * 2, torch.randint(0, v, (n,), generator=g)
+    x = judge_inputs(node, parent, logits, tokens)
+    assert x.shape == (n, 2 * h + CONTEXT_SCALARS)
+    lp = torch.log_softmax(logits, -1)
+    assert torch.allclose(x[:, -3], lp.gather(1, tokens[:, None])[:, 0]) and torch.allclose(x[:, -2], lp.max(-1).values)
+    y = ((node[:, 0] > 0) ^ (x[:, -3] > x[:, -3].median())).long()
+    linear, lin_report = train_judge_head(x, y, context=True, epochs=400, progress=False)
+    mlp, report = train_judge_head(x, y, context=True, width=32, epochs=600, lr=0.02, progress=False)
+    assert min(report["recall_good"], report["recall_bad"]) > 0.9, report
+    assert min(lin_report["recall_good"], lin_report["recall_bad"]) < 0.8, lin_report  # the control
+    mlp.save(tmp_path / "judge")
+    again = JudgeHead.load(tmp_path / "judge")
+    assert (again.context, again.width) == (True, 32) and torch.allclose(again(x), mlp(x), atol=1e-5)
+    with pytest.raises(ValueError, match="features"):
+        train_judge_head(x[:, :-1], y, context=True, progress=False)
+
+
+def test_a_context_judge_needs_the_logits(pair):
+    from multispec.targets.base import Features
+    from multispec.tree import DraftTree
+
+    tree = DraftTree.chain(torch.tensor([[3, 4]]))
+    head = JudgeHead(8, context=True)
+    with pytest.raises(ValueError, match="target_logits"):
+        Judge(head).approvals(tree, Features(hidden=torch.zeros(1, 3, 8)))
+    approved = Judge(head, threshold=-0.1).approvals(tree, Features(hidden=torch.zeros(1, 3, 8)), torch.zeros(1, 3, 20))
+    assert approved.tolist() == [[True, True]]

@@ -7,8 +7,7 @@ import torch
 
 from multispec.drafters import ModelDrafter
 from multispec.reasoning.data import Problem
-from multispec.reasoning.judge_data import divergences, hidden_at, label_divergences
-from multispec.targets import as_target
+from multispec.reasoning.judge_data import divergences, judge_input_at, label_divergences
 
 from reasoning_models import greedy
 
@@ -33,7 +32,7 @@ def test_labels_follow_the_checker_and_features_are_the_verification_states(mode
     assert set(data["labels"].tolist()) == {0, 1}
     prompt = tok.encode(problems[0].prompt())
     d = divergences(base, small, prompt, 3, 24, 2)[0][0]
-    assert torch.allclose(data["features"][0], hidden_at(as_target(base), d.prefix + [d.token]))
+    assert torch.allclose(data["features"][0], judge_input_at(base, d.prefix + [d.token]))
     # the same state the verification pass hands the judge
     with torch.no_grad():
         h = base(torch.tensor([d.prefix + [d.token]]), output_hidden_states=True).hidden_states[-1][0, -1]
@@ -46,3 +45,24 @@ def test_problems_the_base_gets_wrong_are_skipped(models, tok):
     with pytest.raises(ValueError, match="1 of 1 problems skipped"):
         label_divergences(base, small, problems, tok, k=3, max_new_tokens=24, check=lambda text, answer: False,
                           progress=False)
+
+
+def test_context_inputs_are_what_the_judge_reads_during_verification(models, prompt, monkeypatch):
+    """`judge_input_at(..., context=True)` for a drafted token equals the vector a context judge is handed for
+    that node in the verification pass (state at the node, at its parent, the parent's distribution)."""
+    from multispec import speculative_generate
+    from multispec.judge import CONTEXT_SCALARS, Judge, JudgeHead
+
+    base, small = models
+    head = JudgeHead(base.config.hidden_size, context=True)
+    seen = []
+    original = JudgeHead.forward
+    monkeypatch.setattr(JudgeHead, "forward", lambda self, x: seen.append(x.clone()) or original(self, x))
+    drafts = []
+    speculative_generate(base, ModelDrafter(small), torch.tensor([prompt]), max_new_tokens=4, tree=3,
+                         rule=Judge(head, threshold=1.1), on_step=lambda tree, v, rows: drafts.append(tree.tokens[0]))
+    first, second = int(drafts[0][0]), int(drafts[0][1])
+    x = seen[0][0]  # [N, 2H + 3] for the first step's chain
+    assert x.shape[-1] == 2 * base.config.hidden_size + CONTEXT_SCALARS
+    assert torch.allclose(x[0], judge_input_at(base, prompt + [first], context=True), atol=1e-4)
+    assert torch.allclose(x[1], judge_input_at(base, prompt + [first, second], context=True), atol=1e-4)
