@@ -23,38 +23,32 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from multispec import speculative_generate
 from multispec.bench.machine import machine_info
 from multispec.vision.bench import bench_items
 from multispec.vision.drafter import VisionEagleDrafter
-from multispec.vision.evaluate import CHAIN_K, TREE
+from multispec.vision.evaluate import CHAIN_K, TREE, accepted_length
 from multispec.vision.vqa_metrics import vqa_accuracy
 from multispec.vision.zoo_pair import NAME, load_drafters
-from multispec.vision.zoo_vlm import EOS, PAD, VQAProcessor
+from multispec.vision.zoo_vlm import EOS, PAD, VQAProcessor, load_vlm
+
+
+def image_key(pixel_values: torch.Tensor) -> int:
+    return hash(pixel_values.cpu().numpy().tobytes())
 
 
 class ImageSwappedDrafter(VisionEagleDrafter):
-    """The same head, shown `substitute` (another image's projected embeddings, or zeros) instead of the
-    prompt's image; the target still sees the prompt's own image."""
+    """The same head, shown `substitutes[image_key(prompt's pixels)]` (another image's projected embeddings,
+    or zeros) instead of the prompt's image; the target still sees the prompt's own image."""
 
-    substitute: torch.Tensor | None = None
+    def __init__(self, head, target, substitutes: dict[int, torch.Tensor]):
+        super().__init__(head, target)
+        self.substitutes = substitutes
 
     def start(self, prompt, features=None):
-        if self.substitute is not None and features is not None and features.image_embeds is not None:
-            features = replace(features, image_embeds=self.substitute.to(features.image_embeds))
+        if features is not None and features.image_embeds is not None:
+            sub = self.substitutes[image_key(prompt.inputs["pixel_values"])]
+            features = replace(features, image_embeds=sub.to(features.image_embeds))
         super().start(prompt, features)
-
-
-def accepted_length(model, drafter, prompts, n: int, tree, substitutes=None) -> float:
-    committed = forwards = 0
-    for i, inputs in enumerate(prompts):
-        if substitutes is not None:
-            drafter.substitute = substitutes[i]
-        res = speculative_generate(model, drafter, max_new_tokens=n, tree=tree, eos_token_id=EOS,
-                                   pad_token_id=PAD, **inputs)
-        committed += res.stats.committed
-        forwards += sum(s.rows for s in res.stats.steps)
-    return round(committed / forwards, 3)
 
 
 @torch.no_grad()
@@ -108,15 +102,18 @@ def main() -> None:
                         help="questions for the target's measurement (more: short answers are cheap)")
     parser.add_argument("--max-new-tokens", type=int, default=200)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--pair", default=None, help="a retrained vqa-llava folder (default: the shipped one)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from multispec import zoo
     from multispec.vision.vqa_synth import generate_vqa
     from multispec.vision.zoo_pair import TEST_SEED
 
-    model = zoo.load(NAME).target
+    from multispec import zoo
+
+    pair = Path(args.pair) if args.pair else zoo.path(NAME)
+    model = load_vlm(pair / "target")
     processor = VQAProcessor()
     many = bench_items(args.target_questions)
     many_kinds = [s.kind for s in generate_vqa(args.target_questions, seed=TEST_SEED)]
@@ -126,19 +123,19 @@ def main() -> None:
     keep = [i for i in range(len(items)) if partner[i] is not None]
     prompts = [processor(items[i].image, items[i].question) for i in keep]
     own = [image_embeds(model, processor(item.image, item.question)) for item in items]
-    swaps = {"image_swapped": [own[partner[i]] for i in keep],
-             "image_zeroed": [torch.zeros_like(own[i]) for i in keep]}
+    keys = [image_key(p["pixel_values"]) for p in prompts]
+    swaps = {"image_swapped": {k: own[partner[i]] for k, i in zip(keys, keep)},
+             "image_zeroed": {k: torch.zeros_like(own[i]) for k, i in zip(keys, keep)}}
     trees = {"chain_k4": 4, f"chain_k{CHAIN_K}": CHAIN_K,
              f"dynamic_tree_{TREE.depth}_{TREE.topk}_{TREE.total}": TREE}
     rows = {}
-    for name, drafter in tqdm(load_drafters(model).items(), desc="drafters", unit="drafter"):
-        rows[name] = {t: accepted_length(model, drafter, prompts, args.max_new_tokens, tree)
-                      for t, tree in trees.items()}
-        swapped = ImageSwappedDrafter(drafter.head, model)
-        for label, subs in swaps.items():
-            rows[f"{name}_{label}"] = {t: accepted_length(model, swapped, prompts, args.max_new_tokens, tree, subs)
-                                       for t, tree in trees.items()}
-    result = {"machine": machine_info(), "pair": NAME, "questions": len(items),
+    for name, drafter in tqdm(load_drafters(model, pair).items(), desc="drafters", unit="drafter"):
+        views = {name: drafter} | {f"{name}_{label}": ImageSwappedDrafter(drafter.head, model, subs)
+                                    for label, subs in swaps.items()}
+        for label, view in views.items():
+            rows[label] = {t: accepted_length(model, view, prompts, args.max_new_tokens, tree, EOS, PAD)
+                           for t, tree in trees.items()}
+    result = {"machine": machine_info(), "pair": str(pair), "questions": len(items),
               "max_new_tokens": args.max_new_tokens,
               "mean_accepted_length_definition": "tokens committed per target forward, including the bonus token",
               "questions_with_a_same_kind_partner": len(keep),

@@ -67,6 +67,19 @@ def chain_lengths(chain_k: int | Sequence[int]) -> tuple[int, ...]:
     return ks
 
 
+def accepted_length(model, drafter, prompts: Sequence[dict[str, torch.Tensor]], max_new_tokens: int, tree,
+                    eos_token_id: int, pad_token_id: int) -> float:
+    """Mean accepted length of `drafter` over `prompts` (model inputs, batch 1 each): tokens committed per
+    target forward, the bonus token included. Greedy, so it needs no timing and no repeat."""
+    committed = forwards = 0
+    for inputs in prompts:
+        res = speculative_generate(model, drafter, max_new_tokens=max_new_tokens, tree=tree, eos_token_id=eos_token_id,
+                                   pad_token_id=pad_token_id, **inputs)
+        committed += res.stats.committed
+        forwards += sum(s.rows for s in res.stats.steps)
+    return round(committed / max(1, forwards), 3)
+
+
 def probe(method: Method, inputs: dict[str, torch.Tensor]) -> str | None:
     """None if `method` runs on these inputs, else why not (e.g. `transformers` refusing a VLM)."""
     try:

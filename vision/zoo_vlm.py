@@ -106,7 +106,7 @@ class VLMRecipe:
     `step` is drawn with seed `data_seed + step`, so no image repeats and a resumed run sees the same data);
     even steps ask short questions, odd steps descriptions and explanations (batches of similar lengths pad
     little). The vision tower starts from a pretrained one (`multispec.vision.tower`) and learns at
-    `tower_lr_scale` times the rate of the rest."""
+    `tower_lr_scale` times the rate of the rest (0: frozen, as LLaVA keeps its CLIP tower)."""
 
     layers: int = 16
     hidden: int = 256
@@ -145,9 +145,11 @@ def train_vlm(out_dir: str | Path, recipe: VLMRecipe, tower_state: dict[str, tor
     model = LlavaForConditionalGeneration(vlm_config(recipe.layers, recipe.hidden))
     if tower_state is not None:
         model.model.vision_tower.load_state_dict(tower_state)
+    if recipe.tower_lr_scale == 0:  # a frozen tower (LLaVA's recipe): no gradient, no optimiser state
+        model.model.vision_tower.requires_grad_(False)
     tower = set(map(id, model.model.vision_tower.parameters()))
     groups = {}
-    for p in model.parameters():
+    for p in (p for p in model.parameters() if p.requires_grad):
         key = (id(p) in tower, p.dim() >= 2)
         groups.setdefault(key, []).append(p)
     opt = torch.optim.AdamW([{"params": ps, "lr": recipe.lr * (recipe.tower_lr_scale if in_tower else 1.0),
