@@ -34,8 +34,8 @@ class MethodRun:
     predictions: list[str] = field(default_factory=list)
 
 
-# The zoo drafters accept about 19 of 20 draft tokens, so long chains and deep, narrow trees pay best
-# (BENCHMARKS.md, "Vision": the chain-length sweep).
+# The zoo drafters accept nearly every draft token, so long chains and deep, narrow trees pay best
+# (BENCHMARKS.md, "Vision": the chain-length rows).
 CHAIN_K = 8
 TREE = DynamicTree(depth=8, topk=2, total=16)
 

@@ -21,8 +21,8 @@ from multispec.drafters.eagle import EagleConfig
 from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
 from .vqa_synth import VQASample, generate_vqa
-from .zoo_vlm import (EOS, IMAGE, PAD, VOCAB, VLMRecipe, VQAProcessor, load_vlm, train_vlm, training_batch,
-                      vlm_config)
+from .zoo_vlm import (EOS, IMAGE, NUM_IMAGE_TOKENS, PAD, VOCAB, VLMRecipe, VQAProcessor, load_vlm, train_vlm,
+                      training_batch, vlm_config)
 
 NAME = "vqa-llava"
 DRAFTERS = ("eagle", "vispec", "specvlm")
@@ -164,14 +164,14 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
     for mode in DRAFTERS:
         report[mode] = train_drafter(target, examples, folder / mode, drafter_config(mode), draft)
     (folder / "pair_report.json").write_text(json.dumps(report, indent=2))
-    for scratch in ("tower.pt", "answers.json"):
-        (folder / scratch).unlink(missing_ok=True)
+    for scratch in ("tower.pt", "answers.json", *(f"{mode}/checkpoint.pt" for mode in DRAFTERS)):
+        (folder / scratch).unlink(missing_ok=True)  # resume state, not part of the pair
     return json.loads((folder / "pair_report.json").read_text())
 
 
 def zoo_entry():
     from multispec.zoo import ZooEntry
 
-    return ZooEntry(NAME, f"Llava (SigLIP tower, 64 image tokens, 8-layer byte-level Llama, {VOCAB}-token vocabulary) "
-                    "trained on procedural chart/shape/table VQA + EAGLE, ViSpec and SpecVLM drafters "
-                    "(multispec.vision)", None, load_pair, train_pair)
+    return ZooEntry(NAME, f"Llava (SigLIP tower, {NUM_IMAGE_TOKENS} image tokens, {TARGET.layers}-layer byte-level "
+                    f"Llama, {VOCAB}-token vocabulary) trained on procedural chart/shape/table VQA + EAGLE, ViSpec "
+                    "and SpecVLM drafters (multispec.vision)", None, load_pair, train_pair)

@@ -96,4 +96,5 @@ def test_the_quick_pair_trains_loads_and_is_not_retrained(tmp_path):
     assert set(load_drafters(pair.target, tmp_path)) == set(DRAFTERS)
     assert load_assistant(tmp_path).config.text_config.num_hidden_layers == 1
     assert not (tmp_path / "tower.pt").exists()  # scratch files go once the pair is done
+    assert not list(tmp_path.rglob("checkpoint.pt"))
     assert train_pair(tmp_path, quick=True) == report
