@@ -4,10 +4,12 @@ The zoo's small model writes like the base (same data, same phrasing mix), so ex
 ~97% of its tokens and no rule can lengthen the accepted runs much. This script trains a drafter on the same
 problems written in another habit (`STYLED`: never "a + b = r"; 2 layers, 3,000 steps), labels its
 divergences from the base and trains its judge head, then sweeps the judge's threshold on the validation
-split beside exact decoding with the same drafter. Stages already in `--out` are not redone.
+split beside exact decoding with the same drafter. `--on-policy T` adds one DAgger round: the divergences
+judge decoding itself meets (that first judge at threshold T) are labelled and the judge evaluated is trained
+on them. Stages already in `--out` are not redone.
 
-    python benchmarks/reasoning_styled_drafter.py --out /tmp/styled [--problems 100]
-        [--json benchmarks/results/reasoning_styled_drafter.json]
+    python benchmarks/reasoning_styled_drafter.py --out /tmp/styled [--problems 100] [--context] [--width W]
+        [--on-policy T] [--k 4,16] [--json benchmarks/results/reasoning_styled_drafter.json]
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ def main() -> None:
     parser.add_argument("--context", action="store_true", help="a context judge (state before the token and the "
                         "base's distribution there too)")
     parser.add_argument("--width", type=int, default=0, help="the judge's hidden layer (0: linear)")
+    parser.add_argument("--on-policy", type=float, default=None, metavar="T",
+                        help="then one DAgger round: label judge decoding's own runs with that judge at threshold T "
+                        "and train the judge evaluated here on them")
+    parser.add_argument("--k", default=",".join(map(str, K)), help="chain lengths evaluated")
     parser.add_argument("--thresholds", default=",".join(map(str, JUDGE)))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", default=None)
@@ -51,6 +57,11 @@ def main() -> None:
     judge = "styled/judge" + ("_context" if args.context else "") + (f"_w{args.width}" if args.width else "")
     report = train_zoo_judge(out, problems=args.label_problems, drafter="styled/small", out=judge,
                              context=args.context, width=args.width)
+    if args.on_policy is not None:
+        first, judge = judge, f"{judge}_onpolicy{args.on_policy:g}"
+        report = {"first_round": report} | train_zoo_judge(
+            out, problems=args.label_problems, drafter="styled/small", out=judge, context=args.context,
+            width=args.width, seed=778, on_policy=first, on_policy_threshold=args.on_policy)
 
     models, test = zoo_models()
     models.token_drafter = load_model(out / "styled" / "small")
@@ -66,7 +77,7 @@ def main() -> None:
     styled = Models(models.token_drafter, models.small, models.tokenizer)  # the styled drafter alone
     result["styled_alone"] = evaluate(styled, problems, ["base"], Settings(), progress=False)["base"]
     print(f"base alone: accuracy {alone['accuracy']}; styled drafter alone: {result['styled_alone']['accuracy']}")
-    for k in K:
+    for k in map(int, args.k.split(",")):
         exact = evaluate(models, problems, ["base", "exact"], Settings(k=k), progress=False)
         row = {"base": exact["base"], "exact": exact["exact"]}
         print(f"k={k} exact: accuracy {exact['exact']['accuracy']}, accepted length "

@@ -134,11 +134,15 @@ def _add_train_judge(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", action="store_true", help="the judge also reads the state before each draft "
                    "token and the base's distribution there (judge_inputs), not only the state at the token")
     p.add_argument("--width", type=int, default=0, help="a hidden layer of this width (default 0: linear)")
+    p.add_argument("--on-policy", default=None, metavar="JUDGE", help="label judge decoding's own runs with this "
+                   "judge head (one DAgger round: the divergences the judge meets once its approvals leave the "
+                   "base's path) instead of exact decoding's")
+    p.add_argument("--on-policy-threshold", type=float, default=0.9, help="that judge's threshold")
     p.add_argument("--out", required=True, metavar="DIR", help="where the judge head is written")
 
 
 def _train_judge(args: argparse.Namespace) -> int:
-    from multispec.judge import train_judge_head
+    from multispec.judge import Judge, JudgeHead, train_judge_head
 
     from .data import make_problems, read_problems
     from .judge_data import label_divergences
@@ -156,8 +160,9 @@ def _train_judge(args: argparse.Namespace) -> int:
         pair = load_pair()
         base, small, tokenizer = pair.target, pair.small, ByteTokenizer()
     problems = read_problems(args.data) if args.data else make_problems(args.problems, seed=777)
+    rule = Judge(JudgeHead.load(args.on_policy), args.on_policy_threshold) if args.on_policy else None
     data = label_divergences(base, small, problems[: args.problems], tokenizer, k=args.k,
-                             max_new_tokens=args.max_new_tokens, context=args.context)
+                             max_new_tokens=args.max_new_tokens, context=args.context, rule=rule)
     head, report = train_judge_head(data["features"], data["labels"], context=args.context, width=args.width)
     head.save(args.out, **report, problems=len(problems[: args.problems]))
     print(json.dumps(report, indent=2))

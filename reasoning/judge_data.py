@@ -7,6 +7,12 @@ answer checks out, bad (0) otherwise. Its feature is the base's hidden state at 
 judge reads during verification. Only divergent tokens are labelled: the judge is consulted only where
 the exact rule rejects (it is OR-ed with it). Problems the base itself gets wrong are skipped: there a
 good token and a bad one both end at a wrong answer, so every label would read "bad".
+
+With `rule` (a `Judge`), the runs are judge decoding itself (on-policy data, DAgger-style): the judge's own
+approvals move the text off the base's greedy path, and the divergences met there are the ones the judge
+will be asked about. Every token of the output that is not the base's greedy choice (an approval) and every
+token both rules rejected is labelled; a divergence whose prefix the base itself can no longer finish
+correctly (an earlier approval already broke it) is skipped, for the same reason as above.
 """
 
 from __future__ import annotations
@@ -35,12 +41,13 @@ class Divergence:
     target_token: int  # what the base chose instead
 
 
-def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos: int
+def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos: int, rule=None
                 ) -> tuple[list[Divergence], list[int]]:
     """Every first rejected draft token of a greedy speculative run (one per verification step), and the
-    run's output (the base's own greedy text)."""
+    run's output (the base's own greedy text; with `rule`, judge decoding's text, whose approved divergent
+    tokens are listed too)."""
     found: list[Divergence] = []
-    session = Session(base, ModelDrafter(small), tree=k, eos_token_id=eos, rollback=False)
+    session = Session(base, ModelDrafter(small), tree=k, rule=rule, eos_token_id=eos, rollback=False)
     session.append(torch.tensor([prompt]))
 
     def record(draft, verdict, rows):
@@ -50,6 +57,11 @@ def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos
             found.append(Divergence(before, int(draft.tokens[0, acc]), int(verdict.tokens[0, acc])))
 
     out = session.generate(max_new_tokens, on_step=record)[0]
+    if rule is not None:  # the approvals: output tokens that are not the base's greedy choice
+        text = prompt + out
+        with torch.no_grad():
+            greedy = base(torch.tensor([text])).logits[0, len(prompt) - 1: -1].argmax(-1).tolist()
+        found += [Divergence(text[:len(prompt) + i], t, g) for i, (t, g) in enumerate(zip(out, greedy)) if t != g]
     return found, out
 
 
@@ -68,38 +80,49 @@ def judge_input_at(base, ids: list[int], context: bool = False) -> torch.Tensor:
 
 def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int = 4, max_new_tokens: int = 256,
                       check: Callable[[str, float], bool] = is_correct, context: bool = False,
-                      progress: bool = True) -> dict:
+                      rule=None, progress: bool = True) -> dict:
     """Judge inputs [N, F] (`judge_input_at`), labels [N] and counts for the divergent draft tokens of
-    `problems`."""
+    `problems` (`rule`: label judge decoding's own runs, see the module docstring)."""
     eos = tokenizer.eos_token_id
-    feats, labels, skipped = [], [], 0
+    feats, labels, skipped, doomed = [], [], 0, 0
+
+    def finishes(text: list[int], prompt: list[int]) -> bool:
+        """Whether the base's greedy continuation of `text` ends at the right answer."""
+        session = Session(base, ModelDrafter(small), tree=k, eos_token_id=eos, rollback=False)
+        session.append(torch.tensor([text]))
+        rest = session.generate(max_new_tokens - (len(text) - len(prompt)))[0]
+        return check(tokenizer.decode(text[len(prompt):] + rest), problem.answer)
+
     for problem in tqdm(problems, desc="labelling divergences", disable=not progress):
         prompt = tokenizer.encode(problem.prompt())
-        found, own = divergences(base, small, prompt, k, max_new_tokens, eos)
-        if not check(tokenizer.decode(own), problem.answer):
+        found, own = divergences(base, small, prompt, k, max_new_tokens, eos, rule)
+        base_ok = check(tokenizer.decode(own), problem.answer) if rule is None else finishes(prompt, prompt)
+        if not base_ok:  # the base's own answer is wrong
             skipped += 1
             continue
         for d in found:
             text = d.prefix + [d.token]
             if len(text) - len(prompt) >= max_new_tokens:
                 continue
-            session = Session(base, ModelDrafter(small), tree=k, eos_token_id=eos, rollback=False)
-            session.append(torch.tensor([text]))
-            rest = session.generate(max_new_tokens - (len(text) - len(prompt)))[0]
-            good = check(tokenizer.decode(text[len(prompt):] + rest), problem.answer)
+            if rule is not None and len(d.prefix) > len(prompt) and not finishes(d.prefix + [d.target_token], prompt):
+                doomed += 1  # an earlier approval broke this prefix: both tokens would read "bad"
+                continue
             feats.append(judge_input_at(base, text, context))
-            labels.append(int(good))
+            labels.append(int(finishes(text, prompt)))
     if not feats:
         raise ValueError(f"problems: no divergent draft tokens to label ({skipped} of {len(problems)} problems skipped "
                          "because the base's own answer is wrong; on the rest the draft agrees with the base)")
-    return {"features": torch.stack(feats), "labels": torch.tensor(labels), "skipped_problems": skipped}
+    return {"features": torch.stack(feats), "labels": torch.tensor(labels), "skipped_problems": skipped,
+            "skipped_prefixes": doomed}
 
 
 def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, drafter: str = "small",
-                    out: str = "judge", context: bool = False, width: int = 0) -> dict:
+                    out: str = "judge", context: bool = False, width: int = 0, on_policy: str | None = None,
+                    on_policy_threshold: float = 0.9) -> dict:
     """Label divergences of the base in `folder` with the drafter in `folder/drafter` on `problems`
     training-distribution problems and train its judge head (`context`, `width`: see `JudgeHead`) into
-    `folder/out` (skipped when it exists)."""
+    `folder/out` (skipped when it exists). `on_policy`: a judge folder under `folder`; the runs labelled
+    are then judge decoding with it at `on_policy_threshold` (one DAgger round)."""
     from .data import make_problems
     from .zoo_pair import CHECK_RATE, ByteTokenizer, load_model, test_split
 
@@ -110,8 +133,16 @@ def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, dr
     base, small = load_model(folder / "base"), load_model(folder / drafter)
     held_out = {p.question for p in test_split()}
     chosen = [p for p in make_problems(problems * 2, seed, CHECK_RATE) if p.question not in held_out][:problems]
-    data = label_divergences(base, small, chosen, ByteTokenizer(), context=context)
+    rule = None
+    if on_policy is not None:
+        from multispec.judge import Judge, JudgeHead
+
+        rule = Judge(JudgeHead.load(folder / on_policy), on_policy_threshold)
+    data = label_divergences(base, small, chosen, ByteTokenizer(), context=context, rule=rule)
     head, report = train_judge_head(data["features"], data["labels"], context=context, width=width)
-    report |= {"problems": len(chosen), "labelled": len(data["labels"]), "skipped_problems": data["skipped_problems"]}
+    report |= {"problems": len(chosen), "labelled": len(data["labels"]), "skipped_problems": data["skipped_problems"],
+               "skipped_prefixes": data["skipped_prefixes"]}
+    if on_policy is not None:
+        report |= {"on_policy": on_policy, "on_policy_threshold": on_policy_threshold}
     head.save(folder / out, **report)
     return report

@@ -66,3 +66,28 @@ def test_context_inputs_are_what_the_judge_reads_during_verification(models, pro
     assert x.shape[-1] == 2 * base.config.hidden_size + CONTEXT_SCALARS
     assert torch.allclose(x[0], judge_input_at(base, prompt + [first], context=True), atol=1e-4)
     assert torch.allclose(x[1], judge_input_at(base, prompt + [first, second], context=True), atol=1e-4)
+
+
+def test_on_policy_divergences_are_judge_decodings_own(models, prompt, tok):
+    """With a judge rule the labelled runs are judge decoding: approved tokens that are not the base's greedy
+    choice are listed with the run's own prefix, and prefixes an earlier approval already broke are skipped."""
+    from multispec.judge import Judge, JudgeHead
+
+    base, small = models
+    rule = Judge(JudgeHead(base.config.hidden_size), threshold=-1.0)  # approves every draft token
+    found, out = divergences(base, small, prompt, k=3, max_new_tokens=20, eos=2, rule=rule)
+    text = prompt + out
+    assert found and out != greedy(base, prompt, len(out))  # the run left the base's greedy path
+    for d in found:
+        assert d.prefix == text[: len(d.prefix)] and text[len(d.prefix)] == d.token  # approved, on the run's path
+        assert greedy(base, d.prefix, 1) == [d.target_token] != [d.token]
+    problem = Problem("What is 1 + 1?", 2)
+    p = tok.encode(problem.prompt())
+    own = tok.decode(greedy(base, p, 24))
+    own = own[: own.index(tok.decode([2])) + 1] if tok.decode([2]) in own else own
+    data = label_divergences(base, small, [problem], tok, k=3, max_new_tokens=24, rule=rule, progress=False,
+                             check=lambda t, answer: own.startswith(t) or t.startswith(own))
+    # only the base's own text passes: the first divergence (on the base's path) is labelled bad, the later
+    # ones sit after an approval the base cannot recover from and are skipped
+    assert data["labels"].tolist() and set(data["labels"].tolist()) == {0}
+    assert data["skipped_prefixes"] > 0

@@ -108,4 +108,7 @@ def test_cli_bench_eval_and_train_judge(tmp_path, pair):
     assert json.loads(scores.read_text())["problems"] == 2
     assert main(["train", "judge", "--problems", "3", "--out", str(tmp_path / "judge")]) == 0
     assert (tmp_path / "judge" / "judge.safetensors").exists()
+    assert main(["train", "judge", "--problems", "2", "--on-policy", str(tmp_path / "judge"),
+                 "--on-policy-threshold", "0.0", "--out", str(tmp_path / "judge2")]) == 0
+    assert (tmp_path / "judge2" / "judge.safetensors").exists()
     assert main(["bench", "reasoning", "--methods", "tea"]) == 2
