@@ -54,14 +54,16 @@ def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos
         acc = int(verdict.num_accepted[0])
         if acc < int(draft.valid[0].sum()):
             before = session.tokens[0] + verdict.tokens[0, :acc].tolist()
-            found.append(Divergence(before, int(draft.tokens[0, acc]), int(verdict.tokens[0, acc])))
+            if eos not in before[len(prompt):]:  # a step's drafts past the end of the text are not divergences
+                found.append(Divergence(before, int(draft.tokens[0, acc]), int(verdict.tokens[0, acc])))
 
     out = session.generate(max_new_tokens, on_step=record)[0]
-    if rule is not None:  # the approvals: output tokens that are not the base's greedy choice
-        text = prompt + out
+    if rule is not None:  # the approvals: output tokens (up to the end of the text) not the base's greedy choice
+        text = prompt + (out[: out.index(eos) + 1] if eos in out else out)
         with torch.no_grad():
             greedy = base(torch.tensor([text])).logits[0, len(prompt) - 1: -1].argmax(-1).tolist()
-        found += [Divergence(text[:len(prompt) + i], t, g) for i, (t, g) in enumerate(zip(out, greedy)) if t != g]
+        found += [Divergence(text[:len(prompt) + i], t, g)
+                  for i, (t, g) in enumerate(zip(text[len(prompt):], greedy)) if t != g]
     return found, out
 
 

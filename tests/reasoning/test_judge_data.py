@@ -19,6 +19,7 @@ def test_divergences_are_the_tokens_the_exact_rule_rejected(models, prompt):
     for d in found:
         assert greedy(base, d.prefix, 1) == [d.target_token] and d.token != d.target_token
         assert d.prefix[: len(prompt)] == prompt
+        assert 2 not in d.prefix[len(prompt):]  # nothing past the end of the text (eos = 2)
 
 
 def test_labels_follow_the_checker_and_features_are_the_verification_states(models, tok):
