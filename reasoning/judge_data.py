@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from multispec import Prompt, Session
 from multispec.drafters import ModelDrafter
-from multispec.judge import judge_inputs, train_judge_head
+from multispec.judge import Judge, judge_inputs, train_judge_head
 from multispec.targets import as_target
 from multispec.targets.base import FeatureRequest
 
@@ -41,7 +41,7 @@ class Divergence:
     target_token: int  # what the base chose instead
 
 
-def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos: int, rule=None
+def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos: int, rule: Judge | None = None
                 ) -> tuple[list[Divergence], list[int]]:
     """Every first rejected draft token of a greedy speculative run (one per verification step), and the
     run's output (the base's own greedy text; with `rule`, judge decoding's text, whose approved divergent
@@ -82,23 +82,26 @@ def judge_input_at(base, ids: list[int], context: bool = False) -> torch.Tensor:
 
 def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int = 4, max_new_tokens: int = 256,
                       check: Callable[[str, float], bool] = is_correct, context: bool = False,
-                      rule=None, progress: bool = True) -> dict:
+                      rule: Judge | None = None, progress: bool = True) -> dict:
     """Judge inputs [N, F] (`judge_input_at`), labels [N] and counts for the divergent draft tokens of
     `problems` (`rule`: label judge decoding's own runs, see the module docstring)."""
     eos = tokenizer.eos_token_id
     feats, labels, skipped, doomed = [], [], 0, 0
 
-    def finishes(text: list[int], prompt: list[int]) -> bool:
-        """Whether the base's greedy continuation of `text` ends at the right answer."""
+    def finishes(text: list[int], prompt: list[int], answer: float) -> bool:
+        """Whether the base's greedy continuation of `text` (which starts with `prompt`) ends at `answer`."""
         session = Session(base, ModelDrafter(small), tree=k, eos_token_id=eos, rollback=False)
         session.append(torch.tensor([text]))
         rest = session.generate(max_new_tokens - (len(text) - len(prompt)))[0]
-        return check(tokenizer.decode(text[len(prompt):] + rest), problem.answer)
+        return check(tokenizer.decode(text[len(prompt):] + rest), answer)
 
     for problem in tqdm(problems, desc="labelling divergences", disable=not progress):
         prompt = tokenizer.encode(problem.prompt())
         found, own = divergences(base, small, prompt, k, max_new_tokens, eos, rule)
-        base_ok = check(tokenizer.decode(own), problem.answer) if rule is None else finishes(prompt, prompt)
+        if rule is None:
+            base_ok = check(tokenizer.decode(own), problem.answer)
+        else:  # the run was judge decoding's: ask the base itself
+            base_ok = finishes(prompt, prompt, problem.answer)
         if not base_ok:  # the base's own answer is wrong
             skipped += 1
             continue
@@ -106,11 +109,12 @@ def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int
             text = d.prefix + [d.token]
             if len(text) - len(prompt) >= max_new_tokens:
                 continue
-            if rule is not None and len(d.prefix) > len(prompt) and not finishes(d.prefix + [d.target_token], prompt):
+            after_approval = rule is not None and len(d.prefix) > len(prompt)
+            if after_approval and not finishes(d.prefix + [d.target_token], prompt, problem.answer):
                 doomed += 1  # an earlier approval broke this prefix: both tokens would read "bad"
                 continue
             feats.append(judge_input_at(base, text, context))
-            labels.append(int(finishes(text, prompt)))
+            labels.append(int(finishes(text, prompt, problem.answer)))
     if not feats:
         raise ValueError(f"problems: no divergent draft tokens to label ({skipped} of {len(problems)} problems skipped "
                          "because the base's own answer is wrong; on the rest the draft agrees with the base)")
@@ -137,7 +141,7 @@ def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, dr
     chosen = [p for p in make_problems(problems * 2, seed, CHECK_RATE) if p.question not in held_out][:problems]
     rule = None
     if on_policy is not None:
-        from multispec.judge import Judge, JudgeHead
+        from multispec.judge import JudgeHead
 
         rule = Judge(JudgeHead.load(folder / on_policy), on_policy_threshold)
     data = label_divergences(base, small, chosen, ByteTokenizer(), context=context, rule=rule)
