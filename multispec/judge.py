@@ -12,6 +12,13 @@ The rule is lossy. Its bound is counted, not assumed: a node the judge approves 
 so with greedy decoding the output departs from the target's own only at an emitted token the target
 would not have chosen, and `JudgeVerdict.overrides` counts those per row (`JudgeStats` sums them). With
 no node approved (threshold above 1, or a disabled judge) the rule is `Exact`, draw for draw.
+
+`min_target_prob` ρ adds a floor: the judge may approve only a token the target itself gives probability at
+least ρ at that position (its softmax, before any sampling transform). Every emitted token then has target
+probability >= ρ, a bound that holds whatever the head learned. It is for targets whose other plausible
+continuations (another phrasing) are safe while their improbable ones (a wrong digit) are not: a head trained
+on a few thousand labels is overconfident on new problems, and the floor removes the approvals the target
+itself rules out.
 """
 
 from __future__ import annotations
@@ -121,37 +128,46 @@ class Judge(AcceptanceRule):
     lossless = False
     feature_request = FeatureRequest(hidden=True)
 
-    def __init__(self, head: JudgeHead | None, threshold: float = 0.5):
+    def __init__(self, head: JudgeHead | None, threshold: float = 0.5, min_target_prob: float = 0.0):
         if head is not None and not isinstance(head, JudgeHead):
             raise TypeError(f"head: expected a JudgeHead or None, got {type(head).__name__}")
         if not isinstance(threshold, (int, float)) or threshold != threshold:
             raise ValueError(f"threshold: expected a number (probabilities above it are approved), got {threshold!r}")
-        self.head, self.threshold = head, float(threshold)
+        if not isinstance(min_target_prob, (int, float)) or not 0.0 <= min_target_prob <= 1.0:
+            raise ValueError(f"min_target_prob: expected a probability in [0, 1] (the least target probability of "
+                             f"an approved token), got {min_target_prob!r}")
+        self.head, self.threshold, self.min_target_prob = head, float(threshold), float(min_target_prob)
 
     def __repr__(self) -> str:
-        return f"Judge(threshold={self.threshold}, enabled={self.head is not None})"
+        return (f"Judge(threshold={self.threshold}, min_target_prob={self.min_target_prob}, "
+                f"enabled={self.head is not None})")
 
     def approvals(self, draft: DraftTree, features: Features | None,
                   target_logits: torch.Tensor | None = None) -> torch.Tensor:
-        """[B, N] bool: the draft nodes the judge approves (a context judge also reads `target_logits`
-        [B, N + 1, V], the target's logits after the root and every node)."""
+        """[B, N] bool: the draft nodes the judge approves (a context judge, and the `min_target_prob` floor,
+        also read `target_logits` [B, N + 1, V], the target's logits after the root and every node)."""
         if self.head is None or draft.num_nodes == 0:
             return torch.zeros_like(draft.valid)
         if features is None or features.hidden is None:
             raise ValueError("features: the judge reads the target's hidden states at the draft nodes "
                              "(score the tree with Judge.feature_request)")
+        if target_logits is None and (self.head.context or self.min_target_prob > 0):
+            raise ValueError("target_logits: a context judge and the min_target_prob floor read the target's "
+                             "distribution at each parent")
         n = draft.num_nodes
         x = features.hidden[:, 1: n + 1]  # node 0 is the root
+        parent = (draft.parents + 1).clamp(min=0).to(features.hidden.device)  # full-tree index; root = 0
+        pick = lambda t: t.gather(1, parent[..., None].expand(-1, -1, t.shape[-1]))  # noqa: E731
+        tokens = draft.tokens.clamp(min=0).to(features.hidden.device)
         if self.head.context:
-            if target_logits is None:
-                raise ValueError("target_logits: a context judge reads the target's distribution at each parent")
-            parent = (draft.parents + 1).clamp(min=0).to(features.hidden.device)  # full-tree index; root = 0
-            pick = lambda t: t.gather(1, parent[..., None].expand(-1, -1, t.shape[-1]))  # noqa: E731
-            x = judge_inputs(x, pick(features.hidden), pick(target_logits.to(features.hidden.device)),
-                             draft.tokens.clamp(min=0).to(features.hidden.device))
+            x = judge_inputs(x, pick(features.hidden), pick(target_logits.to(features.hidden.device)), tokens)
         with torch.no_grad():
-            p = torch.sigmoid(self.head(x.float()))
-        return (p > self.threshold).to(draft.valid.device) & draft.valid
+            approved = torch.sigmoid(self.head(x.float())) > self.threshold
+            if self.min_target_prob > 0:
+                parent_logits = pick(target_logits.to(features.hidden.device)).float()
+                p_token = torch.softmax(parent_logits, -1).gather(-1, tokens[..., None])[..., 0]
+                approved &= p_token >= self.min_target_prob
+        return approved.to(draft.valid.device) & draft.valid
 
     def accept(self, draft: DraftTree, target_logits: torch.Tensor, sampling: SamplingConfig,
                generator: torch.Generator | None = None, features: Features | None = None) -> JudgeVerdict:

@@ -43,7 +43,8 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
     results = evaluate(models, test[:n], methods, settings)
     out = {"benchmark": "reasoning", "pair": "arith-reasoning", "machine": machine_info(),
            "settings": {"problems": n, "quick": quick, "threshold": settings.threshold, "scorer": repr(settings.scorer),
-                        "k": settings.k, "judge_threshold": settings.judge_threshold, "verdict_k": settings.verdict_k,
+                        "k": settings.k, "judge_threshold": settings.judge_threshold,
+                        "judge_min_prob": settings.judge_min_prob, "verdict_k": settings.verdict_k,
                         "max_new_tokens": settings.max_new_tokens, "thinking": repr(settings.thinking)},
            "methods": results}
     print(f"reasoning on arith-reasoning ({describe(out['machine'])}), {n} held-out problems")

@@ -19,6 +19,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="how the base scores a step: its likelihood of it, or a 0-9 judging prompt")
     p.add_argument("--k", type=int, default=4, help="drafts per token-level step")
     p.add_argument("--judge-threshold", type=float, default=0.5)
+    p.add_argument("--judge-min-prob", type=float, default=None, metavar="RHO",
+                   help="judge decoding approves only tokens the base itself gives probability >= RHO (default 0.2, "
+                   "chosen on the zoo pair's validation split; 0: no floor)")
     p.add_argument("--max-new-tokens", type=int, default=320)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, metavar="PATH")
@@ -29,6 +32,7 @@ def _settings(args):
 
     threshold = Settings.threshold if args.threshold is None else args.threshold
     return Settings(threshold=threshold, scorer=args.scorer, k=args.k, judge_threshold=args.judge_threshold,
+                    judge_min_prob=Settings.judge_min_prob if args.judge_min_prob is None else args.judge_min_prob,
                     max_new_tokens=args.max_new_tokens)
 
 

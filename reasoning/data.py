@@ -181,9 +181,13 @@ def make_problem(rng: random.Random, check_rate: float = 0.25, style: str = "mix
     return Problem(question, answer, SEPARATOR.join(steps))
 
 
-def make_drill(rng: random.Random, facts: int = 14) -> str:
-    """Arithmetic practice: `facts` lines "a op b = r" over the operand ranges the problems use (the zoo mixes
-    them into training so that small models learn the arithmetic their solutions need on a CPU budget)."""
+def make_drill(rng: random.Random, facts: int = 14, style: str = "symbols") -> str:
+    """Arithmetic practice: `facts` lines over the operand ranges the problems use (the zoo mixes them into
+    training so that small models learn the arithmetic their solutions need on a CPU budget). `style`:
+    "symbols" (every line "a op b = r") or a `phrase` style ("mixed": the solutions' phrasings, so a model
+    practises the arithmetic in every way a step may be written, not only the symbolic one)."""
+    if style != "symbols" and style not in STYLES:
+        raise ValueError(f"style: expected 'symbols' or one of {', '.join(STYLES)}, got {style!r}")
     lines = []
     for _ in range(facts):
         op = rng.choice(["+", "-", "*", "/"])
@@ -197,7 +201,7 @@ def make_drill(rng: random.Random, facts: int = 14) -> str:
         else:
             b = rng.randint(2, 9)
             a = b * rng.randint(2, 12)
-        lines.append(f"{a} {op} {b} = {_apply(a, op, b)}")
+        lines.append(f"{a} {op} {b} = {_apply(a, op, b)}" if style == "symbols" else phrase(a, op, b, rng, style))
     return "\n".join(lines)
 
 

@@ -57,6 +57,9 @@ class Settings:
     max_new_tokens: int = 320
     k: int = 4  # drafts per token-level step (exact, judge, and the base's own steps in SpecReason)
     judge_threshold: float = 0.5
+    # the judge's floor on the base's own probability of an approved token (Judge.min_target_prob): 0.2 was chosen on
+    # the validation split (benchmarks/reasoning_styled_drafter.py); without it the head's approvals cost accuracy
+    judge_min_prob: float = 0.2
     verdict_k: int = 2
     thinking: object = None  # a SpeculativeThinkingConfig (default: the reference's knobs, this token budget)
 
@@ -111,7 +114,7 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
         new = new[: new.index(eos) + 1] if eos in new else new
         return {"text": tok.decode(new), "seconds": time.perf_counter() - t0, "tokens": len(new)}
     if method in ("exact", "judge"):
-        rule = None if method == "exact" else Judge(models.judge, s.judge_threshold)
+        rule = None if method == "exact" else Judge(models.judge, s.judge_threshold, s.judge_min_prob)
         tally = JudgeStats()
         ids = torch.tensor([prompt])
         out = speculative_generate(models.base, ModelDrafter(models.drafter_model), ids,

@@ -89,7 +89,10 @@ def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int
     feats, labels, skipped, doomed = [], [], 0, 0
 
     def finishes(text: list[int], prompt: list[int], answer: float) -> bool:
-        """Whether the base's greedy continuation of `text` (which starts with `prompt`) ends at `answer`."""
+        """Whether the base's greedy continuation of `text` (which starts with `prompt`) ends at `answer`; a text
+        that already ends with EOS is read as it is (an approved EOS ends the generation)."""
+        if text[-1] == eos and len(text) > len(prompt):
+            return check(tokenizer.decode(text[len(prompt): -1]), answer)
         session = Session(base, ModelDrafter(small), tree=k, eos_token_id=eos, rollback=False)
         session.append(torch.tensor([text]))
         rest = session.generate(max_new_tokens - (len(text) - len(prompt)))[0]

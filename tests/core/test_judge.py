@@ -146,3 +146,40 @@ def test_a_context_judge_needs_the_logits(pair):
         Judge(head).approvals(tree, Features(hidden=torch.zeros(1, 3, 8)))
     approved = Judge(head, threshold=-0.1).approvals(tree, Features(hidden=torch.zeros(1, 3, 8)), torch.zeros(1, 3, 20))
     assert approved.tolist() == [[True, True]]
+
+
+def _departures(target, sequences: torch.Tensor, start: int) -> list[float]:
+    """The target's probability of every generated token (up to the row's EOS) that is not its own greedy
+    choice."""
+    with torch.no_grad():
+        probs = torch.softmax(target(sequences).logits.float(), -1)
+    out = []
+    for row in range(sequences.shape[0]):
+        for i in range(start, sequences.shape[1]):
+            if i > start and int(sequences[row, i - 1]) == target.config.eos_token_id:
+                break  # the row ended: padding follows
+            p = probs[row, i - 1]
+            if int(p.argmax()) != int(sequences[row, i]):
+                out.append(float(p[sequences[row, i]]))
+    return out
+
+
+def test_the_probability_floor_bounds_every_departure(pair):
+    """With `min_target_prob` ρ every emitted token the target would not have chosen has target probability
+    >= ρ (greedy, a judge that approves everything); ρ = 1 leaves the exact rule."""
+    target, _ = pair
+    hidden = target.config.hidden_size
+    free = _departures(target, _run(pair, Judge(_head(hidden, 5.0))).sequences, 7)
+    rho = sorted(free)[len(free) // 2]  # half the unfloored departures fall below it
+    floored = _departures(target, _run(pair, Judge(_head(hidden, 5.0), min_target_prob=rho)).sequences, 7)
+    assert floored and min(floored) >= rho - 1e-6 and min(free) < rho
+    exact = _run(pair, None)
+    assert torch.equal(_run(pair, Judge(_head(hidden, 5.0), min_target_prob=1.0)).sequences, exact.sequences)
+    with pytest.raises(ValueError, match="min_target_prob"):
+        Judge(None, min_target_prob=1.5)
+    from multispec.targets.base import Features
+    from multispec.tree import DraftTree
+
+    with pytest.raises(ValueError, match="target_logits"):
+        Judge(_head(8, 5.0), min_target_prob=0.1).approvals(DraftTree.chain(torch.tensor([[3, 4]])),
+                                                             Features(hidden=torch.zeros(1, 3, 8)))

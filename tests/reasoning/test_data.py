@@ -76,3 +76,30 @@ def test_the_words_style_never_writes_symbols_and_keeps_the_same_problems():
     assert sum(s != w for s, w in zip(mixed, words)) > 100  # the habits differ
     with pytest.raises(ValueError, match="style"):
         phrase(1, "+", 2, random.Random(0), "emoji")
+
+
+def test_practice_lines_are_right_in_every_phrasing():
+    import random
+
+    from multispec.reasoning.data import make_drill
+
+    lines = make_drill(random.Random(3), facts=60, style="mixed").split("\n")
+    kinds = set()
+    for line in lines:
+        numbers = [int(n) for n in re.findall(r"\d+", line)]
+        if line[0].isdigit():  # "a op b = r" or "a plus b is r"
+            a, b, r = numbers
+            op = next(w for w in ("+", "-", "*", "x", "/", "plus", "minus", "times", "divided") if f" {w} " in line)
+            kinds.add("=" if " = " in line else "is")
+        else:  # "Add a to b: r", "Subtract b from a: r"
+            x, y, r = numbers
+            op = line.split()[0]
+            a, b = (y, x) if op == "Subtract" else (x, y)
+            kinds.add(":")
+        expected = {"+": a + b, "plus": a + b, "Add": a + b, "-": a - b, "minus": a - b, "Subtract": a - b,
+                    "*": a * b, "x": a * b, "times": a * b, "Multiply": a * b}.get(op, a // b)
+        assert r == expected, line
+    assert kinds == {"=", "is", ":"}
+    assert all(" = " in line for line in make_drill(random.Random(3), facts=20).split("\n"))  # the default
+    with pytest.raises(ValueError, match="style"):
+        make_drill(random.Random(3), style="shouty")

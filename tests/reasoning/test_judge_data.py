@@ -92,3 +92,27 @@ def test_on_policy_divergences_are_judge_decodings_own(models, prompt, tok):
     # ones sit after an approval the base cannot recover from and are skipped
     assert data["labels"].tolist() and set(data["labels"].tolist()) == {0}
     assert data["skipped_prefixes"] > 0
+
+
+def test_a_drafted_end_of_text_is_labelled_by_the_text_it_ends(models, tok, monkeypatch):
+    """An approved EOS ends the generation, so a divergent EOS is good only if the text up to it checks out;
+    the base's continuation past it (which real decoding never writes) must not decide its label."""
+    from multispec.reasoning import judge_data
+
+    base, small = models
+    problem = Problem("What is 1 + 1?", 2)
+    prompt = tok.encode(problem.prompt())
+    own = divergences(base, small, prompt, 3, 24, 2)[1]
+    early = judge_data.Divergence(prompt + own[:3], token=2, target_token=own[3])  # stops after 3 tokens
+    monkeypatch.setattr(judge_data, "divergences", lambda *a, **kw: ([early], own))
+    checked = []
+
+    def check(text, answer):
+        checked.append(text)
+        return text == tok.decode(own)  # only the base's whole text is right
+
+    data = label_divergences(base, small, [problem], tok, k=3, max_new_tokens=24, check=check, progress=False)
+    assert checked[-1] == tok.decode(own[:3]) and data["labels"].tolist() == [0]
+    data = label_divergences(base, small, [problem], tok, k=3, max_new_tokens=24, progress=False,
+                             check=lambda text, answer: text in (tok.decode(own), tok.decode(own[:3])))
+    assert data["labels"].tolist() == [1]

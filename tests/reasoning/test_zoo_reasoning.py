@@ -97,7 +97,8 @@ def test_cli_bench_eval_and_train_judge(tmp_path, pair):
 
     out = tmp_path / "bench.json"
     assert main(["bench", "reasoning", "--problems", "2", "--methods", "base,small,specreason,judge",
-                 "--json", str(out)]) == 0
+                 "--judge-min-prob", "0.2", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["settings"]["judge_min_prob"] == 0.2
     rows = json.loads(out.read_text())["methods"]
     assert set(rows) == {"base", "small", "specreason", "judge"} and rows["base"]["speedup_vs_base"] == 1.0
     data = tmp_path / "problems.jsonl"

@@ -1,6 +1,7 @@
 """The reasoning pair's training: a run cut off mid-way resumes from its checkpoint to the same weights as an
 uninterrupted run; a finished stage is not retrained; a checkpoint of another recipe is refused."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -55,12 +56,13 @@ def test_a_checkpoint_of_another_recipe_is_refused(tmp_path, monkeypatch):
         train_model(replace(TINY, lr=1e-2), tmp_path, "other", checkpoint_every=2)
 
 
-def test_training_batches_mask_the_prompt_and_never_hold_a_test_question():
+@pytest.mark.parametrize("drill", ["symbols", "mixed"])
+def test_training_batches_mask_the_prompt_and_never_hold_a_test_question(drill):
     held_out = {p.question for p in zoo_pair.test_split()}
-    batch = next(Batches(replace(SMALL, batch_size=16), held_out))
+    batch = next(Batches(replace(SMALL, batch_size=16, drill=drill), held_out))
     ids, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
     tok = zoo_pair.ByteTokenizer()
-    kinds = set()
+    kinds, phrasings = set(), set()
     for row in range(16):
         real = ids[row][mask[row].bool()]
         text = tok.decode(real)
@@ -69,7 +71,9 @@ def test_training_batches_mask_the_prompt_and_never_hold_a_test_question():
         if text.startswith(zoo_pair.DRILL_HEADER):  # practice: the loss reads the results only
             kinds.add("drill")
             results = tok.decode(real[read])
-            assert results.split() == [line.split(" = ")[1] for line in text.split("\n")[1:] if " = " in line]
+            lines = [line for line in text.split("\n")[1:] if line[:1].isalnum()]
+            assert results.split() == [re.search(r"(\d+)$", line).group(1) for line in lines]
+            phrasings.update("=" if " = " in line else "is" if " is " in line else ":" for line in lines)
             continue
         kinds.add("problem")
         first = int(read.nonzero()[0])
@@ -77,3 +81,21 @@ def test_training_batches_mask_the_prompt_and_never_hold_a_test_question():
         assert bool(read[first:].all())
         assert text.split("\n")[0][len("Question: "):] not in held_out
     assert kinds == {"drill", "problem"}
+    # practice in the solutions' phrasings when asked, else the symbolic lines only
+    assert phrasings == ({"=", "is", ":"} if drill == "mixed" else {"="})
+
+
+def test_a_stage_can_continue_another_models_weights(tmp_path):
+    """`init`: the shipped base is `BASE` continued by a practice stage; the stage starts from the stored
+    weights (its first loss is the trained model's, not a fresh one's) and refuses another architecture."""
+    first = train_model(replace(TINY, steps=12, lr=1e-2), tmp_path / "first", "first")
+    stage = replace(TINY, steps=2, lr=1e-9, drill="mixed", seed=1)
+    report = train_model(stage, tmp_path / "second", "second", init=tmp_path / "first")
+    assert report["continues"] == first
+    a, b = load_model(tmp_path / "first"), load_model(tmp_path / "second")
+    for p, q in zip(a.parameters(), b.parameters()):  # lr ~0: the stage kept the weights it started from
+        assert torch.allclose(p, q, atol=0.05)
+    fresh = train_model(stage, tmp_path / "fresh", "fresh")
+    assert fresh["final_loss"] > report["final_loss"] + 0.5
+    with pytest.raises(ValueError, match="init"):
+        train_model(replace(stage, layers=3), tmp_path / "third", "third", init=tmp_path / "first")
