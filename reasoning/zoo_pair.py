@@ -1,7 +1,8 @@
 """The reasoning zoo pair, `arith-reasoning`: byte-level Llamas trained here on synthetic arithmetic with
 step-by-step solutions (`multispec.reasoning.data`).
 
-- `base/`: the base model (12 layers, deep and narrow);
+- `base/`: the base model (12 layers, deep and narrow), trained on the problems and symbolic drills, then
+  continued by a practice stage with drills in every phrasing (`BASE`, then `BASE_PRACTICE`);
 - `small/`: the small model (2 layers), much less accurate on the arithmetic;
 - `experts/*`: further small models (other sizes and seeds): Speculative Verdict's draft experts;
 The models are stored in int8 (`multispec.zoo.int8`: half of fp16, for the zoo's 100 MB) and load as fp32
@@ -233,8 +234,8 @@ def load_pair(folder: str | Path | None = None) -> ReasoningPair:
 
 
 def train_pair(folder: str | Path, quick: bool = False) -> dict:
-    """Every stage of the pair into `folder`: base, small, experts, test split, judge. `quick`: a smoke run
-    (tiny budgets) for tests."""
+    """Every stage of the pair into `folder`: base (pretraining, then its practice stage), small, experts, test
+    split, judge. `quick`: a smoke run (tiny budgets) for tests."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     shrink = (lambda r: replace(r, steps=8, batch_size=4)) if quick else (lambda r: r)
