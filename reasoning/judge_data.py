@@ -112,8 +112,8 @@ def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int
             text = d.prefix + [d.token]
             if len(text) - len(prompt) >= max_new_tokens:
                 continue
-            after_approval = rule is not None and len(d.prefix) > len(prompt)
-            if after_approval and not finishes(d.prefix + [d.target_token], prompt, problem.answer):
+            may_hold_approvals = rule is not None and len(d.prefix) > len(prompt)
+            if may_hold_approvals and not finishes(d.prefix + [d.target_token], prompt, problem.answer):
                 doomed += 1  # an earlier approval broke this prefix: both tokens would read "bad"
                 continue
             feats.append(judge_input_at(base, text, context))

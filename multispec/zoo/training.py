@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
@@ -42,8 +43,6 @@ class Checkpoint:
     def __init__(self, path, recipe: dict, model: torch.nn.Module, opt: torch.optim.Optimizer, sched,
                  every: int = 200, total: int | None = None, state: Callable[[], dict] | None = None,
                  load_state: Callable[[dict], None] | None = None):
-        from pathlib import Path
-
         self.path, self.recipe = Path(path), recipe
         self.model, self.opt, self.sched, self.every, self.total = model, opt, sched, every, total
         self.state, self.load_state = state, load_state
