@@ -2,7 +2,8 @@
 
 The zoo's small model writes like the base (same data, same phrasing mix), so exact decoding already accepts
 ~97% of its tokens and no rule can lengthen the accepted runs much. This script trains a drafter on the same
-problems written in another habit (`STYLED`: never "a + b = r"; 2 layers, 3,000 steps), labels its
+problems written in another habit (`STYLED`: never "a + b = r"; 2 layers of 64, 3,000 steps; `--drafter
+styled-wide`: `STYLED_WIDE`, 2 layers of 128, the drafter of the earlier runs), labels its
 divergences from the base and trains its judge head, then sweeps the judge's threshold on the validation
 split beside exact decoding with the same drafter. `--on-policy T` adds one DAgger round: the divergences
 judge decoding itself meets (that first judge at threshold T) are labelled and the judge evaluated is trained
@@ -11,7 +12,7 @@ is the one labelled, judged and evaluated, otherwise the zoo's is copied there. 
 sweep with the zoo's own small model as drafter instead.
 
     python benchmarks/reasoning_styled_drafter.py --out /tmp/styled [--problems 100] [--context] [--width W]
-        [--on-policy T] [--k 4,16] [--drafter styled|small] [--min-probs 0,0.3] [--split validation|test] [--json benchmarks/results/reasoning_styled_drafter.json]
+        [--on-policy T] [--k 4,16] [--drafter styled|styled-wide|small] [--min-probs 0,0.3] [--split validation|test] [--json benchmarks/results/reasoning_styled_drafter.json]
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from multispec.judge import JudgeHead
 from multispec.reasoning import Models, Settings, evaluate, make_problems
 from multispec.reasoning.bench import zoo_models
 from multispec.reasoning.judge_data import train_zoo_judge
-from multispec.reasoning.zoo_pair import NAME, STYLED, load_model, train_model
+from multispec.reasoning.zoo_pair import NAME, STYLED, STYLED_WIDE, load_model, train_model
 
 VALIDATION_SEED = 4242
 JUDGE = (0.5, 0.9, 0.97, 0.99)
@@ -49,8 +50,9 @@ def main() -> None:
     parser.add_argument("--on-policy", type=float, default=None, metavar="T",
                         help="then one DAgger round: label judge decoding's own runs with that judge at threshold T "
                         "and train the judge evaluated here on them")
-    parser.add_argument("--drafter", choices=("styled", "small"), default="styled",
-                        help="styled: the drafter with another habit (trained here); small: the zoo's small model")
+    parser.add_argument("--drafter", choices=("styled", "styled-wide", "small"), default="styled",
+                        help="styled: the drafter with another habit (trained here; styled-wide: the small model's "
+                        "size); small: the zoo's small model")
     parser.add_argument("--k", default=",".join(map(str, K)), help="chain lengths evaluated")
     parser.add_argument("--thresholds", default=",".join(map(str, JUDGE)))
     parser.add_argument("--min-probs", default="0", help="the judge's floors on the base's own probability of a "
@@ -62,12 +64,15 @@ def main() -> None:
     out = Path(args.out)
     if not (out / "base").exists():  # the judge is trained on the shipped base's hidden states
         shutil.copytree(zoo.path(NAME) / "base", out / "base")
-    if args.drafter == "styled":
-        train_model(STYLED, out / "styled" / "small", "styled")
-    elif not (out / "small").exists():
-        shutil.copytree(zoo.path(NAME) / "small", out / "small")
-    drafter = "styled/small" if args.drafter == "styled" else "small"
-    judge = ("styled/" if args.drafter == "styled" else "") + "judge" + ("_context" if args.context else "")
+    if args.drafter == "small":
+        if not (out / "small").exists():
+            shutil.copytree(zoo.path(NAME) / "small", out / "small")
+        drafter, judge = "small", "judge"
+    else:
+        recipe = STYLED if args.drafter == "styled" else STYLED_WIDE
+        train_model(recipe, out / args.drafter / "small", args.drafter)
+        drafter, judge = f"{args.drafter}/small", f"{args.drafter}/judge"
+    judge += "_context" if args.context else ""
     judge += f"_w{args.width}" if args.width else ""
     report = train_zoo_judge(out, problems=args.label_problems, drafter=drafter, out=judge,
                              context=args.context, width=args.width)

@@ -10,11 +10,24 @@ from multispec.bench.machine import describe, machine_info, save_results
 from .evaluate import METHODS, Models, Settings, evaluate, markdown
 
 
-def zoo_models(weights: str | None = None) -> tuple[Models, list]:
+DRAFTERS = ("small", "styled")
+
+
+def zoo_models(weights: str | None = None, drafter: str = "small") -> tuple[Models, list]:
+    """The pair's models and held-out split. `drafter`: the token-level rows' draft model and judge head,
+    "small" (the small model, which writes like the base) or "styled" (the drafter with another phrasing
+    habit and its own judge, where judge verification has room to lengthen the accepted runs)."""
     from .zoo_pair import load_pair
 
+    if drafter not in DRAFTERS:
+        raise ValueError(f"drafter: expected one of {', '.join(DRAFTERS)}, got {drafter!r}")
     pair = load_pair(weights)
-    return Models(pair.target, pair.small, pair.tokenizer, pair.experts, pair.judge), pair.test
+    models = Models(pair.target, pair.small, pair.tokenizer, pair.experts, pair.judge)
+    if drafter == "styled":
+        if pair.styled is None:
+            raise ValueError(f"drafter: the pair in {pair.folder} has no styled drafter")
+        models.token_drafter, models.judge = pair.styled, pair.styled_judge
+    return models, pair.test
 
 
 def zoo_thinking(budget: int):
@@ -32,17 +45,17 @@ def zoo_thinking(budget: int):
 
 
 def run(quick: bool = False, json_path: str | None = None, threads: int | None = None, problems: int | None = None,
-        methods=METHODS, settings: Settings | None = None, weights: str | None = None) -> dict:
+        methods=METHODS, settings: Settings | None = None, weights: str | None = None, drafter: str = "small") -> dict:
     if threads is not None:
         torch.set_num_threads(threads)
-    models, test = zoo_models(weights)
+    models, test = zoo_models(weights, drafter)
     n = problems or (30 if quick else len(test))
     settings = settings or Settings()
     if settings.thinking is None:
         settings.thinking = zoo_thinking(settings.max_new_tokens)
     results = evaluate(models, test[:n], methods, settings)
     out = {"benchmark": "reasoning", "pair": "arith-reasoning", "machine": machine_info(),
-           "settings": {"problems": n, "quick": quick, "threshold": settings.threshold, "scorer": repr(settings.scorer),
+           "settings": {"problems": n, "quick": quick, "drafter": drafter, "threshold": settings.threshold, "scorer": repr(settings.scorer),
                         "k": settings.k, "judge_threshold": settings.judge_threshold,
                         "judge_min_prob": settings.judge_min_prob, "verdict_k": settings.verdict_k,
                         "max_new_tokens": settings.max_new_tokens, "thinking": repr(settings.thinking)},

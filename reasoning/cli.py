@@ -52,6 +52,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="30 held-out problems (instead of the whole split)")
     p.add_argument("--problems", type=int, default=None)
     p.add_argument("--weights", default=None, help="a retrained pair's folder (default: the shipped one)")
+    p.add_argument("--drafter", choices=("small", "styled"), default="small",
+                   help="the token-level rows' drafter and judge: the small model (default) or the styled drafter, "
+                   "which phrases steps its own way")
     _add_common(p)
 
 
@@ -59,7 +62,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench import run
 
     run(quick=args.quick, json_path=args.json, threads=args.threads, problems=args.problems, methods=_methods(args),
-        settings=_settings(args), weights=args.weights)
+        settings=_settings(args), weights=args.weights, drafter=args.drafter)
     return 0
 
 

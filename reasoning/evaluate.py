@@ -9,7 +9,8 @@ Methods (each a name in `METHODS`):
 - `verdict`: Speculative Verdict (the experts answer, consensus keeps the top k, the base decides);
 - `exact`, `judge`: token-level speculative decoding of the base with the small model (or
   `Models.token_drafter`) as drafter (chain of `k`), exact and with judge verification; both report the
-  mean accepted length (tokens per base forward, the correction included);
+  mean accepted length (tokens per base forward, the correction included), and `judge` its ratio to exact's
+  (`accepted_length_vs_exact`) when both run;
 - `generate`, `assisted`: the `transformers` baselines, the base's own greedy `generate` and assisted
   generation with the small model as assistant (lossless, so their accuracy is the base's).
 
@@ -193,6 +194,9 @@ def summarise(rows: dict[str, list[dict]]) -> dict:
     if "base" in out:
         for entry in out.values():
             entry["speedup_vs_base"] = round(out["base"]["latency_s"] / entry["latency_s"], 3)
+    if "exact" in out and "judge" in out:  # judge verification's gain: how much longer its accepted runs are
+        out["judge"]["accepted_length_vs_exact"] = round(out["judge"]["mean_accepted_length"] /
+                                                         max(out["exact"]["mean_accepted_length"], 1e-9), 3)
     return out
 
 
@@ -206,6 +210,8 @@ def markdown(results: dict) -> str:
             notes.append(f"triggers {r['triggers']}, large share {r['large_token_share']:.2f}")
         if "mean_accepted_length" in r:
             notes.append(f"mean accepted length {r['mean_accepted_length']:.2f}, overrides {r['overrides']}")
+        if "accepted_length_vs_exact" in r:
+            notes.append(f"{r['accepted_length_vs_exact']:.2f}x exact's accepted length")
         vs = f"{r['speedup_vs_base']:.2f}x" if "speedup_vs_base" in r else "-"
         lines.append(f"| {m} | {r['accuracy']:.3f} | {r['latency_s']:.3f} | {vs} | {r['tokens']:.0f} "
                      f"| {'; '.join(notes)} |")

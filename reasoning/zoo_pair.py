@@ -2,12 +2,15 @@
 step-by-step solutions (`multispec.reasoning.data`).
 
 - `base/`: the base model (12 layers, deep and narrow), trained on the problems and symbolic drills, then
-  continued by a practice stage with drills in every phrasing (`BASE`, then `BASE_PRACTICE`);
+  continued by practice stages with drills in every phrasing and in the worded ones (`BASE_STAGES`);
 - `small/`: the small model (2 layers), much less accurate on the arithmetic;
 - `experts/*`: further small models (other sizes and seeds): Speculative Verdict's draft experts;
 The models are stored in int8 (`multispec.zoo.int8`: half of fp16, for the zoo's 100 MB) and load as fp32
 `LlamaForCausalLM`s.
-- `judge/`: a judge head on the base's hidden states, trained on automatically labelled draft tokens.
+- `judge/`: a judge head on the base's hidden states, trained on automatically labelled draft tokens of `small`;
+- `styled/`: a drafter with another phrasing habit (`STYLED`: never "a + b = r"), whose right steps the base
+  would not write token for token, the case judge verification is for; `judge-styled/` its judge (a context
+  head, `JudgeHead(context=True, width=32)`).
 The held-out test split is `test.jsonl` (problems whose questions the training data never contains).
 
 `multispec zoo train arith-reasoning` reproduces it (fixed seeds; each stage resumes when its folder is
@@ -76,12 +79,23 @@ BASE = Recipe(hidden=128, layers=12, heads=4, kv_heads=2, intermediate=384, step
 # its steps written "a minus b is r" were wrong several times as often; judge decoding, which lets the drafter
 # pick the phrasing, paid for that in accuracy). The shipped base is `BASE` continued by this stage.
 BASE_PRACTICE = replace(BASE, steps=1800, lr=5e-4, seed=1, drill="mixed")
+# The worded phrasings stayed the weak ones after that stage (96% of "a minus b is r" steps right, 99% of the
+# symbolic ones), so a last stage drills them alone (the problems still hold every phrasing).
+BASE_WORDS = replace(BASE, steps=1800, lr=3e-4, seed=2, drill="words")
+# (folder, recipe, description): each stage continues the previous one; the last one's folder is the shipped base.
+BASE_STAGES = (("base-pretrain", BASE, "base"), ("base-practice", BASE_PRACTICE, "base, practice in every phrasing"),
+               ("base", BASE_WORDS, "base, practice in words"))
 # Two layers at least: a one-layer model cannot copy the question's numbers into its steps (no induction).
 SMALL = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=6000, batch_size=16, lr=3e-3)
 # A drafter with another writing habit (never "a + b = r"): its steps differ from the base's choice while
-# being right, the case judge verification is for. Not shipped (benchmarks/reasoning_styled_drafter.py).
-STYLED = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=3000, batch_size=16, lr=3e-3,
+# being right, the case judge verification is for. `STYLED` (shipped) has the 2-layer expert's size, what the
+# zoo's budget leaves room for; `STYLED_WIDE`, the small model's size, was the drafter of the earlier runs of
+# benchmarks/reasoning_styled_drafter.py.
+STYLED = Recipe(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=192, steps=3000, batch_size=16, lr=4e-3,
                 seed=3, style="words")
+STYLED_WIDE = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=3000, batch_size=16, lr=3e-3,
+                     seed=3, style="words")
+STYLED_JUDGE = "judge-styled"  # the styled drafter's judge head (its folder in the pair)
 EXPERTS = {  # Speculative Verdict's draft experts besides `small`
     "expert-1layer": Recipe(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=192, steps=10000, batch_size=16,
                             lr=4e-3),
@@ -104,11 +118,14 @@ class ByteTokenizer(bytes_lm.ByteTokenizer):
 @dataclass
 class ReasoningPair(ZooPair):
     """`target` the base model, `drafter` the small model (as a token-level drafter), plus the small model
-    itself, the experts (name -> model, `small` first), the judge head and the test split."""
+    itself, the experts (name -> model, `small` first), the judge head, the styled drafter with its judge head
+    and the test split."""
 
     small: object = None
     experts: dict = field(default_factory=dict)
     judge: object = None
+    styled: object = None
+    styled_judge: object = None
     test: list = field(default_factory=list)
     folder: Path | None = None
 
@@ -227,24 +244,30 @@ def load_pair(folder: str | Path | None = None) -> ReasoningPair:
     for name in EXPERTS:
         if (folder / "experts" / name / "config.json").exists():
             experts[name] = load_model(folder / "experts" / name)
-    judge = JudgeHead.load(folder / "judge") if (folder / "judge" / "judge_config.json").exists() else None
+    heads = {name: JudgeHead.load(folder / name) if (folder / name / "judge_config.json").exists() else None
+             for name in ("judge", STYLED_JUDGE)}
+    styled = load_model(folder / "styled") if (folder / "styled" / "config.json").exists() else None
     test = read_problems(folder / "test.jsonl") if (folder / "test.jsonl").exists() else test_split()
-    return ReasoningPair(base, ModelDrafter(small), ByteTokenizer(), NAME, small=small, experts=experts, judge=judge,
-                         test=test, folder=folder)
+    return ReasoningPair(base, ModelDrafter(small), ByteTokenizer(), NAME, small=small, experts=experts,
+                         judge=heads["judge"], styled=styled, styled_judge=heads[STYLED_JUDGE], test=test, folder=folder)
 
 
 def train_pair(folder: str | Path, quick: bool = False) -> dict:
-    """Every stage of the pair into `folder`: base (pretraining, then its practice stage), small, experts, test
+    """Every stage of the pair into `folder`: base (pretraining, then its practice stages), small, experts, test
     split, judge. `quick`: a smoke run (tiny budgets) for tests."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     shrink = (lambda r: replace(r, steps=8, batch_size=4)) if quick else (lambda r: r)
     report = {}
+    previous = None
     if not (folder / "base" / "training_report.json").exists():
-        report["base_pretrain"] = train_model(shrink(BASE), folder / "base-pretrain", "base")
-    report["base"] = train_model(shrink(BASE_PRACTICE), folder / "base", "base, practice in every phrasing",
-                                 init=folder / "base-pretrain")
-    shutil.rmtree(folder / "base-pretrain", ignore_errors=True)  # not shipped: `base` continues it
+        for name, recipe, desc in BASE_STAGES[:-1]:
+            report[name.replace("-", "_")] = train_model(shrink(recipe), folder / name, desc, init=previous)
+            previous = folder / name
+    name, recipe, desc = BASE_STAGES[-1]
+    report["base"] = train_model(shrink(recipe), folder / name, desc, init=previous)
+    for name, _, _ in BASE_STAGES[:-1]:  # not shipped: the last stage continues them
+        shutil.rmtree(folder / name, ignore_errors=True)
     report["small"] = train_model(shrink(SMALL), folder / "small", "small")
     for name, recipe in EXPERTS.items():
         report[name] = train_model(shrink(recipe), folder / "experts" / name, name)
@@ -252,7 +275,10 @@ def train_pair(folder: str | Path, quick: bool = False) -> dict:
         write_problems(test_split(), folder / "test.jsonl")
     from .judge_data import train_zoo_judge
 
+    report["styled"] = train_model(shrink(STYLED), folder / "styled", "styled")
     report["judge"] = train_zoo_judge(folder, problems=8 if quick else 400)
+    report[STYLED_JUDGE] = train_zoo_judge(folder, problems=8 if quick else 150, drafter="styled", out=STYLED_JUDGE,
+                                           context=True, width=32)
     return report
 
 

@@ -26,6 +26,8 @@ def test_every_method_runs_and_is_summarised(models, tok):
     assert results["base"]["speedup_vs_base"] == 1.0
     assert results["judge"]["mean_accepted_length"] > results["exact"]["mean_accepted_length"]
     assert results["judge"]["overrides"] > 0 and results["exact"]["overrides"] == 0
+    ratio = results["judge"]["mean_accepted_length"] / results["exact"]["mean_accepted_length"]
+    assert results["judge"]["accepted_length_vs_exact"] == pytest.approx(ratio, abs=1e-3)
     assert results["specreason"]["steps_accepted"] + results["specreason"]["steps_rejected"] > 0
     assert "| judge |" in markdown(results)
 

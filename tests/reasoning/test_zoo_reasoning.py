@@ -114,3 +114,33 @@ def test_cli_bench_eval_and_train_judge(tmp_path, pair):
                  "--on-policy-threshold", "1.1", "--out", str(tmp_path / "judge2")]) == 0
     assert (tmp_path / "judge2" / "judge.safetensors").exists()
     assert main(["bench", "reasoning", "--methods", "tea"]) == 2
+    assert main(["bench", "reasoning", "--problems", "1", "--drafter", "styled", "--methods", "base,exact,judge",
+                 "--json", str(out)]) == 0
+    styled = json.loads(out.read_text())
+    assert styled["settings"]["drafter"] == "styled" and "accepted_length_vs_exact" in styled["methods"]["judge"]
+    from multispec.reasoning.bench import zoo_models
+
+    with pytest.raises(ValueError, match="drafter"):
+        zoo_models(drafter="tall")
+
+
+def test_the_styled_drafters_judge_lengthens_the_accepted_runs(pair):
+    """The shipped styled drafter phrases steps its own way: exact decoding rejects its right steps where the
+    base would have written them otherwise, and its judge (with the floor) approves enough of them to lengthen
+    the accepted runs well beyond exact's; every approved token is one the base rates at least the floor."""
+    from multispec.judge import JudgeStats
+
+    tok = pair.tokenizer
+    assert pair.styled is not None and pair.styled_judge is not None and pair.styled_judge.context
+    exact_len, judge_len, overrides = [], [], 0
+    for problem in pair.test[:6]:
+        ids = torch.tensor([tok.encode(problem.prompt())])
+        kw = dict(max_new_tokens=200, tree=4, eos_token_id=tok.eos_token_id)
+        exact = speculative_generate(pair.target, ModelDrafter(pair.styled), ids, **kw)
+        tally = JudgeStats()
+        judged = speculative_generate(pair.target, ModelDrafter(pair.styled), ids,
+                                      rule=Judge(pair.styled_judge, 0.5, min_target_prob=0.2), on_step=tally, **kw)
+        exact_len.append(exact.stats.mean_accepted_length)
+        judge_len.append(judged.stats.mean_accepted_length)
+        overrides += tally.overrides
+    assert overrides > 0 and sum(judge_len) >= 1.25 * sum(exact_len), (judge_len, exact_len)

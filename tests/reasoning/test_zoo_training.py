@@ -101,16 +101,20 @@ def test_a_stage_can_continue_another_models_weights(tmp_path):
         train_model(replace(stage, layers=3), tmp_path / "third", "third", init=tmp_path / "first")
 
 
-def test_the_pair_recipe_trains_the_base_in_two_stages(tmp_path, monkeypatch):
-    """`train_pair`: the shipped base is the pretrained base continued by the practice stage; the intermediate
-    is not kept, and a finished base is not trained again (smoke budgets; judge and experts left out)."""
+def test_the_pair_recipe_trains_the_base_in_stages(tmp_path, monkeypatch):
+    """`train_pair`: the shipped base is the pretrained base continued by each practice stage in turn; the
+    intermediates are not kept, and a finished base is not trained again (smoke budgets; judge and experts
+    left out)."""
     from multispec.reasoning import judge_data
 
     monkeypatch.setattr(zoo_pair, "EXPERTS", {})
-    monkeypatch.setattr(judge_data, "train_zoo_judge", lambda folder, problems: {"skipped": True})
+    monkeypatch.setattr(judge_data, "train_zoo_judge", lambda folder, problems, **kw: {"skipped": True})
     report = zoo_pair.train_pair(tmp_path, quick=True)
-    assert report["base"]["recipe"]["drill"] == "mixed" and report["base"]["continues"] == report["base_pretrain"]
     assert report["base_pretrain"]["recipe"]["drill"] == "symbols"
-    assert not (tmp_path / "base-pretrain").exists() and (tmp_path / "base" / "config.json").exists()
+    assert report["base_practice"]["recipe"]["drill"] == "mixed"
+    assert report["base_practice"]["continues"] == report["base_pretrain"]
+    assert report["base"]["recipe"]["drill"] == "words" and report["base"]["continues"] == report["base_practice"]
+    assert not (tmp_path / "base-pretrain").exists() and not (tmp_path / "base-practice").exists()
+    assert (tmp_path / "base" / "config.json").exists()
     again = zoo_pair.train_pair(tmp_path, quick=True)
     assert "base_pretrain" not in again and again["base"] == report["base"]
