@@ -55,8 +55,8 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
         settings.thinking = zoo_thinking(settings.max_new_tokens)
     results = evaluate(models, test[:n], methods, settings)
     out = {"benchmark": "reasoning", "pair": "arith-reasoning", "machine": machine_info(),
-           "settings": {"problems": n, "quick": quick, "drafter": drafter, "threshold": settings.threshold, "scorer": repr(settings.scorer),
-                        "k": settings.k, "judge_threshold": settings.judge_threshold,
+           "settings": {"problems": n, "quick": quick, "drafter": drafter, "threshold": settings.threshold,
+                        "scorer": repr(settings.scorer), "k": settings.k, "judge_threshold": settings.judge_threshold,
                         "judge_min_prob": settings.judge_min_prob, "verdict_k": settings.verdict_k,
                         "max_new_tokens": settings.max_new_tokens, "thinking": repr(settings.thinking)},
            "methods": results}

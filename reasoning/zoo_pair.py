@@ -77,7 +77,7 @@ class Recipe:
 BASE = Recipe(hidden=128, layers=12, heads=4, kv_heads=2, intermediate=384, steps=3500, batch_size=16, lr=2e-3)
 # Then the base practises the arithmetic in every phrasing a step may take (`BASE` drilled "a op b = r" only, so
 # its steps written "a minus b is r" were wrong several times as often; judge decoding, which lets the drafter
-# pick the phrasing, paid for that in accuracy). The shipped base is `BASE` continued by this stage.
+# pick the phrasing, paid for that in accuracy). `BASE_WORDS` then continues this stage (`BASE_STAGES`).
 BASE_PRACTICE = replace(BASE, steps=1800, lr=5e-4, seed=1, drill="mixed")
 # The worded phrasings stayed the weak ones after that stage (96% of "a minus b is r" steps right, 99% of the
 # symbolic ones), so a last stage drills them alone (the problems still hold every phrasing).
@@ -249,12 +249,13 @@ def load_pair(folder: str | Path | None = None) -> ReasoningPair:
     styled = load_model(folder / "styled") if (folder / "styled" / "config.json").exists() else None
     test = read_problems(folder / "test.jsonl") if (folder / "test.jsonl").exists() else test_split()
     return ReasoningPair(base, ModelDrafter(small), ByteTokenizer(), NAME, small=small, experts=experts,
-                         judge=heads["judge"], styled=styled, styled_judge=heads[STYLED_JUDGE], test=test, folder=folder)
+                         judge=heads["judge"], styled=styled, styled_judge=heads[STYLED_JUDGE], test=test,
+                         folder=folder)
 
 
 def train_pair(folder: str | Path, quick: bool = False) -> dict:
     """Every stage of the pair into `folder`: base (pretraining, then its practice stages), small, experts, test
-    split, judge. `quick`: a smoke run (tiny budgets) for tests."""
+    split, styled drafter, the two judges. `quick`: a smoke run (tiny budgets) for tests."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     shrink = (lambda r: replace(r, steps=8, batch_size=4)) if quick else (lambda r: r)
