@@ -1,14 +1,19 @@
 """Reasoning tab: a problem from the `arith-reasoning` test split (or your own question); the base model alone,
 the small model alone, SpecReason and Speculative Thinking solve it in the same request, timed; the SpecReason
 chain of steps is shown coloured by who wrote each (green: the small model's step, accepted; blue: the base
-model's, with the small draft it rejected struck through), each with the base model's 0-9 score."""
+model's, with the small draft it rejected struck through), each with the base model's 0-9 score. Below it,
+judge decoding at token level: the styled drafter (which phrases steps its own way) drafts, exact decoding and
+the judge verify, and the judge's solution is shown token by token coloured by who chose each."""
 
 from __future__ import annotations
 
 import functools
 import html
+import time
 
 COLOURS = {"small": "#c8f7c5", "base": "#cfe3ff", "large": "#cfe3ff", "prompt": "#eee"}
+# judge decoding's tokens: a draft the base would have chosen too, a draft only the judge approved, the base's own
+TOKEN_COLOURS = {"exact": "#c8f7c5", "judge": "#ffd59e", "base": "#cfe3ff"}
 
 
 @functools.cache
@@ -38,31 +43,95 @@ def chain_html(steps) -> str:
     return "".join(parts)
 
 
+class TokenAuthors:
+    """`on_step` callback: row 0's committed tokens, each labelled "exact" (an accepted draft the base would have
+    chosen), "judge" (an accepted draft only the judge approved) or "base" (the correction / bonus token)."""
+
+    def __init__(self) -> None:
+        self.tokens: list[tuple[int, str]] = []
+
+    def __call__(self, draft, verdict, rows) -> None:
+        if 0 not in rows:
+            return
+        i = rows.index(0)
+        n = int(verdict.num_accepted[i])
+        judged = getattr(verdict, "overridden", None)
+        for j, t in enumerate(verdict.tokens[i, : n + 1].tolist()):
+            author = "base" if j == n else ("judge" if judged is not None and bool(judged[i, j]) else "exact")
+            self.tokens.append((t, author))
+
+
+def tokens_html(tokens: list[tuple[int, str]], decode) -> str:
+    spans = "".join(f'<span style="background:{TOKEN_COLOURS[a]}">{html.escape(decode([t]).replace(chr(3), ""))}'
+                    f"</span>" for t, a in tokens)
+    return f'<div style="font-family:monospace;white-space:pre-wrap">{spans}</div>'
+
+
+def _problem(pair, problem: int, question: str):
+    """(question, reference answer or None) of a test problem index or a question of one's own."""
+    if not isinstance(problem, int) or not 0 <= problem < len(pair.test):
+        raise ValueError(f"problem: expected an index in [0, {len(pair.test)}) of the test split, got {problem!r}")
+    if question.strip():
+        return question.strip(), None
+    return pair.test[problem].question, pair.test[problem].answer
+
+
+def run_judge(problem: int = 0, question: str = "", judge_threshold: float | None = None):
+    """Token-level judge decoding with the styled drafter (chain of 4) beside exact decoding with it.
+    Returns (results markdown, the judge's solution HTML coloured by who chose each token)."""
+    import torch
+
+    from multispec import speculative_generate
+    from multispec.drafters import ModelDrafter
+    from multispec.judge import Judge
+    from multispec.reasoning import Settings, extract_answer
+    from multispec.reasoning.data import format_prompt, is_correct
+
+    pair = _pair()
+    if pair.styled is None or pair.styled_judge is None:
+        raise ValueError(f"the pair in {pair.folder} has no styled drafter and judge; retrain it")
+    settings = Settings()
+    judge_threshold = settings.judge_threshold if judge_threshold is None else judge_threshold
+    if not 0 <= float(judge_threshold) <= 1:
+        raise ValueError(f"judge_threshold: expected a probability in [0, 1], got {judge_threshold!r}")
+    q, answer = _problem(pair, problem, question)
+    tok = pair.tokenizer
+    ids = torch.tensor([tok.encode(format_prompt(q))])
+    rows = ["| method | time | answer | correct | accepted length |", "| --- | --- | --- | --- | --- |"]
+    authors = TokenAuthors()
+    for name, rule in (("exact", None), ("judge", Judge(pair.styled_judge, float(judge_threshold),
+                                                        settings.judge_min_prob))):
+        t0 = time.perf_counter()
+        out = speculative_generate(pair.target, ModelDrafter(pair.styled), ids, max_new_tokens=320, tree=settings.k,
+                                   rule=rule, eos_token_id=tok.eos_token_id, on_step=authors if rule else None)
+        seconds = time.perf_counter() - t0
+        text = tok.decode(out.sequences[0, ids.shape[1]: ids.shape[1] + out.num_new_tokens[0]].tolist())
+        got = extract_answer(text)
+        correct = "-" if answer is None else ("yes" if is_correct(text, answer) else "no")
+        rows.append(f"| {name} (styled drafter, k={settings.k}) | {seconds * 1e3:.0f} ms | "
+                    f"{got if got is not None else '-'} | {correct} | {out.stats.mean_accepted_length:.2f} |")
+    overrides = sum(a == "judge" for _, a in authors.tokens)
+    summary = "\n".join(rows) + f"\n\nThe judge approved {overrides} drafted tokens the base would not have chosen."
+    return summary, tokens_html(authors.tokens, tok.decode)
+
+
 def run(problem: int = 0, question: str = "", threshold: float | None = None):
     """Returns (results markdown, SpecReason chain HTML, Speculative Thinking chain HTML)."""
     from multispec.drafters import ModelDrafter
-    from multispec.reasoning import SpecReason, SpecReasonConfig, SpeculativeThinking, Writer
+    from multispec.reasoning import SpecReason, SpecReasonConfig, SpeculativeThinking, Writer, extract_answer
     from multispec.reasoning.bench import zoo_thinking
     from multispec.reasoning.data import format_prompt, is_correct
 
     pair = _pair()
-    if not isinstance(problem, int) or not 0 <= problem < len(pair.test):
-        raise ValueError(f"problem: expected an index in [0, {len(pair.test)}) of the test split, got {problem!r}")
+    q, answer = _problem(pair, problem, question)
     threshold = default_threshold() if threshold is None else threshold
     if not 0 <= float(threshold) <= 10:
         raise ValueError(f"threshold: expected a score in [0, 10], got {threshold!r}")
-    answer = None
-    if question.strip():
-        q = question.strip()
-    else:
-        q, answer = pair.test[problem].question, pair.test[problem].answer
     tok = pair.tokenizer
     prompt = tok.encode(format_prompt(q))
     rows = ["| method | time | vs base | answer | correct |", "| --- | --- | --- | --- | --- |"]
     results = {}
     for name, model in (("base alone", pair.target), ("small alone", pair.small)):
-        import time
-
         t0 = time.perf_counter()
         writer = Writer.open(model, eos_token_id=tok.eos_token_id)
         writer.start(prompt)
@@ -76,8 +145,6 @@ def run(problem: int = 0, question: str = "", threshold: float | None = None):
                              large_drafter=ModelDrafter(pair.small), large_tree=4).run(prompt)
     results["Speculative Thinking"] = (st.text, st.seconds)
     base_s = results["base alone"][1]
-    from multispec.reasoning import extract_answer
-
     for name, (text, seconds) in results.items():
         got = extract_answer(text)
         correct = "-" if answer is None else ("yes" if is_correct(text, answer) else "no")
@@ -107,3 +174,14 @@ def build() -> None:
         chain = gr.HTML(label="SpecReason")
         thinking = gr.HTML(label="Speculative Thinking")
     go.click(lambda p, q, t: run(int(p), q, float(t)), [problem, question, threshold], [table, chain, thinking])
+    gr.Markdown("Judge decoding (token level): the styled drafter, which words its steps differently from the base "
+                "(\"9 plus 4 is 13\" for \"9 + 4 = 13\"), drafts 4 tokens at a time; exact decoding keeps only the "
+                "base's own choices, the judge head (on the base's hidden states) also approves drafts it rates "
+                "right. Green: a draft the base would have chosen; orange: a draft only the judge approved; blue: "
+                "the base's own token.")
+    judge_threshold = gr.Slider(0, 1, value=0.5, step=0.05, label="judge threshold (1: exact decoding)")
+    judge_go = gr.Button("judge decoding")
+    judge_table = gr.Markdown()
+    judge_text = gr.HTML(label="judge decoding's solution")
+    judge_go.click(lambda p, q, t: run_judge(int(p), q, float(t)), [problem, question, judge_threshold],
+                   [judge_table, judge_text])

@@ -114,9 +114,11 @@ class JudgeHead(nn.Module):
 class JudgeVerdict(Verdict):
     """A `Verdict` plus `overrides[b]`: emitted drafts of row b the exact rule did not accept by itself
     (greedy: drafts that are not the target's argmax; sampling: every accepted judge-approved draft, an
-    upper bound, since the exact draw is not made for them)."""
+    upper bound, since the exact draw is not made for them), and `overridden[b, i]`: whether accepted draft
+    `tokens[b, i]` is one of them (what a trace colours as the judge's)."""
 
     overrides: torch.Tensor | None = None  # [B] int64
+    overridden: torch.Tensor | None = None  # [B, D] bool, False past num_accepted[b]
 
 
 class Judge(AcceptanceRule):
@@ -182,27 +184,26 @@ class Judge(AcceptanceRule):
                 logits[r, par] = _OFF
                 logits[r, par, draft.tokens[r, n]] = 0.0
         verdict = Exact().accept(draft, logits, sampling, generator)
-        overrides = self._overrides(draft, target_logits, sampling, verdict, approved)
-        return JudgeVerdict(verdict.tokens, verdict.num_accepted, verdict.path, overrides)
+        overridden = self._overridden(draft, target_logits, sampling, verdict, approved)
+        return JudgeVerdict(verdict.tokens, verdict.num_accepted, verdict.path, overridden.sum(1), overridden)
 
     @staticmethod
-    def _overrides(draft: DraftTree, logits: torch.Tensor, sampling: SamplingConfig, verdict: Verdict,
-                   approved: torch.Tensor) -> torch.Tensor:
-        b = draft.batch_size
-        count = torch.zeros(b, dtype=torch.long, device=verdict.num_accepted.device)
-        if not bool(approved.any()):
-            return count
+    def _overridden(draft: DraftTree, logits: torch.Tensor, sampling: SamplingConfig, verdict: Verdict,
+                    approved: torch.Tensor) -> torch.Tensor:
         path = verdict.path[:, 1:]  # full-tree nodes of the accepted drafts (then the correction's -1s)
+        if not bool(approved.any()):
+            return torch.zeros(path.shape, dtype=torch.bool, device=path.device)
+        b = draft.batch_size
         rows = torch.arange(b, device=path.device)[:, None].expand_as(path)
         on_path = (path > 0) & (torch.arange(path.shape[1], device=path.device)[None] < verdict.num_accepted[:, None])
         node = (path - 1).clamp(min=0)
         was_approved = approved[rows, node] & on_path
         if sampling.do_sample:
-            return was_approved.sum(1)
+            return was_approved
         parent = draft.parents[rows, node] + 1
         own = nan_safe_argmax(sampling.process(logits))  # [B, N + 1] the target's choice after each node
         differs = own[rows, parent] != draft.tokens[rows, node]
-        return (was_approved & differs).sum(1)
+        return was_approved & differs
 
 
 @dataclass

@@ -65,17 +65,20 @@ def test_overrides_are_the_drafts_the_target_would_not_have_chosen(pair):
     records = []
 
     def record(tree, verdict, rows):
-        records.append((tree.tokens[0].clone(), int(verdict.num_accepted[0]), int(verdict.overrides[0])))
+        records.append((tree.tokens[0].clone(), int(verdict.num_accepted[0]), int(verdict.overrides[0]),
+                        verdict.overridden[0].clone()))
 
     ids = torch.randint(5, 120, (1, 6), generator=torch.Generator().manual_seed(4))
     out = speculative_generate(target, ModelDrafter(draft), ids, max_new_tokens=20, tree=3,
                                rule=Judge(_head(hidden, 5.0)), on_step=record)
     text = ids[0].tolist()
-    for tokens, accepted, overrides in records:
+    for tokens, accepted, overrides, overridden in records:
         with torch.no_grad():
             logits = target(torch.tensor([text + tokens[:accepted].tolist()])).logits[0]
         own = logits[len(text) - 1: len(text) - 1 + accepted].argmax(-1)
         assert overrides == int((own != tokens[:accepted]).sum())
+        assert overridden[:accepted].tolist() == (own != tokens[:accepted]).tolist()  # position by position
+        assert not overridden[accepted:].any()
         text += tokens[:accepted].tolist()
         text.append(int(logits[len(text) - 1].argmax()))  # the correction / bonus is the target's choice
     assert text[: out.sequences.shape[1]] == out.sequences[0].tolist()[: len(text)]

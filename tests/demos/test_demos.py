@@ -103,3 +103,16 @@ def test_reasoning_tab_solves_a_problem_and_colours_who_wrote_each_step():
         reasoning_tab.run(10_000)
     with pytest.raises(ValueError, match="threshold"):
         reasoning_tab.run(0, threshold=11)
+
+
+def test_reasoning_tab_colours_the_tokens_only_the_judge_approved():
+    from demos import reasoning_tab
+
+    table, text = reasoning_tab.run_judge(0, judge_threshold=1.0)  # nothing passes: exact decoding
+    assert "| exact (styled drafter" in table and "| judge (styled drafter" in table
+    assert "approved 0 drafted" in table and reasoning_tab.TOKEN_COLOURS["judge"] not in text
+    assert reasoning_tab.TOKEN_COLOURS["exact"] in text and reasoning_tab.TOKEN_COLOURS["base"] in text
+    # the shipped judge approves some of the styled drafter's wordings within the first few problems
+    assert any(reasoning_tab.TOKEN_COLOURS["judge"] in reasoning_tab.run_judge(p)[1] for p in range(6))
+    with pytest.raises(ValueError, match="judge_threshold"):
+        reasoning_tab.run_judge(0, judge_threshold=2)
