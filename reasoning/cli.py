@@ -8,6 +8,8 @@ from pathlib import Path
 
 from multispec.cli import register_command
 
+from .bench import DRAFTERS
+
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default=None, help="comma-separated subset of: base, small, specreason, "
@@ -22,6 +24,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-min-prob", type=float, default=None, metavar="RHO",
                    help="judge decoding approves only tokens the base itself gives probability >= RHO (default 0.2, "
                    "chosen on the zoo pair's validation split; 0: no floor)")
+    p.add_argument("--drafter", choices=DRAFTERS, default="small",
+                   help="the zoo pair's drafter and judge for the token-level rows (exact, judge, assisted): the "
+                   "small model (default) or the styled drafter, which phrases steps its own way")
     p.add_argument("--max-new-tokens", type=int, default=320)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, metavar="PATH")
@@ -52,9 +57,6 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="30 held-out problems (instead of the whole split)")
     p.add_argument("--problems", type=int, default=None)
     p.add_argument("--weights", default=None, help="a retrained pair's folder (default: the shipped one)")
-    p.add_argument("--drafter", choices=("small", "styled"), default="small",
-                   help="the token-level rows' drafter and judge: the small model (default) or the styled drafter, "
-                   "which phrases steps its own way")
     _add_common(p)
 
 
@@ -105,10 +107,12 @@ def _eval(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     if args.base is not None:
+        if args.drafter != "small":
+            raise ValueError("--drafter: picks among the zoo pair's drafters; with --base, --small is the drafter")
         models = _user_models(args)
         problems = None
     else:
-        models, problems = zoo_models()
+        models, problems = zoo_models(drafter=args.drafter)
         settings.thinking = zoo_thinking(settings.max_new_tokens)
         if args.judge:
             from multispec.judge import JudgeHead

@@ -107,6 +107,10 @@ def test_cli_bench_eval_and_train_judge(tmp_path, pair):
     assert main(["eval", "reasoning", "--data", str(data), "--methods", "base,spec_thinking,verdict",
                  "--json", str(scores)]) == 0
     assert json.loads(scores.read_text())["problems"] == 2
+    assert main(["eval", "reasoning", "--data", str(data), "--drafter", "styled", "--methods", "exact,judge",
+                 "--json", str(scores)]) == 0
+    assert json.loads(scores.read_text())["methods"]["judge"]["overrides"] > 0  # the styled judge's approvals
+    assert main(["eval", "reasoning", "--base", "b", "--small", "s", "--drafter", "styled"]) == 2
     assert main(["train", "judge", "--problems", "10", "--out", str(tmp_path / "judge")]) == 0
     assert (tmp_path / "judge" / "judge.safetensors").exists()
     # on-policy with a judge that never approves: the runs are exact decoding's, so the same labels (both classes)
