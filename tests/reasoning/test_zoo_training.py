@@ -113,8 +113,11 @@ def test_the_pair_recipe_trains_the_base_in_stages(tmp_path, monkeypatch):
     assert report["base_pretrain"]["recipe"]["drill"] == "symbols"
     assert report["base_practice"]["recipe"]["drill"] == "mixed"
     assert report["base_practice"]["continues"] == report["base_pretrain"]
-    assert report["base"]["recipe"]["drill"] == "words" and report["base"]["continues"] == report["base_practice"]
-    assert not (tmp_path / "base-pretrain").exists() and not (tmp_path / "base-practice").exists()
+    assert report["base_words"]["recipe"]["drill"] == "words"
+    assert report["base_words"]["continues"] == report["base_practice"]
+    assert report["base"]["recipe"]["drill"] == "words" and report["base"]["continues"] == report["base_words"]
+    assert report["base"]["recipe"]["seed"] != report["base_words"]["recipe"]["seed"]  # fresh drills
+    assert not any((tmp_path / name).exists() for name in ("base-pretrain", "base-practice", "base-words"))
     assert (tmp_path / "base" / "config.json").exists()
     again = zoo_pair.train_pair(tmp_path, quick=True)
     assert "base_pretrain" not in again and again["base"] == report["base"]
