@@ -9,7 +9,9 @@ generate class-conditional images speculatively / plainly; `multispec.image_ar.m
 
 Continuous tokens: `PatchAR` is a causal transformer over pixel patches with a per-token diffusion head;
 `generate_continuous` samples it plainly or with continuous speculative decoding (`TrajectoryRatio`:
-acceptance by the density ratio of whole denoising trajectories; exact, or relaxed by an explicit knob).
+acceptance by the density ratio of whole denoising trajectories; exact, or relaxed by an explicit knob),
+drafting with a small `PatchAR` or with a `PatchEagle` (EAGLE-style: it predicts the target's conditions
+and samples with the target's head; `train_eagle` trains one for a user's own `PatchAR`).
 """
 
 from multispec.targets import register_target_adapter
@@ -17,6 +19,7 @@ from multispec.zoo import register_entry
 
 from . import cli as _cli
 
+from .continuous_eagle import PatchEagle, PatchEagleConfig, train_eagle
 from .continuous_pair import zoo_entry as continuous_zoo_entry
 from .continuous_spec import ContinuousImageOutput, TrajectoryRatio, generate_continuous
 from .generate import ImageGenerationOutput, generate_ar, generate_images
@@ -46,7 +49,8 @@ def load_image_pair(folder=None):
 
 
 def load_continuous_pair(folder=None):
-    """The zoo's continuous-token pair (`mnist-patch-diffusion`): target and draft `PatchAR`, classifier."""
+    """The zoo's continuous-token pair (`mnist-patch-diffusion`): the target `PatchAR`, its `PatchEagle`
+    draft and the digit classifier."""
     from .continuous_pair import load_pair
 
     return load_pair(folder)
@@ -61,6 +65,6 @@ def image_drafter(pair, kind: str = "eagle", guidance_scale: float | None = CFG_
 
 
 __all__ = ["VQVAE", "ClassConditionalGPT", "ContinuousImageOutput", "ImageGPTConfig", "ImageGPTTarget",
-           "ImageGenerationOutput", "JanusImageTarget", "PatchAR", "PatchARConfig", "Relaxed", "RelaxedVerdict",
-           "TrajectoryRatio", "generate_ar", "generate_continuous", "generate_images", "image_drafter",
-           "latent_neighbours", "load_continuous_pair", "load_image_pair"]
+           "ImageGenerationOutput", "JanusImageTarget", "PatchAR", "PatchARConfig", "PatchEagle", "PatchEagleConfig",
+           "Relaxed", "RelaxedVerdict", "TrajectoryRatio", "generate_ar", "generate_continuous", "generate_images", "image_drafter",
+           "latent_neighbours", "load_continuous_pair", "load_image_pair", "train_eagle"]

@@ -65,11 +65,12 @@ class _Runner:
         return torch.cat([x, x]) if self.guided else x
 
     def start(self, payload: torch.Tensor | None) -> torch.Tensor:
-        """Class + the tokens of `payload`; returns the conditions of the position after the last one."""
+        """Class + the tokens of `payload` (committed); returns their transformer outputs [2B or B, T, H]:
+        the conditions z_0 .. z_T of the tokens after each."""
         tokens = None if payload is None else self.tokens(payload)
         z = self.model.transform(self.model.inputs(self.labels, tokens, 0), self.cache)
         self.cache.commit(z.shape[1])
-        return z[:, -1]
+        return z
 
     def feed(self, payload: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Transformer outputs [2B or B, T, H] of tokens at the cache's length + offset (not committed)."""
@@ -118,19 +119,23 @@ class TrajectoryDraft(ContinuousDraft):
 
 class PatchARTarget:
     """A `PatchAR` as a continuous target (`multispec.continuous.ContinuousTarget`). It keeps the readout
-    (x̂0) of every committed token in `readouts`."""
+    (x̂0) of every committed token in `readouts`, and the features an EAGLE-style draft reads: the
+    conditions of the prefilled tokens (`prefill_features`) and of the last scored chain's nodes
+    (`chain_features`), [2B or B, T, H]."""
 
     def __init__(self, model: PatchAR, labels: torch.Tensor, sampler: HeadSampler):
         self.runner = _Runner(model, labels, sampler)
         self.sampler = sampler
         self.readouts: list[torch.Tensor] = []
+        self.prefill_features = self.chain_features = None
 
     def prefill(self, values: torch.Tensor) -> None:
-        self.runner.start(values[:, :-1])
+        self.prefill_features = self.runner.start(values[:, :-1])
         self.readouts = []
 
     def score(self, chain: torch.Tensor) -> TrajectoryNodes:
         z = self.runner.feed(chain)
+        self.chain_features = z
         self._nodes = TrajectoryNodes(self.sampler, self.runner.conditions(z), tuple(chain.shape[:2]))
         return self._nodes
 
@@ -305,7 +310,7 @@ def _check_labels(model: PatchAR, labels) -> torch.Tensor:
 def _plain(model: PatchAR, labels: torch.Tensor, sampler: HeadSampler, n: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
     """The target alone: n trajectories per row [B, n, S*D] and their readouts [B, n, D]."""
     runner = _Runner(model, labels, sampler)
-    z = runner.start(None)[:, None]
+    z = runner.start(None)
     trajs, reads = [], []
     for i in range(n):
         cond = runner.conditions(z)
@@ -323,7 +328,8 @@ def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | 
                         prefill: float = 0.1, guidance_scale: float | None = 2.0, steps: int | None = None,
                         temperature: float = 1.0, rule: TrajectoryRatio | None = None,
                         generator: torch.Generator | None = None) -> ContinuousImageOutput:
-    """Class-conditional images from `target`: plainly (draft None) or speculatively with `draft`.
+    """Class-conditional images from `target`: plainly (draft None) or speculatively with `draft`, a small
+    `PatchAR` (a draft model with its own head) or a `PatchEagle` (which samples with the target's head).
 
     `prefill`: the fraction of tokens the target generates alone before drafting starts (at least one).
     `steps`: grid points of the heads' trajectories (default: the target's config); `temperature`: MAR's
@@ -339,12 +345,23 @@ def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | 
         trajs, reads = _plain(target, labels, sampler, c.tokens, generator)
         out = ContinuousImageOutput(torch.zeros(0), reads, trajs, 0.0, prefilled=c.tokens)
     else:
-        check_pair(target, draft)
+        from .continuous_eagle import PatchEagle, PatchEagleDrafter, check_eagle
+
+        eagle = isinstance(draft, PatchEagle)
+        if eagle:
+            check_eagle(target, draft)
+        elif isinstance(draft, PatchAR):
+            check_pair(target, draft)
+        else:
+            raise TypeError(f"draft: expected a PatchAR (a draft model) or a PatchEagle, got {type(draft).__name__}")
         m = min(c.tokens, max(1, math.ceil(prefill * c.tokens)))
         trajs, reads = _plain(target, labels, sampler, m, generator)
         if m < c.tokens:
             adapter = PatchARTarget(target, labels, sampler)
-            drafter = PatchARDrafter(draft, labels, HeadSampler(draft, trajectory, guidance_scale))
+            if eagle:  # the draft samples with the target's own head
+                drafter = PatchEagleDrafter(draft, adapter, sampler)
+            else:
+                drafter = PatchARDrafter(draft, labels, HeadSampler(draft, trajectory, guidance_scale))
             spec = continuous_generate(adapter, drafter, trajs, c.tokens - m, k=k, rule=rule or TrajectoryRatio(),
                                        generator=generator)
             trajs = spec.values

@@ -156,6 +156,54 @@ class DenoiserMLP(nn.Module):
         return F.linear(F.layer_norm(h, (w,)) * (1 + scale) + shift, self.out.weight, self.out.bias)
 
 
+class DenoiserLeanMLP(nn.Module):
+    """ε-prediction MLP with additive conditioning: ε = out(act(fc_k(... act(inp(x) + c)))), c = embed(t) +
+    proj(z), `layers` hidden layers of `width`. The interface of `DenoiserMLP` (`modulation` is the identity:
+    the condition enters as the first layer's bias), so `HeadSampler` runs either. Why it exists: on a CPU a
+    head's cost is its sequential op count (7 transitions per token, ~8 ops per adaLN block); this head
+    needs 5 ops per transition, so a draft that shares the target's head pays little for it."""
+
+    def __init__(self, token_dim: int, cond_dim: int, width: int, layers: int, freq_dim: int = 64):
+        super().__init__()
+        if layers < 1:
+            raise ValueError(f"layers: expected >= 1, got {layers!r}")
+        self.token_dim, self.width, self.blocks, self.freq_dim = token_dim, width, layers, freq_dim
+        self.inp = nn.Linear(token_dim, width)
+        self.time = nn.Sequential(nn.Linear(freq_dim, width), nn.SiLU(), nn.Linear(width, width))
+        self.cond = nn.Linear(cond_dim, width)
+        self.fc = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
+        self.out = nn.Linear(width, token_dim)
+        nn.init.zeros_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
+
+    def time_features(self, t: torch.Tensor) -> torch.Tensor:
+        return self.time(timestep_embedding(t, self.freq_dim))
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor, time_features: torch.Tensor | None = None):
+        if time_features is None:
+            time_features = self.time_features(t)
+        return self.predict(x, time_features + self.cond(z))
+
+    def modulation(self, c: torch.Tensor) -> torch.Tensor:
+        return c
+
+    def predict(self, x: torch.Tensor, mod: torch.Tensor) -> torch.Tensor:
+        """ε from the condition `mod` [..., N, W] (leading dimensions broadcast over x [N, D])."""
+        h = F.silu(torch.add(mod, F.linear(x, self.inp.weight, self.inp.bias)))
+        for fc in self.fc:
+            h = F.silu(F.linear(h, fc.weight, fc.bias))
+        return F.linear(h, self.out.weight, self.out.bias)
+
+
+def make_head(kind: str, token_dim: int, cond_dim: int, width: int, blocks: int) -> nn.Module:
+    """A diffusion head by `kind`: "adaln" (`DenoiserMLP`, MAR's DiffLoss) or "lean" (`DenoiserLeanMLP`)."""
+    if kind == "adaln":
+        return DenoiserMLP(token_dim, cond_dim, width, blocks)
+    if kind == "lean":
+        return DenoiserLeanMLP(token_dim, cond_dim, width, blocks)
+    raise ValueError(f"head_kind: expected 'adaln' or 'lean', got {kind!r}")
+
+
 def diffusion_loss(head: DenoiserMLP, x0: torch.Tensor, z: torch.Tensor, stop: int, repeat: int = 4,
                    generator: torch.Generator | None = None) -> torch.Tensor:
     """ε-MSE on tokens x0 [N, D] with conditions z [N, C], t uniform in [stop, T) (the levels sampling

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from .diffusion_head import TRAIN_STEPS, DenoiserMLP, diffusion_loss, schedule_scheduler
+from .diffusion_head import TRAIN_STEPS, diffusion_loss, make_head, schedule_scheduler
 
 
 @dataclass
@@ -31,7 +31,8 @@ class PatchARConfig:
     layers: int = 4
     heads: int = 4
     head_width: int = 128
-    head_blocks: int = 2
+    head_blocks: int = 2  # adaLN blocks ("adaln") or hidden layers ("lean")
+    head_kind: str = "adaln"  # `diffusion_head.make_head`
     steps: int = 10  # grid points of the head's sampling trajectory
     stop: int = 50  # the stop level t_stop (the emitted token's noise level)
 
@@ -76,6 +77,35 @@ class PatchCache:
         self.length += n
 
 
+def run_layers(model: nn.Module, h: torch.Tensor, cache: PatchCache | None = None, offset: int = 0) -> torch.Tensor:
+    """The causal pre-norm layers of `model` (its `norm1`, `qkv`, `proj`, `norm2`, `fc1`, `fc2` lists and
+    `norm_out`; `model.config.hidden` / `.heads`) on inputs h [B, T, H] at positions cache.length + offset..
+    Keys and values are written to `cache` without committing them. Shared by `PatchAR` and the draft
+    `PatchEagle`, which differ in their inputs, not their layers."""
+    c = model.config
+    b, t, _ = h.shape
+    nh, hd = c.heads, c.hidden // c.heads
+    start = 0 if cache is None else cache.length + offset
+    end = start + t
+    if t > 1 or cache is None:
+        mask = torch.ones(t, end, dtype=torch.bool, device=h.device).tril(start)
+    for i in range(len(model.qkv)):
+        x = F.rms_norm(h, (c.hidden,), model.norm1[i].weight, model.norm1[i].eps)
+        q, k, v = F.linear(x, model.qkv[i].weight).view(b, t, 3, nh, hd).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            cache.k[i, :, :, start:end] = k
+            cache.v[i, :, :, start:end] = v
+            k, v = cache.k[i, :, :, :end], cache.v[i, :, :, :end]
+        if t == 1:
+            a = F.scaled_dot_product_attention(q, k, v)
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        h = h + F.linear(a.transpose(1, 2).reshape(b, t, c.hidden), model.proj[i].weight)
+        x = F.rms_norm(h, (c.hidden,), model.norm2[i].weight, model.norm2[i].eps)
+        h = h + F.linear(F.gelu(F.linear(x, model.fc1[i].weight)), model.fc2[i].weight)
+    return F.rms_norm(h, (c.hidden,), model.norm_out.weight, model.norm_out.eps)
+
+
 class PatchAR(nn.Module, PyTorchModelHubMixin):
     """Transformer + diffusion head. `config` is a `PatchARConfig` (or its dict)."""
 
@@ -101,7 +131,7 @@ class PatchAR(nn.Module, PyTorchModelHubMixin):
         self.fc1 = nn.ModuleList(nn.Linear(c.hidden, 4 * c.hidden, bias=False) for _ in range(c.layers))
         self.fc2 = nn.ModuleList(nn.Linear(4 * c.hidden, c.hidden, bias=False) for _ in range(c.layers))
         self.norm_out = nn.RMSNorm(c.hidden)
-        self.head = DenoiserMLP(c.token_dim, c.hidden, c.head_width, c.head_blocks)
+        self.head = make_head(c.head_kind, c.token_dim, c.hidden, c.head_width, c.head_blocks)
 
     @property
     def null_class(self) -> int:
@@ -127,28 +157,7 @@ class PatchAR(nn.Module, PyTorchModelHubMixin):
     def transform(self, h: torch.Tensor, cache: PatchCache | None = None, offset: int = 0) -> torch.Tensor:
         """Run the layers on inputs h [B, T, H] at positions cache.length + offset.. (causal over the cache
         and each other); keys/values are written to the cache without committing them. Returns z [B, T, H]."""
-        c = self.config
-        b, t, _ = h.shape
-        nh, hd = c.heads, c.hidden // c.heads
-        start = 0 if cache is None else cache.length + offset
-        end = start + t
-        if t > 1 or cache is None:
-            mask = torch.ones(t, end, dtype=torch.bool, device=h.device).tril(start)
-        for i in range(c.layers):
-            x = F.rms_norm(h, (c.hidden,), self.norm1[i].weight, self.norm1[i].eps)
-            q, k, v = F.linear(x, self.qkv[i].weight).view(b, t, 3, nh, hd).permute(2, 0, 3, 1, 4)
-            if cache is not None:
-                cache.k[i, :, :, start:end] = k
-                cache.v[i, :, :, start:end] = v
-                k, v = cache.k[i, :, :, :end], cache.v[i, :, :, :end]
-            if t == 1:
-                a = F.scaled_dot_product_attention(q, k, v)
-            else:
-                a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            h = h + F.linear(a.transpose(1, 2).reshape(b, t, c.hidden), self.proj[i].weight)
-            x = F.rms_norm(h, (c.hidden,), self.norm2[i].weight, self.norm2[i].eps)
-            h = h + F.linear(F.gelu(F.linear(x, self.fc1[i].weight)), self.fc2[i].weight)
-        return F.rms_norm(h, (c.hidden,), self.norm_out.weight, self.norm_out.eps)
+        return run_layers(self, h, cache, offset)
 
     # ---- training ---------------------------------------------------------------------------------------
 
@@ -175,4 +184,5 @@ def check_pair(target: PatchAR, draft: PatchAR) -> None:
                              f"({getattr(target.config, field)})")
 
 
-__all__ = ["PatchAR", "PatchARConfig", "PatchCache", "TRAIN_STEPS", "check_pair", "patchify", "unpatchify"]
+__all__ = ["PatchAR", "PatchARConfig", "PatchCache", "TRAIN_STEPS", "check_pair", "patchify", "run_layers",
+           "unpatchify"]

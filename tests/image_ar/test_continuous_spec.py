@@ -174,3 +174,69 @@ def test_relaxed_rule_reports_a_bound_on_its_total_variation(pair):
     assert tv_exact < 0.03
     assert tv_relaxed > tv_exact + 0.02, (tv_relaxed, tv_exact)
     assert tv_relaxed <= relaxed.tv_per_token + 0.02, (tv_relaxed, relaxed.tv_per_token)
+
+
+# ---- the EAGLE-style draft (`continuous_eagle`): the target's head, a predicted condition ----------------
+
+
+@pytest.fixture(scope="module")
+def eagle(trained):
+    from multispec.image_ar.continuous_eagle import train_eagle
+
+    g = torch.Generator().manual_seed(5)
+    walks = _walks(512, g)
+    eagle, losses = train_eagle(trained, ((walks + 1) / 2)[:, None], torch.randint(0, 2, (512,), generator=g),
+                                steps=150, batch_size=64, pool=512, progress=False)
+    assert losses[-1] < losses[0]
+    return eagle
+
+
+def test_eagle_draft_samples_follow_the_target(trained, eagle, reference):
+    labels = torch.zeros(N, dtype=torch.long)
+    out = generate_continuous(trained, labels, eagle, k=3, prefill=0.25, generator=torch.Generator().manual_seed(6))
+    assert 0.15 < out.acceptance_rate < 0.99, out.acceptance_rate  # drafts are accepted and rejected
+    # a close draft leaves a thin residual (success per try = TV(p, q)): a few rows may exhaust the 64 tries
+    # and take a plain target draw; they must stay rare next to the rejections
+    rejections = out.drafted - out.accepted
+    assert out.residual_fallbacks <= 0.02 * rejections, (out.residual_fallbacks, rejections)
+    assert energy_distance_pvalue(out.tokens.flatten(1), reference) > 0.01
+
+
+def test_eagle_draft_reads_the_targets_features_of_the_committed_tokens(trained, eagle):
+    """After a guided run, the draft's cache holds, at every committed position j, the pair (z_{j-1}, x_{j-1})
+    of the target's condition and the emitted token, as one pass over the final sequence computes them (a
+    key depends on its position's input alone): no draft feature and no rejected token was committed."""
+    from multispec.continuous import continuous_generate
+    from multispec.image_ar.continuous_eagle import PatchEagleDrafter
+    from multispec.image_ar.continuous_spec import PatchARTarget, _plain
+    from multispec.image_ar.diffusion_head import Trajectory
+    from multispec.image_ar.head_sampler import HeadSampler
+
+    labels = torch.tensor([0, 1, 1, 0])
+    c = trained.config
+    sampler = HeadSampler(trained, Trajectory.make(c.steps, c.stop), 2.0)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        prefix, _ = _plain(trained, labels, sampler, 1, g)
+        adapter = PatchARTarget(trained, labels, sampler)
+        drafter = PatchEagleDrafter(eagle, adapter, sampler)
+        out = continuous_generate(adapter, drafter, prefix, c.tokens - 1, k=2, generator=g)
+        assert 0 < out.stats.accepted < out.stats.drafted
+        tokens = out.values[..., -c.token_dim:]
+        both = torch.cat([labels, torch.full_like(labels, trained.null_class)])
+        z = trained.transform(trained.inputs(both, tokens[:, :-1].repeat(2, 1, 1), 0))
+        reference = eagle.new_cache(len(both))
+        eagle(z[:, :-1], tokens[:, :-1].repeat(2, 1, 1), reference)
+    n = drafter.cache.length
+    assert n >= c.tokens - 3  # all but the last step's pairs were fed
+    torch.testing.assert_close(drafter.cache.k[:, :, :, :n], reference.k[:, :, :, :n], atol=1e-5, rtol=1e-4)
+
+
+def test_eagle_draft_must_match_the_target(trained, eagle):
+    from multispec.image_ar.continuous_eagle import PatchEagle, PatchEagleConfig
+
+    wrong = PatchEagle(PatchEagleConfig(hidden=eagle.config.hidden, heads=2, token_dim=1, tokens=9))
+    with pytest.raises(ValueError, match="draft: its tokens"):
+        generate_continuous(trained, torch.tensor([0]), wrong)
+    with pytest.raises(TypeError, match="draft"):
+        generate_continuous(trained, torch.tensor([0]), object())

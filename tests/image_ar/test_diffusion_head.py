@@ -17,9 +17,12 @@ def tiny(layers=2, seed=0, **kw):
     cfg = dict(image_size=4, patch=2, hidden=32, heads=2, head_width=32, head_blocks=2, steps=6, stop=40) | kw
     m = PatchAR(PatchARConfig(layers=layers, **cfg))
     with torch.no_grad():  # the zero-initialised adaLN and output layers made random, so ε depends on x, t, z
-        for lin in (m.head.ada, m.head.out):
+        for lin in ((m.head.ada, m.head.out) if cfg.get("head_kind", "adaln") == "adaln" else (m.head.out,)):
             lin.weight.normal_(0, 0.5 / lin.weight.shape[1] ** 0.5)
     return m.eval()
+
+
+HEADS = pytest.mark.parametrize("head_kind", ["adaln", "lean"])
 
 
 @pytest.mark.parametrize("steps,stop", [(6, 40), (10, 0), (3, 200)])
@@ -54,9 +57,10 @@ def test_bad_grids_name_the_argument(kw, match):
         Trajectory.make(**kw)
 
 
+@HEADS
 @pytest.mark.parametrize("guidance", [None, 2.5])
-def test_batched_means_and_log_density(guidance):
-    model = tiny()
+def test_batched_means_and_log_density(guidance, head_kind):
+    model = tiny(head_kind=head_kind)
     sampler = HeadSampler(model, Trajectory.make(6, 40, temperature=0.9), guidance)
     z = torch.randn(2, 4, 32)
     cond = sampler.conditions(z[0], z[1])
@@ -70,8 +74,9 @@ def test_batched_means_and_log_density(guidance):
     assert torch.allclose(sampler.log_density(states, means), want, atol=1e-4)
 
 
-def test_guidance_combines_the_halves():
-    model = tiny()
+@HEADS
+def test_guidance_combines_the_halves(head_kind):
+    model = tiny(head_kind=head_kind)
     traj = Trajectory.make(6, 40)
     guided, plain = HeadSampler(model, traj, 3.0), HeadSampler(model, traj, None)
     zc, zu = torch.randn(3, 32), torch.randn(3, 32)
@@ -79,6 +84,38 @@ def test_guidance_combines_the_halves():
     e_c = plain.eps(plain.conditions(zc, None), x, 1)
     e_u = plain.eps(plain.conditions(zu, None), x, 1)
     assert torch.allclose(guided.eps(guided.conditions(zc, zu), x, 1), e_u + 3.0 * (e_c - e_u), atol=1e-5)
+
+
+@HEADS
+def test_sampler_noise_prediction_is_the_heads_forward(head_kind):
+    """`HeadSampler` runs the head through precomputed time features and condition projections; the
+    noise prediction is the module's own forward."""
+    model = tiny(head_kind=head_kind)
+    sampler = HeadSampler(model, Trajectory.make(6, 40), None)
+    z, x = torch.randn(5, 32), torch.randn(5, 4)
+    steps = torch.tensor([0, 1, 2, 4, 5])
+    want = model.head(x, sampler.trajectory.timesteps[steps], z)
+    assert torch.allclose(sampler.eps(sampler.conditions(z, None), x, steps), want, atol=1e-5)
+
+
+def test_unknown_head_kind_is_named():
+    with pytest.raises(ValueError, match="head_kind"):
+        PatchAR(PatchARConfig(head_kind="unet"))
+
+
+def test_deepening_keeps_the_conditions():
+    """`deepen` spreads a model's layers over a deeper one whose other layers start as the identity: the
+    transformer's outputs are unchanged (the head is new)."""
+    from multispec.image_ar.continuous_pair import deepen
+
+    base = tiny(layers=3)
+    deep = deepen(base, PatchARConfig(**{**base.config.__dict__, "layers": 7, "head_kind": "lean"})).eval()
+    labels, tokens = torch.tensor([1, 4]), torch.randn(2, 3, 4)
+    assert torch.allclose(deep.transform(deep.inputs(labels, tokens, 0)), base.transform(base.inputs(labels, tokens, 0)),
+                          atol=1e-5)
+    assert sum(not bool(deep.fc2[j].weight.any()) for j in range(7)) == 4  # the new layers
+    with pytest.raises(ValueError, match="config"):
+        deepen(base, PatchARConfig(**{**base.config.__dict__, "layers": 2}))
 
 
 def test_cache_scoring_equals_the_full_forward():
