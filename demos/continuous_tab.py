@@ -68,11 +68,10 @@ def run(label: int, seed: int = 0, k: int = 4, guidance_scale: float = 2.0, fewe
 def build() -> None:
     import gradio as gr
 
-    gr.Markdown("Generate a digit with the zoo's continuous-token model: a 24-layer causal transformer over 4x4 "
+    gr.Markdown("Generate a digit with the zoo's continuous-token model: a 14-layer causal transformer over 4x4 "
                 "pixel patches whose every patch is sampled by a small diffusion head (DDPM, cosine schedule). "
-                "Speculative decoding drafts patches with a 1-layer EAGLE-style draft (it predicts the target's "
-                "condition and samples with the target's head) and accepts each by the density ratio of its whole "
-                "denoising trajectory under the two conditions: the output keeps the target's distribution. "
+                "Speculative decoding drafts patches with a 1-layer model and accepts each by the density ratio of "
+                "its whole denoising trajectory under the two heads: the output keeps the target's distribution. "
                 "Grey patches: the target's pre-fill; green: accepted drafts; blue: the target's corrections.")
     with gr.Row():
         label = gr.Slider(0, 9, value=3, step=1, label="digit class")

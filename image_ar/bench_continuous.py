@@ -41,6 +41,7 @@ def methods(pair, k: int, steps: int) -> dict:
     for r, rk in RELAX:
         rk = rk or k  # None: the exact rows' k
         out[f"spec_k{rk}_relax{r:g}"] = dict(draft=pair.draft, k=rk, steps=steps, rule=TrajectoryRatio(relax=r))
+    out["draft_alone"] = dict(steps=steps, _model="draft")
     return out
 
 
@@ -62,8 +63,10 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
     table = methods(pair, k, steps)
 
     def generate(name, labels, generator):
-        return generate_continuous(pair.target, torch.tensor(labels), guidance_scale=scale, temperature=temperature,
-                                   prefill=prefill, generator=generator, **table[name])
+        kw = dict(table[name])
+        model = pair.draft if kw.pop("_model", None) == "draft" else pair.target
+        return generate_continuous(model, torch.tensor(labels), guidance_scale=scale, temperature=temperature,
+                                   prefill=prefill, generator=generator, **kw)
 
     rows = {name: {"seconds": 0.0, "images": 0, "accepted": 0, "drafted": 0, "committed": 0, "forwards": 0,
                    "fallbacks": 0, "tv": [], "split": {"draft_s": 0.0, "verify_s": 0.0, "commit_s": 0.0}} for name in table}

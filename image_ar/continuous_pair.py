@@ -1,14 +1,11 @@
 """The zoo's continuous-token pair, `mnist-patch-diffusion`, trained here on real MNIST.
 
-Tokens are raw 4 x 4 pixel patches (49 tokens of dimension 16, pixels in [-1, 1]).
-- `target/` (`PatchAR`, stored int8): a 24-layer causal transformer (hidden 128) with a lean 2-layer diffusion
-  head of width 256 (`DenoiserLeanMLP`). MAR's proportions: the transformer costs several times the head's
-  whole 7-transition sample, so a draft that shares the head is cheap next to a target token. Trained in two
-  stages: a 14-layer model with MAR's adaLN head (2,500 steps), then deepened to 24 layers (`deepen`: the
-  new layers start as the identity) with the lean head and trained 2,000 steps more.
-- `draft/` (`PatchEagle`): one causal layer that predicts the target's conditions from its features and
-  the emitted tokens, and samples with the target's head (`continuous_eagle`). Trained on the target's
-  features of 6,144 training digits, on the MSE to the conditions plus the expected acceptance log ratio.
+Tokens are raw 4 x 4 pixel patches (49 tokens of dimension 16, pixels in [-1, 1]); each model is a causal
+transformer over them with a per-token diffusion head (`PatchAR`):
+- `target/`: 14 layers (hidden 128) and a 3-block head of width 192;
+- `draft/`: 1 layer (hidden 96) and a 1-block head of width 64, trained on the same data and, mostly, to
+  match the target's noise predictions (its guided and unguided halves): the trajectory density ratio
+  that decides acceptance is a weighted sum of exactly those differences.
 The image metrics use the classifier of the `mnist-vq-gpt` pair (the same digits, the same features).
 
 `multispec zoo train mnist-patch-diffusion` reproduces them (fixed seeds; resumable by stage).
@@ -28,18 +25,15 @@ from .patch_ar import PatchAR, PatchARConfig, patchify
 NAME = "mnist-patch-diffusion"
 CFG_SCALE = 2.0  # the guidance the benchmark samples with
 STEPS, STOP = 8, 50  # the heads' sampling grid: 8 points from t = 999 down to the stop level 50
-# the target is trained in two stages: a 14-layer model with MAR's adaLN head (the first pair's target), then
-# deepened to 24 layers (its layers spread out, the new ones starting as the identity) with a lean head
-TARGET_BASE = PatchARConfig(layers=14, hidden=128, heads=4, head_width=192, head_blocks=3, steps=STEPS, stop=STOP)
-TARGET = PatchARConfig(layers=24, hidden=128, heads=4, head_kind="lean", head_width=256, head_blocks=2, steps=STEPS,
-                       stop=STOP)
+TARGET = PatchARConfig(layers=14, hidden=128, heads=4, head_width=192, head_blocks=3, steps=STEPS, stop=STOP)
+DRAFT = PatchARConfig(layers=1, hidden=96, heads=4, head_width=64, head_blocks=1, steps=STEPS, stop=STOP)
 SEED = 0
 
 
 @dataclass
 class ContinuousPair:
     target: PatchAR
-    draft: "object"  # PatchEagle: the EAGLE-style draft (samples with the target's head)
+    draft: PatchAR
     classifier: "object"  # DigitClassifier (shared with mnist-vq-gpt)
     folder: Path
 
@@ -75,10 +69,47 @@ def grid_weights(config: PatchARConfig) -> tuple[torch.Tensor, torch.Tensor]:
     return traj.timesteps[:-1], (traj.mean_x0 * (1 - a).sqrt() / a.sqrt()) ** 2 / traj.std ** 2
 
 
+def distillation_loss(draft: PatchAR, target: PatchAR, images: torch.Tensor, labels: torch.Tensor,
+                      scale: float = CFG_SCALE, generator: torch.Generator | None = None) -> torch.Tensor:
+    """How far the draft's noise predictions are from the target's on the same noisy tokens and prefixes:
+    MSE on each guidance half at t uniform in [stop, T), plus MSE on the guided prediction ε_u + s (ε_c -
+    ε_u) at the sampling grid's transition steps drawn in proportion to their weight in the acceptance
+    log ratio (`grid_weights`): the second term is the expected trajectory log ratio itself, up to the
+    state distribution (forward-noised data here, draft trajectories at sampling time)."""
+    from .diffusion_head import TRAIN_STEPS, schedule_scheduler
+
+    c = draft.config
+    x0 = patchify(images, c.patch)
+    b = len(labels)
+    ac = schedule_scheduler().alphas_cumprod.to(x0.device)
+    noisy = ac[c.stop].sqrt() * x0 + (1 - ac[c.stop]).sqrt() * torch.randn(x0.shape, generator=generator)
+    both = torch.cat([labels, torch.full_like(labels, draft.null_class)])
+    prefix = noisy[:, :-1].repeat(2, 1, 1)
+    tokens = x0.reshape(-1, c.token_dim)
+    steps, weights = grid_weights(c)
+    uniform = torch.randint(c.stop, TRAIN_STEPS, (len(tokens),), generator=generator)
+    on_grid = steps[torch.multinomial(weights, len(tokens), replacement=True, generator=generator)]
+    t = torch.cat([uniform, on_grid])
+    a = ac[t][:, None]
+    xt = a.sqrt() * tokens.repeat(2, 1) + (1 - a).sqrt() * torch.randn(2 * len(tokens), c.token_dim, generator=generator)
+    # rows: [uniform t | grid t] x [cond | uncond] x tokens
+    xt4, t4 = xt.view(2, 1, -1, c.token_dim).expand(2, 2, -1, -1), t.view(2, 1, -1).expand(2, 2, -1)
+    with torch.no_grad():
+        zt = target.transform(target.inputs(both, prefix, 0)).reshape(2, -1, target.config.hidden)
+        teacher = target.head(xt4.reshape(-1, c.token_dim), t4.reshape(-1), zt.repeat(2, 1, 1).reshape(-1, zt.shape[-1]))
+    zd = draft.transform(draft.inputs(both, prefix, 0)).reshape(2, -1, c.hidden)
+    student = draft.head(xt4.reshape(-1, c.token_dim), t4.reshape(-1), zd.repeat(2, 1, 1).reshape(-1, zd.shape[-1]))
+    teacher, student = teacher.view(2, 2, -1, c.token_dim), student.view(2, 2, -1, c.token_dim)
+    halves = torch.nn.functional.mse_loss(student[0], teacher[0])
+    guided = lambda e: e[1, 1] + scale * (e[1, 0] - e[1, 1])  # noqa: E731
+    return halves + torch.nn.functional.mse_loss(guided(student), guided(teacher))
+
+
 def deepen(base: PatchAR, config: PatchARConfig, seed: int = 0) -> PatchAR:
     """A `config` model (more layers, any head) carrying `base`'s transformer: base layer i goes to layer
     round(i (L - 1) / (l - 1)); every other layer's output projections start at zero, so the deepened
-    transformer computes exactly `base`'s conditions z. The head is new (initialised by `config`)."""
+    transformer computes exactly `base`'s conditions z. The head is new (initialised by `config`). Used by
+    `benchmarks/continuous_eagle.py` to build a target with MAR's proportions from the shipped one."""
     b = base.config
     if config.hidden != b.hidden or config.heads != b.heads or config.layers < b.layers:
         raise ValueError(f"config: deepening keeps hidden ({b.hidden}) and heads ({b.heads}) and adds layers "
@@ -100,8 +131,10 @@ def deepen(base: PatchAR, config: PatchARConfig, seed: int = 0) -> PatchAR:
 
 
 def train_model(config: PatchARConfig, images, labels, *, steps: int, batch_size: int, lr: float, seed: int,
-                desc: str, progress: bool = True, init: PatchAR | None = None):
-    """Train a `PatchAR` on MNIST with its diffusion loss, from `init` when given (else freshly initialised)."""
+                desc: str, teacher: PatchAR | None = None, distill_weight: float = 0.0, progress: bool = True,
+                init: PatchAR | None = None):
+    """Train a `PatchAR` on MNIST (diffusion loss, plus `distill_weight` x the distillation loss to `teacher`),
+    from `init` when given (else freshly initialised)."""
     from tqdm.auto import tqdm
 
     torch.manual_seed(seed)
@@ -115,6 +148,8 @@ def train_model(config: PatchARConfig, images, labels, *, steps: int, batch_size
     for _ in bar:
         x, y = next(data)
         loss = model.loss(x, y, generator=g)
+        if teacher is not None and distill_weight:
+            loss = loss + distill_weight * distillation_loss(model, teacher, x, y, generator=g)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -143,45 +178,12 @@ def save_half(model: PatchAR, folder: Path) -> None:
     half.half().save_pretrained(folder)
 
 
-def save_int8(model: PatchAR, folder: Path) -> None:
-    """Config and int8 weights (`multispec.zoo.int8`'s layout): the target's transformer would not fit the
-    zoo's budget in float16. `load_model` returns float32; every figure is measured on that model."""
-    from safetensors.torch import save_file
-
-    from multispec.zoo.int8 import FILE, quantize_state
-
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(asdict(model.config), indent=2))
-    save_file(quantize_state(model.state_dict()), str(folder / FILE))
-
-
 def load_model(folder: Path) -> PatchAR:
-    from multispec.zoo.int8 import FILE
-
-    if (folder / FILE).exists():
-        from safetensors.torch import load_file
-
-        from multispec.zoo.int8 import dequantize_state
-
-        model = PatchAR(json.loads((folder / "config.json").read_text()))
-        model.load_state_dict(dequantize_state(load_file(str(folder / FILE))))
-        return model.float().eval()
     return PatchAR.from_pretrained(folder).float().eval()
 
 
-def load_eagle(folder: Path):
-    from .continuous_eagle import PatchEagle
-
-    return PatchEagle.from_pretrained(folder).float().eval()
-
-
 def train_pair(folder: Path, *, quick: bool = False) -> dict:
-    """Train the target (two stages) and the EAGLE-style draft into `folder`; stages recorded in
-    `report.json` are kept. The first stage's model (`target_base/`) is removed once the target is saved."""
-    import shutil
-    import time
-
-    from .continuous_eagle import teacher_forced_acceptance, train_eagle
+    """Train the target, then the draft, into `folder`; stages recorded in `report.json` are kept."""
     from .data import load_digits_dataset
 
     folder = Path(folder)
@@ -192,44 +194,24 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
     test_images, test_labels = load_digits_dataset("mnist", "test")
     if quick:
         images, labels, test_images, test_labels = images[::20], labels[::20], test_images[::20], test_labels[::20]
-    small = lambda c, n: PatchARConfig(**{**asdict(c), "layers": min(c.layers, n)})  # noqa: E731
-    base_cfg, target_cfg = (small(TARGET_BASE, 2), small(TARGET, 3)) if quick else (TARGET_BASE, TARGET)
-    steps_b, steps_t, steps_d = (20, 20, 20) if quick else (2500, 2000, 6000)
-
-    def record(stage: str, entry: dict, t0: float) -> None:
-        report[stage] = entry | {"seconds": round(time.perf_counter() - t0)}
-        report_path.write_text(json.dumps(report, indent=2))
-
-    if "target" not in report and "target_base" not in report:
-        t0 = time.perf_counter()
-        base, losses = train_model(base_cfg, images, labels, steps=steps_b, batch_size=32, lr=1e-3, seed=SEED,
-                                   desc="target (base stage)")
-        save_half(base, folder / "target_base")
-        record("target_base", {"config": asdict(base_cfg), "steps": steps_b, "final_loss": losses[-1],
-                               "heldout_loss": heldout_loss(base, test_images, test_labels)}, t0)
+    small = lambda c: PatchARConfig(**{**asdict(c), "layers": min(c.layers, 2)})  # noqa: E731
+    target_cfg, draft_cfg = (small(TARGET), small(DRAFT)) if quick else (TARGET, DRAFT)
+    steps_t, steps_d = (20, 20) if quick else (2500, 2500)
     if "target" not in report:
-        t0 = time.perf_counter()
-        start = deepen(load_model(folder / "target_base"), target_cfg)
-        target, losses = train_model(target_cfg, images, labels, steps=steps_t, batch_size=32, lr=5e-4, seed=SEED + 2,
-                                     desc="target (deepened)", init=start)
-        save_int8(target, folder / "target")
-        shutil.rmtree(folder / "target_base")
-        record("target", {"config": asdict(target_cfg), "steps": steps_t, "lr": 5e-4, "from": "target_base, deepened",
-                          "final_loss": sum(losses[-50:]) / len(losses[-50:]),
-                          "heldout_loss": heldout_loss(load_model(folder / "target"), test_images, test_labels)}, t0)
+        target, losses = train_model(target_cfg, images, labels, steps=steps_t, batch_size=32, lr=1e-3, seed=SEED,
+                                     desc="target")
+        save_half(target, folder / "target")
+        report["target"] = {"config": asdict(target_cfg), "steps": steps_t, "final_loss": losses[-1],
+                            "heldout_loss": heldout_loss(target, test_images, test_labels)}
+        report_path.write_text(json.dumps(report, indent=2))
     target = load_model(folder / "target")
     if "draft" not in report:
-        t0 = time.perf_counter()
-        eagle, losses = train_eagle(target, images, labels, steps=steps_d, batch_size=32, pool=512 if quick else 6144,
-                                    lr=1e-3, guidance_scale=CFG_SCALE, seed=SEED + 3)
-        eagle.half().save_pretrained(folder / "draft")
-        eagle = load_eagle(folder / "draft")
-        held = test_images[:100], test_labels[:100]
-        record("draft", {"kind": "eagle", "config": asdict(eagle.config), "steps": steps_d, "pool": 512 if quick else 6144,
-                         "final_loss": sum(losses[-50:]) / len(losses[-50:]),
-                         "teacher_forced_acceptance": teacher_forced_acceptance(target, eagle, *held, CFG_SCALE),
-                         "teacher_forced_acceptance_rollout": teacher_forced_acceptance(target, eagle, *held, CFG_SCALE,
-                                                                                        rollout=True)}, t0)
+        draft, losses = train_model(draft_cfg, images, labels, steps=steps_d, batch_size=32, lr=2e-3, seed=SEED + 1,
+                                    desc="draft", teacher=target, distill_weight=4.0)
+        save_half(draft, folder / "draft")
+        report["draft"] = {"config": asdict(draft_cfg), "steps": steps_d, "distill_weight": 4.0,
+                           "final_loss": losses[-1], "heldout_loss": heldout_loss(draft, test_images, test_labels)}
+        report_path.write_text(json.dumps(report, indent=2))
     return report
 
 
@@ -241,25 +223,24 @@ def load_pair(folder: Path | None = None) -> ContinuousPair:
     from .zoo_pair import NAME as VQ_NAME
 
     folder = Path(folder) if folder is not None else zoo.path(NAME)
-    if not (folder / "target" / "config.json").exists() or not (folder / "draft" / "config.json").exists():
+    if not (folder / "target" / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {NAME}`")
     classifier = DigitClassifier.from_pretrained(zoo.path(VQ_NAME) / "classifier").eval()
-    return ContinuousPair(load_model(folder / "target"), load_eagle(folder / "draft"), classifier, folder)
+    return ContinuousPair(load_model(folder / "target"), load_model(folder / "draft"), classifier, folder)
 
 
 def _zoo_load(folder: Path):
     from multispec.zoo import ZooPair
 
     pair = load_pair(folder)
-    # no tokenizer: tokens are pixel patches (patchify / unpatchify); the drafter is the EAGLE-style PatchEagle
+    # no tokenizer: tokens are pixel patches (patchify / unpatchify); the drafter is the small PatchAR
     return ZooPair(pair.target, pair.draft, None, NAME)
 
 
 def zoo_entry():
     from multispec.zoo import ZooEntry
 
-    return ZooEntry(NAME, "class-conditional MNIST, continuous tokens: 4x4 pixel patches, a 24-layer causal transformer "
-                    "with a lean diffusion head (DDPM cosine, 8-point grid) and a 1-layer EAGLE-style draft that "
-                    "predicts its conditions and samples with its head (multispec.image_ar; continuous speculative "
-                    "decoding)", None,
+    return ZooEntry(NAME, "class-conditional MNIST, continuous tokens: 4x4 pixel patches, a 14-layer causal transformer "
+                    "with a diffusion head (DDPM cosine, 8-point grid) and a 1-layer draft distilled on its noise "
+                    "predictions (multispec.image_ar; continuous speculative decoding)", None,
                     _zoo_load, lambda folder: train_pair(folder))

@@ -37,33 +37,13 @@ def save_int8(model, folder: str | Path) -> None:
     model.config.save_pretrained(folder)
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.save_pretrained(folder)
-    save_file(quantize_state(model.state_dict()), str(folder / FILE))
-
-
-def quantize_state(state: dict) -> dict:
-    """A state dict in the int8 layout: each float matrix as `name.q` (int8) + `name.scale` (fp16 per row),
-    every other float tensor in fp16."""
     tensors = {}
-    for name, value in state.items():
+    for name, value in model.state_dict().items():
         if value.dim() == 2 and value.is_floating_point():
             tensors[name + ".q"], tensors[name + ".scale"] = quantize(value)
         else:
             tensors[name] = value.detach().half() if value.is_floating_point() else value.detach()
-    return {k: v.contiguous() for k, v in tensors.items()}
-
-
-def dequantize_state(stored: dict) -> dict:
-    """`quantize_state`'s inverse, in fp32 (up to the rounding)."""
-    state = {}
-    for name, value in stored.items():
-        if name.endswith(".scale"):
-            continue
-        if name.endswith(".q"):
-            base = name[: -len(".q")]
-            state[base] = dequantize(value, stored[base + ".scale"])
-        else:
-            state[name] = value.float() if value.is_floating_point() else value
-    return state
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / FILE))
 
 
 def load_int8(cls, folder: str | Path):
@@ -73,7 +53,16 @@ def load_int8(cls, folder: str | Path):
     folder = Path(folder)
     if not (folder / FILE).exists():
         raise FileNotFoundError(f"{folder}: no {FILE} (write it with multispec.zoo.int8.save_int8)")
-    state = dequantize_state(load_file(str(folder / FILE)))
+    stored = load_file(str(folder / FILE))
+    state = {}
+    for name, value in stored.items():
+        if name.endswith(".scale"):
+            continue
+        if name.endswith(".q"):
+            base = name[: -len(".q")]
+            state[base] = dequantize(value, stored[base + ".scale"])
+        else:
+            state[name] = value.float() if value.is_floating_point() else value
     model = cls(AutoConfig.from_pretrained(folder))
     model.load_state_dict(state, strict=True)
     return model.float().eval()

@@ -212,7 +212,7 @@ def test_eagle_draft_reads_the_targets_features_of_the_committed_tokens(trained,
     from multispec.image_ar.diffusion_head import Trajectory
     from multispec.image_ar.head_sampler import HeadSampler
 
-    labels = torch.tensor([0, 1, 1, 0])
+    labels = torch.tensor([0, 1] * 8)
     c = trained.config
     sampler = HeadSampler(trained, Trajectory.make(c.steps, c.stop), 2.0)
     g = torch.Generator().manual_seed(2)

@@ -20,10 +20,10 @@ def test_speculation_on_the_trained_pair_accepts_drafts_and_draws_digits(pair):
     labels = torch.arange(10)
     out = generate_continuous(pair.target, labels, pair.draft, k=4, guidance_scale=CFG_SCALE,
                               generator=torch.Generator().manual_seed(0))
-    # the shipped EAGLE-style draft is accepted most of the time under the exact trajectory ratio
-    # (BENCHMARKS.md); a draft the rule never accepts (0) would make this plain decoding
-    assert out.acceptance_rate > 0.5, out.acceptance_rate
-    assert out.residual_fallbacks <= 2
+    # the shipped 1-layer draft is accepted ~0.3 of the time under the exact trajectory ratio (BENCHMARKS.md);
+    # a draft the rule never accepts (0) would make this plain decoding
+    assert out.acceptance_rate > 0.15, out.acceptance_rate
+    assert out.residual_fallbacks == 0
     assert out.images.shape == (10, 28, 28)
     predicted = pair.classifier.logits(out.images[:, None]).argmax(-1)
     assert float((predicted == labels).float().mean()) >= 0.8
@@ -50,7 +50,7 @@ def test_cli_bench_and_eval(tmp_path):
                  "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     rows = res["methods"]
-    for key in ("ar", "ar_steps4", "spec_k4", "spec_k4_relax2"):
+    for key in ("ar", "ar_steps4", "spec_k4", "spec_k4_relax2", "draft_alone"):
         assert key in rows
     assert rows["spec_k4"]["acceptance_rate"] > 0 and rows["ar"]["speedup_vs_ar"] == 1.0
     assert res["peer_at_equal_time"].startswith("ar_steps")
@@ -65,8 +65,7 @@ def test_cli_bench_and_eval(tmp_path):
 
 def test_training_smoke_run_and_resume(tmp_path):
     report = train_pair(tmp_path, quick=True)
-    assert set(report) == {"target_base", "target", "draft"} and report["draft"]["kind"] == "eagle"
-    assert not (tmp_path / "target_base").exists()  # the first stage's model is not kept
+    assert set(report) == {"target", "draft"} and report["draft"]["distill_weight"] > 0
     again = train_pair(tmp_path, quick=True)  # resumes: nothing retrained
     assert again == report
     small = load_pair(tmp_path)
