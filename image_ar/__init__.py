@@ -49,8 +49,7 @@ def load_image_pair(folder=None):
 
 
 def load_continuous_pair(folder=None):
-    """The zoo's continuous-token pair (`mnist-patch-diffusion`): the target `PatchAR`, its `PatchEagle`
-    draft and the digit classifier."""
+    """The zoo's continuous-token pair (`mnist-patch-diffusion`): target and draft `PatchAR`, classifier."""
     from .continuous_pair import load_pair
 
     return load_pair(folder)
