@@ -10,7 +10,7 @@ On a `PatchAR` pair folder (default: the shipped `mnist-patch-diffusion`) it mea
 - speed at batch 1, methods interleaved image by image: plain AR, the EAGLE draft at each `--k`, the small
   draft at k = 2 and 4 (exact rule throughout): images/s, speedup, acceptance, step split.
 
-    python benchmarks/continuous_eagle.py [--pair DIR] [--eagle DIR | --steps 6000] [--save-eagle DIR]
+    python benchmarks/continuous_eagle.py [--pair DIR] [--eagle DIR | --steps 6000 --eagle-layers 1] [--save-eagle DIR]
         [--k 2,3,4] [--timing-images 10] [--threads 2] [--json PATH]
     python benchmarks/continuous_eagle.py --deepen DIR ...   # first build the deepened target of `deepen`
         (24 layers, lean head, 2,000 steps; ~30 min) into DIR and measure on it
@@ -123,6 +123,7 @@ def main() -> None:
     parser.add_argument("--deepen", default=None, help="build the deepened target into this folder first")
     parser.add_argument("--eagle", default=None, help="a trained PatchEagle folder (else one is trained)")
     parser.add_argument("--steps", type=int, default=6000, help="EAGLE training steps when --eagle is not given")
+    parser.add_argument("--eagle-layers", type=int, default=1, help="layers of the trained EAGLE draft")
     parser.add_argument("--save-eagle", default=None)
     parser.add_argument("--k", default="2,3,4")
     parser.add_argument("--timing-images", type=int, default=10)
@@ -140,7 +141,8 @@ def main() -> None:
         folder = Path(args.pair) if args.pair else zoo.path(NAME)
     target = load_model(folder / "target")
     small = None
-    if (folder / "draft" / "config.json").exists() and "layers" in json.loads((folder / "draft" / "config.json").read_text()):
+    draft_config = folder / "draft" / "config.json"
+    if draft_config.exists() and "head_width" in json.loads(draft_config.read_text()):  # a PatchAR draft model
         small = load_model(folder / "draft")
     result["pair"] = str(folder) if args.pair or args.deepen else NAME
     result["target"] = asdict(target.config)
@@ -150,9 +152,10 @@ def main() -> None:
     else:
         images, labels = load_digits_dataset("mnist", "train")
         t0 = time.perf_counter()
-        eagle, losses = train_eagle(target, images, labels, steps=args.steps, lr=1e-3, guidance_scale=CFG_SCALE, seed=3)
-        result["eagle"] = {"steps": args.steps, "pool": 6144, "seconds": round(time.perf_counter() - t0),
-                           "final_loss": round(sum(losses[-50:]) / 50, 5)}
+        eagle, losses = train_eagle(target, images, labels, steps=args.steps, lr=1e-3, guidance_scale=CFG_SCALE, seed=3,
+                                    layers=args.eagle_layers)
+        result["eagle"] = {"layers": args.eagle_layers, "steps": args.steps, "pool": 6144,
+                           "seconds": round(time.perf_counter() - t0), "final_loss": round(sum(losses[-50:]) / 50, 5)}
         if args.save_eagle:
             eagle.half().save_pretrained(args.save_eagle)
             eagle = PatchEagle.from_pretrained(args.save_eagle).float().eval()
@@ -168,8 +171,8 @@ def main() -> None:
         rows |= {"small_draft_k2": (small, 2), "small_draft_k4": (small, 4)}
     result["timing_images"] = args.timing_images
     result["methods"] = speed(target, rows, args.timing_images)
-    print(f"{result['pair']} ({describe(result['machine'])}): costs {result['costs']}; teacher-forced acceptance of the "
-          f"EAGLE draft {result['alpha_eagle']} (rollout {result['alpha_eagle_rollout']})")
+    print(f"{result['pair']} ({describe(result['machine'])}): costs {result['costs']}; teacher-forced acceptance "
+          f"of the EAGLE draft {result['alpha_eagle']} (rollout {result['alpha_eagle_rollout']})")
     for name, row in result["methods"].items():
         print(f"  {name}: {row}")
     save_results(result, args.json)

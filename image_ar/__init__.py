@@ -65,5 +65,5 @@ def image_drafter(pair, kind: str = "eagle", guidance_scale: float | None = CFG_
 
 __all__ = ["VQVAE", "ClassConditionalGPT", "ContinuousImageOutput", "ImageGPTConfig", "ImageGPTTarget",
            "ImageGenerationOutput", "JanusImageTarget", "PatchAR", "PatchARConfig", "PatchEagle", "PatchEagleConfig",
-           "Relaxed", "RelaxedVerdict", "TrajectoryRatio", "generate_ar", "generate_continuous", "generate_images", "image_drafter",
-           "latent_neighbours", "load_continuous_pair", "load_image_pair", "train_eagle"]
+           "Relaxed", "RelaxedVerdict", "TrajectoryRatio", "generate_ar", "generate_continuous", "generate_images",
+           "image_drafter", "latent_neighbours", "load_continuous_pair", "load_image_pair", "train_eagle"]

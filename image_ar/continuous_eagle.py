@@ -33,11 +33,13 @@ class PatchEagleConfig:
     heads: int = 4
     token_dim: int = 16
     tokens: int = 49  # the target's tokens per image (draft positions 1..tokens - 1)
-    ffn: int = 4  # the layer's MLP width, in multiples of hidden
+    ffn: int = 4  # the layers' MLP width, in multiples of hidden
+    layers: int = 1
 
 
 class PatchEagle(nn.Module, PyTorchModelHubMixin):
-    """z_j ≈ layer(fuse(norm(z_{j-1}), embed(x_{j-1})) + pos_j): one pre-norm causal layer (`run_layers`)."""
+    """z_j ≈ layers(fuse(norm(z_{j-1}), embed(x_{j-1})) + pos_j): pre-norm causal layers (`run_layers`), one
+    by default (EAGLE's)."""
 
     def __init__(self, config: PatchEagleConfig | dict | None = None, **kwargs):
         super().__init__()
@@ -52,16 +54,19 @@ class PatchEagle(nn.Module, PyTorchModelHubMixin):
         self.norm_feature = nn.RMSNorm(c.hidden)
         self.fuse = nn.Linear(2 * c.hidden, c.hidden)
         self.pos = nn.Parameter(torch.randn(c.tokens, c.hidden) * 0.02)  # index j - 1 for draft position j
-        self.norm1, self.norm2 = nn.ModuleList([nn.RMSNorm(c.hidden)]), nn.ModuleList([nn.RMSNorm(c.hidden)])
-        self.qkv = nn.ModuleList([nn.Linear(c.hidden, 3 * c.hidden, bias=False)])
-        self.proj = nn.ModuleList([nn.Linear(c.hidden, c.hidden, bias=False)])
-        self.fc1 = nn.ModuleList([nn.Linear(c.hidden, c.ffn * c.hidden, bias=False)])
-        self.fc2 = nn.ModuleList([nn.Linear(c.ffn * c.hidden, c.hidden, bias=False)])
+        if c.layers < 1:
+            raise ValueError(f"layers: expected >= 1, got {c.layers!r}")
+        each = lambda make: nn.ModuleList(make() for _ in range(c.layers))  # noqa: E731
+        self.norm1, self.norm2 = each(lambda: nn.RMSNorm(c.hidden)), each(lambda: nn.RMSNorm(c.hidden))
+        self.qkv = each(lambda: nn.Linear(c.hidden, 3 * c.hidden, bias=False))
+        self.proj = each(lambda: nn.Linear(c.hidden, c.hidden, bias=False))
+        self.fc1 = each(lambda: nn.Linear(c.hidden, c.ffn * c.hidden, bias=False))
+        self.fc2 = each(lambda: nn.Linear(c.ffn * c.hidden, c.hidden, bias=False))
         self.norm_out = nn.RMSNorm(c.hidden)
 
     def new_cache(self, batch: int) -> PatchCache:
         c = self.config
-        return PatchCache(1, batch, c.heads, c.tokens, c.hidden // c.heads, self.pos.device, self.pos.dtype)
+        return PatchCache(c.layers, batch, c.heads, c.tokens, c.hidden // c.heads, self.pos.device, self.pos.dtype)
 
     def forward(self, features: torch.Tensor, tokens: torch.Tensor, cache: PatchCache | None = None,
                 offset: int = 0) -> torch.Tensor:
@@ -193,7 +198,7 @@ def eagle_loss(eagle: PatchEagle, target: PatchAR, x0, fed, z, *, guidance_scale
 
 def train_eagle(target: PatchAR, images: torch.Tensor, labels: torch.Tensor, *, steps: int, batch_size: int = 32,
                 pool: int = 6144, lr: float = 1e-3, guidance_scale: float = 2.0, head_weight: float = 1.0,
-                seed: int = 0, ffn: int = 4, progress: bool = True) -> tuple[PatchEagle, list[float]]:
+                seed: int = 0, ffn: int = 4, layers: int = 1, progress: bool = True) -> tuple[PatchEagle, list[float]]:
     """Train a `PatchEagle` for `target` on `pool` images (their target features computed once, one noise
     draw each), every other step with the feature rollout. The target (and its head) stay frozen."""
     from tqdm.auto import tqdm
@@ -203,7 +208,8 @@ def train_eagle(target: PatchAR, images: torch.Tensor, labels: torch.Tensor, *, 
     c = target.config
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    eagle = PatchEagle(PatchEagleConfig(hidden=c.hidden, heads=c.heads, token_dim=c.token_dim, tokens=c.tokens, ffn=ffn))
+    eagle = PatchEagle(PatchEagleConfig(hidden=c.hidden, heads=c.heads, token_dim=c.token_dim, tokens=c.tokens, ffn=ffn,
+                                        layers=layers))
     target.requires_grad_(False)
     pool = min(pool, len(images))
     parts = [target_features(target, images[i:i + 64, 0] * 2 - 1, labels[i:i + 64], g)

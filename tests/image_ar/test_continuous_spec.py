@@ -240,3 +240,8 @@ def test_eagle_draft_must_match_the_target(trained, eagle):
         generate_continuous(trained, torch.tensor([0]), wrong)
     with pytest.raises(TypeError, match="draft"):
         generate_continuous(trained, torch.tensor([0]), object())
+    with pytest.raises(ValueError, match="layers"):
+        PatchEagle(PatchEagleConfig(hidden=16, heads=2, token_dim=1, tokens=4, layers=0))
+    deeper = PatchEagle(PatchEagleConfig(hidden=16, heads=2, token_dim=1, tokens=4, layers=2)).eval()
+    out = generate_continuous(trained, torch.tensor([0, 1]), deeper, k=2, generator=torch.Generator().manual_seed(0))
+    assert out.tokens.shape == (2, 4, 1) and out.drafted > 0 and torch.isfinite(out.tokens).all()

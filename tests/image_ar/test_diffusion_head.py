@@ -111,8 +111,8 @@ def test_deepening_keeps_the_conditions():
     base = tiny(layers=3)
     deep = deepen(base, PatchARConfig(**{**base.config.__dict__, "layers": 7, "head_kind": "lean"})).eval()
     labels, tokens = torch.tensor([1, 4]), torch.randn(2, 3, 4)
-    assert torch.allclose(deep.transform(deep.inputs(labels, tokens, 0)), base.transform(base.inputs(labels, tokens, 0)),
-                          atol=1e-5)
+    want = base.transform(base.inputs(labels, tokens, 0))
+    assert torch.allclose(deep.transform(deep.inputs(labels, tokens, 0)), want, atol=1e-5)
     assert sum(not bool(deep.fc2[j].weight.any()) for j in range(7)) == 4  # the new layers
     with pytest.raises(ValueError, match="config"):
         deepen(base, PatchARConfig(**{**base.config.__dict__, "layers": 2}))
