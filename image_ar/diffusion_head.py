@@ -110,7 +110,20 @@ def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([torch.cos(args), torch.sin(args)], -1)
 
 
-class DenoiserMLP(nn.Module):
+class _Denoiser(nn.Module):
+    """What both heads share: ε = predict(x, modulation(embed(t) + cond(z))), with `time`, `cond`,
+    `freq_dim`, `modulation` and `predict` supplied by the head."""
+
+    def time_features(self, t: torch.Tensor) -> torch.Tensor:
+        return self.time(timestep_embedding(t, self.freq_dim))
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor, time_features: torch.Tensor | None = None):
+        if time_features is None:
+            time_features = self.time_features(t)
+        return self.predict(x, self.modulation(time_features + self.cond(z)))
+
+
+class DenoiserMLP(_Denoiser):
     """ε-prediction MLP over one token: `forward(x [N, D], t [N], z [N, C]) -> ε [N, D]`.
 
     Residual blocks h += g * MLP(LN(h) (1 + scale) + shift), with (shift, scale, g) per block from
@@ -131,14 +144,6 @@ class DenoiserMLP(nn.Module):
         nn.init.zeros_(self.out.weight)
         nn.init.zeros_(self.out.bias)
 
-    def time_features(self, t: torch.Tensor) -> torch.Tensor:
-        return self.time(timestep_embedding(t, self.freq_dim))
-
-    def forward(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor, time_features: torch.Tensor | None = None):
-        if time_features is None:
-            time_features = self.time_features(t)
-        return self.predict(x, self.modulation(time_features + self.cond(z)))
-
     def modulation(self, c: torch.Tensor) -> torch.Tensor:
         return F.linear(F.silu(c), self.ada.weight, self.ada.bias)
 
@@ -156,7 +161,7 @@ class DenoiserMLP(nn.Module):
         return F.linear(F.layer_norm(h, (w,)) * (1 + scale) + shift, self.out.weight, self.out.bias)
 
 
-class DenoiserLeanMLP(nn.Module):
+class DenoiserLeanMLP(_Denoiser):
     """ε-prediction MLP with additive conditioning: ε = out(act(fc_k(... act(inp(x) + c)))), c = embed(t) +
     proj(z), `layers` hidden layers of `width`. The interface of `DenoiserMLP` (`modulation` is the identity:
     the condition enters as the first layer's bias), so `HeadSampler` runs either. Why it exists: on a CPU a
@@ -175,14 +180,6 @@ class DenoiserLeanMLP(nn.Module):
         self.out = nn.Linear(width, token_dim)
         nn.init.zeros_(self.out.weight)
         nn.init.zeros_(self.out.bias)
-
-    def time_features(self, t: torch.Tensor) -> torch.Tensor:
-        return self.time(timestep_embedding(t, self.freq_dim))
-
-    def forward(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor, time_features: torch.Tensor | None = None):
-        if time_features is None:
-            time_features = self.time_features(t)
-        return self.predict(x, time_features + self.cond(z))
 
     def modulation(self, c: torch.Tensor) -> torch.Tensor:
         return c
