@@ -192,6 +192,9 @@ def eagle(trained):
 
 
 def test_eagle_draft_samples_follow_the_target(trained, eagle, reference):
+    """The module's energy test (2,000 samples a side, smallest p-value 0.005) on the EAGLE-style draft: the
+    same test rejects the draft alone and the reference code's two broken rules (tests above), so a departure
+    the size of those is caught."""
     labels = torch.zeros(N, dtype=torch.long)
     out = generate_continuous(trained, labels, eagle, k=3, prefill=0.25, generator=torch.Generator().manual_seed(6))
     assert 0.15 < out.acceptance_rate < 0.99, out.acceptance_rate  # drafts are accepted and rejected
