@@ -4,6 +4,11 @@ queries, with and without the global image vector, with and without online disti
 distributions on the target's own answers vs. hard labels on the data's reference answers).
 
     python benchmarks/vision_ablation.py --out DIR [--pair DIR] [--steps 400] [--answers 2000] [--json PATH]
+        [--variants LIST] [--skip-pair]
+
+The training-budget sweep retrains the pair's own three recipes with fewer steps, e.g. `--steps 100
+--variants eagle_retrained,vispec_retrained,specvlm_retrained --skip-pair`: the papers' gain over plain
+EAGLE might live where the draft's training is scarce.
 
 The pair's own drafters (`eagle`, `vispec`, `specvlm`: the shipped `vqa-llava`, or a retrained one with
 --pair) are the main rows; the other variants are trained into --out with the same recipe (and reused when
@@ -39,6 +44,10 @@ VARIANTS = {  # name -> (drafter config overrides, online distillation); the pai
     "vispec_no_global": (dict(mode="vispec", global_vector=False), True),
     "vispec_offline": (dict(mode="vispec"), False),
     "eagle_offline": (dict(mode="eagle"), False),
+    # the pair's three drafters' own recipes, retrained (with --steps below the pair's: the training-budget sweep)
+    "eagle_retrained": (dict(mode="eagle"), True),
+    "vispec_retrained": (dict(mode="vispec"), True),
+    "specvlm_retrained": (dict(mode="specvlm"), True),
 }
 
 
@@ -74,6 +83,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=200)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--skip-pair", action="store_true", help="measure only the variants, not the pair's drafters")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -110,12 +120,13 @@ def main() -> None:
         return {label: accepted_length(model, drafter, prompts, args.max_new_tokens, tree, EOS, PAD)
                 for label, tree in trees.items()}
 
-    folders = {name: pair / name for name in DRAFTERS} | {name: out / name for name in variants}
+    folders = {} if args.skip_pair else {name: pair / name for name in DRAFTERS}
+    folders |= {name: out / name for name in variants}
     rows = {}
     for name, folder in tqdm(folders.items(), desc="ablation", unit="drafter"):
         head = VisionEagleHead.load(folder)
         rows[name] = lengths(head)
-        if head.vision.mode == "specvlm":
+        if head.vision.mode == "specvlm" and name in DRAFTERS:
             rows[name]["gate_choices"] = gate_choices(model, head, prompts)
             for k, branch in enumerate(head.vision.branches):
                 rows[f"specvlm_forced_{branch}"] = lengths(forced(folder, k))
