@@ -49,6 +49,7 @@ VARIANTS = {  # name -> (drafter config overrides, online distillation); the pai
     "vispec_retrained": (dict(mode="vispec"), True),
     "specvlm_retrained": (dict(mode="specvlm"), True),
 }
+ABLATION = ("vispec_q5", "vispec_q17", "vispec_no_global", "vispec_offline", "eagle_offline")  # the default run
 
 
 @torch.no_grad()
@@ -82,7 +83,7 @@ def main() -> None:
     parser.add_argument("--answers", type=int, default=ANSWERS)
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=200)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(ABLATION), help=f"any of {list(VARIANTS)}")
     parser.add_argument("--skip-pair", action="store_true", help="measure only the variants, not the pair's drafters")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None)
@@ -126,8 +127,9 @@ def main() -> None:
     for name, folder in tqdm(folders.items(), desc="ablation", unit="drafter"):
         head = VisionEagleHead.load(folder)
         rows[name] = lengths(head)
-        if head.vision.mode == "specvlm" and name in DRAFTERS:
+        if head.vision.mode == "specvlm":
             rows[name]["gate_choices"] = gate_choices(model, head, prompts)
+        if head.vision.mode == "specvlm" and name in DRAFTERS:  # forced branches: the pair's drafter only
             for k, branch in enumerate(head.vision.branches):
                 rows[f"specvlm_forced_{branch}"] = lengths(forced(folder, k))
     result = {"machine": machine_info(), "pair": str(pair), "steps": args.steps, "answers": args.answers,
