@@ -22,13 +22,23 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git_commit() -> str | None:
+def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or None
+        return out.stdout.strip() if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def _git_commit() -> str | None:
+    return _git("rev-parse", "--short", "HEAD") or None
+
+
+def _git_dirty() -> bool | None:
+    """Whether the checkout had uncommitted changes to tracked files (None outside a git checkout)."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return None if status is None else bool(status)
 
 
 def machine_info() -> dict:
@@ -37,7 +47,7 @@ def machine_info() -> dict:
     info = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             "cpu": _cpu_model(), "logical_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
-            "git_commit": _git_commit(), "MULTISPEC_FAST_HEAD": os.environ.get("MULTISPEC_FAST_HEAD", "0")}
+            "git_commit": _git_commit(), "git_dirty": _git_dirty(), "MULTISPEC_FAST_HEAD": os.environ.get("MULTISPEC_FAST_HEAD", "0")}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info

@@ -2,16 +2,17 @@
 
 Same prompts for every method: held-out CPython stdlib files (never trained on) and natural-language
 prompts. Greedy: plain decoding, `transformers` prompt lookup, our n-gram drafter, our EAGLE drafter
-as a chain and as a dynamic tree, and the hybrid (prompt lookup when it matches, EAGLE otherwise); each output is compared with plain greedy, and a differing token is
-classified as a floating-point near-tie when the target's top-2 logit gap there is below 1e-4.
-Sampling (temperature 0.8): speed and acceptance only (correctness is the core's chi-square tests).
+as a chain and as a dynamic tree, the hybrid (prompt lookup when it matches, EAGLE otherwise), Token
+Recycling and SuffixDecoding; each output is compared with plain greedy, and a differing token is classified
+as a floating-point near-tie when the target's top-2 logit gap there is below 1e-4. Sampling (temperature
+0.8): speed and acceptance only (correctness is the core's chi-square tests). Timed through the recorder
+(`multispec.bench.recorder`): warm-up on the same prompts, methods interleaved in repeated rounds.
 """
 
 from __future__ import annotations
 
 
 import torch
-from tqdm.auto import tqdm
 
 from .. import (Chain, DynamicTree, HybridDrafter, NGramDrafter, SuffixDecodingDrafter,
                  TokenRecyclingDrafter, speculative_generate)
@@ -19,8 +20,9 @@ from .. import zoo
 from ..zoo.data import read_source, stdlib_files
 from ..targets.lm_head import fast_head_applies, tall_lm_head
 from ..drafters.recycling import cpu_tree
-from .machine import describe, machine_info, save_results
-from .tally import Tally, table
+from .machine import describe, save_results
+from .recorder import (LEGEND, Fresh, Recorder, format_table, outputs_identical, repeat, results,
+                       sequences)
 
 NATURAL = [
     "The history of the printing press begins in the fifteenth century, when",
@@ -42,7 +44,7 @@ def prompts(tokenizer, quick: bool) -> list[tuple[str, torch.Tensor]]:
 
 
 @torch.no_grad()
-def _classify(target, reference: torch.Tensor, other: torch.Tensor, prompt_len: int) -> str:
+def classify(target, reference: torch.Tensor, other: torch.Tensor) -> str:
     """'identical', 'near-tie' (first difference at a target top-2 gap < 1e-4) or 'mismatch'."""
     if torch.equal(reference, other):
         return "identical"
@@ -63,8 +65,6 @@ def _with_fast_head(model, fn):
 
 def _corpus(tokenizer, chars: int) -> list[list[int]]:
     """The stdlib training split (never the held-out prompts) as token documents, for SuffixDecoding."""
-    from ..zoo.data import stdlib_files
-
     docs, total = [], 0
     for path in stdlib_files("train"):
         text = read_source(path)
@@ -77,7 +77,8 @@ def _corpus(tokenizer, chars: int) -> list[list[int]]:
 
 def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: str | None = None,
         max_new_tokens: int | None = None, temperature: float = 0.8, threads: int | None = None,
-        chain_k: int = 4, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000) -> dict:
+        chain_k: int = 4, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
+        rounds: int = 3) -> dict:
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
@@ -88,17 +89,24 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
     ps = prompts(tok, quick)
     no_eos = dict(eos_token_id=[], pad_token_id=0)
     hf_no_eos = dict(eos_token_id=None, pad_token_id=0)
-    # The training-free drafters keep what they learn across the prompts (Token Recycling's hot start,
-    # SuffixDecoding's earlier outputs), as they would across a user's requests. Each row has its own
-    # instance: one that saw another row's output for the same prompt would draft it back verbatim.
+    # The training-free drafters keep what they learn across the prompts of a round (Token Recycling's hot
+    # start, SuffixDecoding's earlier outputs), as they would across a user's requests, and start over at
+    # every round (`Fresh`). Each row has its own instance: one that saw another row's output for the same
+    # prompt would draft it back verbatim.
     corpus = _corpus(tok, corpus_chars) if corpus_chars else None
 
     def suffix():
         return SuffixDecodingDrafter(corpus=corpus)
 
     def ours(drafter, spec, **kw):
+        """`drafter`: a drafter instance, or a factory called for every prompt (a drafter whose state is
+        one prompt's)."""
         return lambda ids: speculative_generate(target, drafter() if callable(drafter) else drafter, ids,
                                                 max_new_tokens=n, tree=spec, **no_eos, **kw)
+
+    def fresh(make_drafter, spec, **kw):
+        """A drafter that learns across the prompts of a round, and starts over at the next round."""
+        return Fresh(lambda: ours(make_drafter(), spec, **kw))
 
     greedy = {
         "plain": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False, **hf_no_eos),
@@ -119,29 +127,15 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
         "eagle_dynamic_tree": ours(eagle, tree),
         f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k),
         "hybrid_dynamic_tree": ours(lambda: HybridDrafter(eagle), tree),
-        "recycling_tree": ours(TokenRecyclingDrafter(), cpu_tree()),
-        "suffix_chain": ours(suffix(), 16),
-        "suffix_tree": ours(suffix(), DynamicTree(depth=4, topk=4, total=16)),
-        f"hybrid_suffix_eagle_k{chain_k}": ours(HybridDrafter(eagle, lookup=suffix(), lookup_k=8), chain_k),
+        "recycling_tree": fresh(TokenRecyclingDrafter, cpu_tree()),
+        "suffix_chain": fresh(suffix, 16),
+        "suffix_tree": fresh(suffix, DynamicTree(depth=4, topk=4, total=16)),
+        f"hybrid_suffix_eagle_k{chain_k}": fresh(lambda: HybridDrafter(eagle, lookup=suffix(), lookup_k=8), chain_k),
     }
-    target.generate(ps[0][1][:, :8], max_new_tokens=4, do_sample=False, **hf_no_eos)  # warm-up
-    results: dict[str, dict] = {"machine": machine_info(), "pair": pair_name, "max_new_tokens": n,
-                                "temperature": temperature, "prompts": [p for p, _ in ps],
-                                "threads": torch.get_num_threads(), "chain_k": chain_k,
-                                "dynamic_tree": [tree.depth, tree.topk, tree.total], "corpus_chars": corpus_chars}
-    tallies = {name: Tally() for name in greedy}
-    # prompts outer, methods inner: a machine whose speed drifts during the run (shared CPUs do) then
-    # slows every method alike instead of whichever happened to run during the slow minutes
-    for _, ids in tqdm(ps, desc="greedy", unit="prompt"):
-        reference = None
-        for name, fn in greedy.items():
-            seq = tallies[name].run(fn, ids)
-            if reference is None:
-                reference = seq
-            else:
-                tallies[name].verdicts.append(_classify(target, reference, seq, ids.shape[1]))
-    results["greedy"] = table(tallies, {"speedup_vs_ar": "plain", "speedup_vs_hf_prompt_lookup": "hf_prompt_lookup"})
-    verdicts = [v for t in tallies.values() for v in t.verdicts]
+    inputs = [ids for _, ids in ps]
+    compare = lambda ref, out, ids: classify(target, sequences(ref), sequences(out))  # noqa: E731
+    tables = {"greedy": Recorder(greedy, "plain", compare=compare, also_against=["hf_prompt_lookup"])
+              .run(repeat(inputs, rounds), desc="greedy")}
 
     g = torch.Generator().manual_seed(0)
     sample = dict(do_sample=True, temperature=temperature, generator=g)
@@ -151,35 +145,24 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
         f"eagle_chain_k{chain_k}": ours(eagle, chain_k, **sample),
         "eagle_dynamic_tree": ours(eagle, tree, **sample),
         f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k, **sample),
-        "suffix_tree": ours(suffix(), DynamicTree(depth=4, topk=4, total=16), **sample),
+        "suffix_tree": fresh(suffix, DynamicTree(depth=4, topk=4, total=16), **sample),
     }
     torch.manual_seed(0)
-    stallies = {name: Tally() for name in sampling}
-    for _, ids in tqdm(ps, desc="sampling", unit="prompt"):
-        for name, fn in sampling.items():
-            stallies[name].run(fn, ids)
-    results["sampling"] = table(stallies, {"speedup_vs_ar": "plain"})
-    results["near_ties"] = verdicts.count("near-tie")
-    results["mismatches"] = verdicts.count("mismatch")
-    results["outputs_identical"] = results["near_ties"] == 0 and results["mismatches"] == 0
-    _print(results, temperature)
-    return save_results(results, json_path)
+    tables["sampling"] = Recorder(sampling, "plain").run(repeat(inputs, rounds), desc="sampling")
+    settings = {"pair": pair_name, "quick": quick, "max_new_tokens": n, "temperature": temperature,
+                "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
+                "dynamic_tree": [tree.depth, tree.topk, tree.total], "corpus_chars": corpus_chars, "rounds": rounds}
+    out = results("text", settings, tables, outputs_identical=outputs_identical(tables))
+    _print(out)
+    return save_results(out, json_path)
 
 
-def _print(results: dict, temperature: float) -> None:
-    print(f"pair {results['pair']}: {len(results['prompts'])} prompts x {results['max_new_tokens']} new tokens, "
-          f"{results['threads']} threads")
-    print(f"machine: {describe(results['machine'])}")
-    print(f"{'greedy':28s} {'tok/s':>8s} {'vs AR':>7s} {'vs HF PLD':>9s} {'acc. len':>8s} "
-          f"{'draft/verify/commit/other ms per step':>38s}  outputs")
-    for name, r in results["greedy"].items():
-        mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
-        split = "/".join(f"{v:.2f}" for v in r["per_step"].values()) if "per_step" in r else "-"
-        print(f"{name:28s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {r['speedup_vs_hf_prompt_lookup']:8.2f}x "
-              f"{mal:>8s} {split:>38s}  {r.get('outputs', 'reference')}")
-    print(f"{'sampling T=' + str(temperature):28s} {'tok/s':>8s} {'vs AR':>7s} {'acc. len':>8s}")
-    for name, r in results["sampling"].items():
-        mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
-        print(f"{name:28s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {mal:>8s}")
-    print(f"outputs_identical={results['outputs_identical']} near_ties={results['near_ties']} "
-          f"mismatches={results['mismatches']}")
+def _print(res: dict) -> None:
+    s = res["settings"]
+    print(f"pair {s['pair']}: {len(s['prompts'])} prompts x {s['max_new_tokens']} new tokens, {s['threads']} threads")
+    print(f"machine: {describe(res['machine'])}")
+    print(format_table("greedy", res["tables"]["greedy"]))
+    print(format_table(f"sampling T={s['temperature']}", res["tables"]["sampling"]))
+    print(f"outputs_identical={res['outputs_identical']} (greedy rows against plain decoding; a near-tie is a "
+          f"first difference where the target's top-2 logit gap is below {NEAR_TIE})")
+    print(LEGEND)

@@ -8,44 +8,63 @@ import pytest
 from multispec.cli import main
 
 
-def _check_table(table: dict, names: set[str]) -> None:
-    assert names <= set(table)
-    base = table["plain"]["tokens_per_s"]
-    for r in table.values():
-        assert r["tokens_per_s"] > 0
-        assert r["speedup_vs_ar"] == pytest.approx(r["tokens_per_s"] / base, rel=1e-2)
+def _check_table(table: dict, names: set[str], rounds: int = 2) -> dict:
+    """The recorder's table: every method timed in every round, each ratio inside its own spread."""
+    assert table["baseline"] == "plain" and table["rounds"] == rounds and table["round_inputs"] == "repeat"
+    methods = table["methods"]
+    assert names <= set(methods)
+    assert methods["plain"]["speedup"] == 1.0 and methods["plain"]["speedup_spread"] == [1.0, 1.0]
+    for r in methods.values():
+        assert r["tokens_per_s"] > 0 and r["tokens"] > 0
+        assert len(r["speedup_rounds"]) == rounds
+        lo, hi = r["speedup_spread"]
+        assert lo <= r["speedup"] <= hi
+        assert lo == pytest.approx(min(r["speedup_rounds"]), abs=1e-3)
+    return methods
+
+
+def _check_results(res: dict, benchmark: str) -> None:
+    assert res["schema"] == "multispec.bench/1" and res["benchmark"] == benchmark
+    assert {"cpu", "git_commit", "torch"} <= set(res["machine"])
 
 
 def test_bench_text_on_the_byte_pair(tmp_path):
     path = tmp_path / "text.json"
-    assert main(["bench", "text", "--pair", "stdlib-bytes", "--quick", "--max-new-tokens", "12",
+    assert main(["bench", "text", "--pair", "stdlib-bytes", "--quick", "--max-new-tokens", "12", "--rounds", "2",
                  "--json", str(path)]) == 0
     res = json.loads(path.read_text())
+    _check_results(res, "text")
     assert res["outputs_identical"] is True
-    _check_table(res["greedy"], {"plain", "hf_prompt_lookup", "ngram_chain", "ngram_chain_k4", "eagle_chain_k4",
-                                  "eagle_dynamic_tree", "hybrid_chain_k4"})
-    assert res["greedy"]["eagle_chain_k4"]["mean_accepted_length"] > 1.5  # the trained pair agrees
+    greedy = _check_table(res["tables"]["greedy"], {"plain", "hf_prompt_lookup", "ngram_chain", "ngram_chain_k4",
+                                                    "eagle_chain_k4", "eagle_dynamic_tree", "hybrid_chain_k4"})
+    # every greedy output of every round compared with plain decoding's for the same prompt
+    assert greedy["eagle_chain_k4"]["outputs"] == {"identical": 2 * len(res["settings"]["prompts"])}
+    assert greedy["eagle_chain_k4"]["mean_accepted_length"] > 1.5  # the trained pair agrees
+    assert "speedup_vs_hf_prompt_lookup" in greedy["eagle_chain_k4"]
+    _check_table(res["tables"]["sampling"], {"plain", "eagle_chain_k4"})
 
 
 @pytest.mark.parametrize("pair", ["stdlib-mamba2", "stdlib-bamba"])
 def test_bench_ssm_on_the_ssm_pairs(tmp_path, pair):
     path = tmp_path / "ssm.json"
-    assert main(["bench", "ssm", "--pair", pair, "--quick", "--max-new-tokens", "12", "--json", str(path)]) == 0
+    assert main(["bench", "ssm", "--pair", pair, "--quick", "--max-new-tokens", "12", "--rounds", "2",
+                 "--json", str(path)]) == 0
     res = json.loads(path.read_text())
+    _check_results(res, "ssm")
     assert res["outputs_identical"] is True
     names = {"plain", "chain_k4", "stree_static", "stree_dynamic", "ngram_chain_k5", "hybrid_chain_k4",
              "hybrid_stree_dynamic"}
     if pair == "stdlib-mamba2":
         names.add("chain_replay_k4")
-    _check_table(res["greedy"], names)
-    _check_table(res["sampling"], {"plain", "chain_k4", "stree_dynamic", "hybrid_stree_dynamic"})
-    assert res["greedy"]["stree_dynamic"]["mean_accepted_length"] > 1.5
+    greedy = _check_table(res["tables"]["greedy"], names)
+    _check_table(res["tables"]["sampling"], {"plain", "chain_k4", "stree_dynamic", "hybrid_stree_dynamic"})
+    assert greedy["stree_dynamic"]["mean_accepted_length"] > 1.5
 
 
 def test_bench_core_runs_every_method(tmp_path):
     path = tmp_path / "core.json"
-    assert main(["bench", "core", "--quick", "--max-new-tokens", "6", "--json", str(path)]) == 0
+    assert main(["bench", "core", "--quick", "--max-new-tokens", "6", "--rounds", "2", "--json", str(path)]) == 0
     res = json.loads(path.read_text())
+    _check_results(res, "core")
     assert res["outputs_identical"] is True
-    methods = {r["method"] for r in res["rows"]}
-    assert {"plain (generate)", "ours chain k=4", "ours token recycling tree", "ours suffix decoding tree"} <= methods
+    _check_table(res["tables"]["greedy"], {"plain", "hf_assisted", "draft_chain_k4", "recycling_tree", "suffix_tree"})
