@@ -7,6 +7,10 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .tree import DynamicTree
 
 # commands that modality packages add when imported (`multispec.adapters` entry points):
 # (group, name) -> (help, add_arguments(parser), run(args) -> exit code); group is "bench", "eval" or "train"
@@ -21,24 +25,28 @@ def register_command(group: str, name: str, help: str, add_arguments: Callable[[
     PLUGIN_COMMANDS[(group, name)] = (help, add_arguments, run)
 
 
-def _bench(args: argparse.Namespace) -> int:
-    if args.suite == "core":
-        from .bench.core import run
-        run(quick=args.quick, max_new_tokens=args.max_new_tokens, json_path=args.json, threads=args.threads)
-    elif args.suite == "text":
-        from .bench.text import run
-        run(pair_name=args.pair or "gemma3-270m-eagle", quick=args.quick, json_path=args.json,
-            max_new_tokens=args.max_new_tokens, temperature=0.8 if args.temperature is None else args.temperature,
-            threads=args.threads, chain_k=args.chain_k, tree=_parse_tree(args.tree))
-    else:
-        from .bench.ssm import run
-        run(pair_name=args.pair or "stdlib-mamba2", quick=args.quick, json_path=args.json,
-            max_new_tokens=args.max_new_tokens, temperature=1.0 if args.temperature is None else args.temperature,
-            threads=args.threads, chain_k=args.chain_k, tree=_parse_tree(args.tree))
-    return 0
+def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, temperature: float = 0.8,
+                      tree: str = "4/4/15") -> None:
+    """The options every speed benchmark takes; with `pair` (the default zoo pair) also those of a benchmark
+    on a zoo pair: --pair, --temperature, --chain-k and --tree. `--tree` parses to a `DynamicTree`, or stays
+    None: the benchmark then builds its own default tree, which `tree` names in the help."""
+    parser.add_argument("--quick", action="store_true", help="a smaller run")
+    if pair is not None:
+        parser.add_argument("--pair", default=pair, help="zoo pair (default: %(default)s)")
+    parser.add_argument("--max-new-tokens", type=int, default=None)
+    if pair is not None:
+        parser.add_argument("--temperature", type=float, default=temperature,
+                            help="for the sampling rows (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    if pair is not None:
+        parser.add_argument("--chain-k", type=int, default=4, help="draft length of the chain rows")
+        parser.add_argument("--tree", default=None, type=parse_tree, metavar="D/K/N",
+                            help=f"dynamic tree: depth/top-k/total nodes (default {tree})")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
 
 
-def _parse_tree(text: str | None):
+def parse_tree(text: str | None) -> DynamicTree | None:
+    """`DEPTH/TOPK/TOTAL` (e.g. 4/4/15) as a `DynamicTree`; None stays None (the benchmark's default)."""
     from .tree import DynamicTree
     if text is None:
         return None
@@ -47,6 +55,22 @@ def _parse_tree(text: str | None):
     except ValueError:
         raise SystemExit(f"--tree: expected DEPTH/TOPK/TOTAL, e.g. 4/4/15; got {text!r}") from None
     return DynamicTree(depth=depth, topk=topk, total=total)
+
+
+_parse_tree = parse_tree  # the name vision's and image_ar's CLIs import
+
+
+def _bench_core(args: argparse.Namespace) -> int:
+    from .bench.core import run
+    run(quick=args.quick, max_new_tokens=args.max_new_tokens, json_path=args.json, threads=args.threads)
+    return 0
+
+
+def _bench_text(args: argparse.Namespace) -> int:
+    from .bench.text import run
+    run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree)
+    return 0
 
 
 def _zoo(args: argparse.Namespace) -> int:
@@ -97,21 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     load_adapter_plugins()  # modality packages register their commands
     bench = sub.add_parser("bench", help="speed benchmarks against plain decoding and transformers")
     suites = bench.add_subparsers(dest="suite", required=True)
-    for name, text in (("core", "random-weight pair"), ("text", "a zoo text pair"),
-                       ("ssm", "a zoo SSM/hybrid pair (STree)")):
-        suite = suites.add_parser(name, help=text)
-        suite.add_argument("--quick", action="store_true", help="a smaller run")
-        suite.add_argument("--pair", default=None,
-                           help="zoo pair (default: gemma3-270m-eagle for text, stdlib-mamba2 for ssm)")
-        suite.add_argument("--max-new-tokens", type=int, default=None)
-        suite.add_argument("--temperature", type=float, default=None,
-                           help="for the sampling rows (default 0.8 for text, 1.0 for ssm)")
-        suite.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-        suite.add_argument("--chain-k", type=int, default=4, help="draft length of the chain rows")
-        suite.add_argument("--tree", default=None, metavar="D/K/N",
-                           help="dynamic tree: depth/top-k/total nodes (default 4/4/15 text, 5/3/14 ssm)")
-        suite.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
-        suite.set_defaults(func=_bench)
+    core = suites.add_parser("core", help="random-weight pair")
+    add_speed_options(core)
+    core.set_defaults(func=_bench_core)
+    text = suites.add_parser("text", help="a zoo text pair")
+    add_speed_options(text, pair="gemma3-270m-eagle", temperature=0.8, tree="4/4/15")
+    text.set_defaults(func=_bench_text)
     groups = {"bench": suites,
               "eval": sub.add_parser("eval", help="task evaluation (accuracy and speed per method)")
               .add_subparsers(dest="task", required=True),

@@ -8,6 +8,7 @@ it meets a stateful model).
 
 from multispec.targets import register_draft_engine, register_target_adapter
 
+from . import cli as _cli
 from .draft import StatefulDraftEngine
 from .hybrid import BambaTarget
 from .mamba1 import MambaTarget, tree_selective_scan
@@ -25,6 +26,7 @@ _is_bamba = lambda model: getattr(getattr(model, "config", None), "model_type", 
 for _matches, _adapter in ((_is("mamba2"), Mamba2Target), (_is("mamba"), MambaTarget), (_is_bamba, BambaTarget)):
     register_target_adapter(_matches, _adapter)
     register_draft_engine(_matches, lambda model, _adapter=_adapter: StatefulDraftEngine(_adapter(model)))
+_cli.register()
 
 __all__ = ["BambaTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "tree_conv1d", "tree_selective_scan", "tree_ssd",
            "tree_state"]

@@ -17,21 +17,22 @@ rows report speed and acceptance (distribution correctness is the core's tests).
 
 from __future__ import annotations
 
-
 import torch
 from tqdm.auto import tqdm
 
-from .. import (DynamicTree, HybridDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter, TokenRecyclingDrafter,
-                 speculative_generate, zoo)
-from ..drafters.recycling import cpu_tree
-from .machine import describe, machine_info, save_results
-from .tally import Tally, table
-from .text import _classify, prompts
+from multispec import (DynamicTree, HybridDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter,
+                       TokenRecyclingDrafter, speculative_generate, zoo)
+from multispec.bench.machine import describe, machine_info, save_results
+from multispec.bench.tally import Tally, table
+from multispec.bench.text import classify, prompts
+from multispec.drafters.recycling import cpu_tree
+
+from .hybrid import BambaTarget
+from .mamba1 import MambaTarget
+from .mamba2 import Mamba2Target
 
 
 def _target(model, replay: bool = False):
-    from ..ssm import BambaTarget, Mamba2Target, MambaTarget
-
     kind = model.config.model_type
     if kind == "bamba":
         if replay:
@@ -44,7 +45,7 @@ def _byte_corpus(chars: int) -> list[list[int]] | None:
     """The stdlib training split as byte documents (the byte pairs' vocabulary), for SuffixDecoding."""
     if not chars:
         return None
-    from ..zoo.data import read_source, stdlib_files
+    from multispec.zoo.data import read_source, stdlib_files
 
     docs, total = [], 0
     for path in stdlib_files("train"):
@@ -138,7 +139,7 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
             if reference is None:
                 reference = seq
             else:
-                gacc[name].verdicts.append(_classify(model, reference, seq, ids.shape[1]))
+                gacc[name].verdicts.append(classify(model, reference, seq))
         for name, fn in sampled.items():
             sacc[name].run(fn, ids)
     baselines = {"speedup_vs_ar": "plain", "speedup_vs_adapter_ar": "ar_adapter"}
