@@ -7,6 +7,7 @@ it meets a stateful model).
 """
 
 from multispec.targets import register_draft_engine, register_target_adapter
+from multispec.zoo import register_entry
 
 from . import cli as _cli
 from .draft import StatefulDraftEngine
@@ -15,6 +16,7 @@ from .mamba1 import MambaTarget, tree_selective_scan
 from .mamba2 import Mamba2Target
 from .target import SSMTarget
 from .tree_scan import tree_conv1d, tree_ssd, tree_state
+from .zoo_pair import zoo_entries
 
 
 def _is(model_type: str):
@@ -26,6 +28,8 @@ _is_bamba = lambda model: getattr(getattr(model, "config", None), "model_type", 
 for _matches, _adapter in ((_is("mamba2"), Mamba2Target), (_is("mamba"), MambaTarget), (_is_bamba, BambaTarget)):
     register_target_adapter(_matches, _adapter)
     register_draft_engine(_matches, lambda model, _adapter=_adapter: StatefulDraftEngine(_adapter(model)))
+for _entry in zoo_entries():
+    register_entry(_entry)
 _cli.register()
 
 __all__ = ["BambaTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "tree_conv1d", "tree_selective_scan", "tree_ssd",

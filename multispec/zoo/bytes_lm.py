@@ -47,35 +47,6 @@ def target_config() -> LlamaConfig:
                        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0)
 
 
-def mamba2_config():
-    """The SSM zoo target: a byte-level Mamba-2, 8 layers, hidden 256 (3.5M parameters)."""
-    from transformers import Mamba2Config
-
-    return Mamba2Config(vocab_size=256, hidden_size=256, num_hidden_layers=8, num_heads=16, head_dim=32, expand=2,
-                        state_size=32, n_groups=1, conv_kernel=4, chunk_size=64, tie_word_embeddings=False,
-                        bos_token_id=None, eos_token_id=None, pad_token_id=0)
-
-
-def mamba2_draft_config():
-    """A state-space draft for the SSM zoo targets: a byte-level Mamba-2, 2 layers, hidden 128."""
-    from transformers import Mamba2Config
-
-    return Mamba2Config(vocab_size=256, hidden_size=128, num_hidden_layers=2, num_heads=8, head_dim=32, expand=2,
-                        state_size=32, n_groups=1, conv_kernel=4, chunk_size=64, tie_word_embeddings=False,
-                        bos_token_id=None, eos_token_id=None, pad_token_id=0)
-
-
-def bamba_config():
-    """The hybrid zoo target: the Mamba-2 above with layers 3 and 7 (of 8) full attention instead."""
-    from transformers import BambaConfig
-
-    return BambaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=8,
-                       num_attention_heads=8, num_key_value_heads=4, attn_layer_indices=[3, 7], mamba_n_heads=16,
-                       mamba_d_head=32, mamba_n_groups=1, mamba_d_state=32, mamba_d_conv=4, mamba_chunk_size=64,
-                       max_position_embeddings=TRAINED_CONTEXT, tie_word_embeddings=False, bos_token_id=None,
-                       eos_token_id=None, pad_token_id=0)
-
-
 def train_target(out_dir: str | Path, steps: int = 800, seq_len: int = 256, batch_size: int = 8,
                  long_steps: int = 300, long_batch_size: int = 2, lr: float = 3e-3, chars: int = 3_000_000,
                  seed: int = 0, make_model=None, desc: str = "byte target") -> dict:
