@@ -38,62 +38,6 @@ def make_target(kind: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: 
     return model.eval()
 
 
-def make_mamba2(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int = 64, head_scale: float = 8.0,
-                state: int = 16, groups: int = 2) -> torch.nn.Module:
-    """A random `Mamba2ForCausalLM` (2 groups, 8 heads of 16, conv width 4); runs its PyTorch path on CPU.
-    Decays are drawn wider than the default init so that the state carries information across steps."""
-    from transformers import Mamba2Config, Mamba2ForCausalLM
-
-    torch.manual_seed(seed)
-    config = Mamba2Config(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_heads=hidden * 2 // 16,
-                          head_dim=16, state_size=state, n_groups=groups, conv_kernel=4, chunk_size=16,
-                          tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    model = Mamba2ForCausalLM(config)
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(head_scale)
-        for layer in model.backbone.layers:
-            layer.mixer.A_log.uniform_(-2.0, 1.0)
-            layer.mixer.dt_bias.uniform_(-3.0, 0.5)
-    return model.eval()
-
-
-def make_mamba(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int = 64, head_scale: float = 8.0,
-               state: int = 8) -> torch.nn.Module:
-    """A random `MambaForCausalLM` (Mamba-1, conv width 4); runs its PyTorch path on CPU."""
-    from transformers import MambaConfig, MambaForCausalLM
-
-    torch.manual_seed(seed)
-    config = MambaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, state_size=state,
-                         expand=2, conv_kernel=4, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
-                         pad_token_id=0)
-    model = MambaForCausalLM(config)
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(head_scale)
-    return model.eval()
-
-
-def make_bamba(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int = 64, head_scale: float = 8.0,
-               attention_layers: tuple[int, ...] = (1, 3)) -> torch.nn.Module:
-    """A random hybrid `BambaForCausalLM`: Mamba-2 layers (2 groups, 8 heads of 16, conv width 4) with
-    full-attention layers at `attention_layers` (4 heads, 2 KV heads, partial rotary); PyTorch path on CPU."""
-    from transformers import BambaConfig, BambaForCausalLM
-
-    torch.manual_seed(seed)
-    config = BambaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, attn_layer_indices=list(attention_layers),
-                         mamba_n_heads=hidden * 2 // 16, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16,
-                         mamba_d_conv=4, mamba_chunk_size=16, tie_word_embeddings=False, bos_token_id=1,
-                         eos_token_id=2, pad_token_id=0, max_position_embeddings=1024)
-    model = BambaForCausalLM(config)
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(head_scale)
-        for layer in model.model.layers:
-            if layer.block_type == "linear_attention":
-                layer.mamba.A_log.uniform_(-2.0, 1.0)
-                layer.mamba.dt_bias.uniform_(-3.0, 0.5)
-    return model.eval()
-
-
 def make_layer_skip_draft(target: torch.nn.Module, layers: int = 1) -> torch.nn.Module:
     """A draft sharing the target's embeddings, first `layers` blocks and head (so it often agrees)."""
     config = copy.deepcopy(target.config)

@@ -4,7 +4,8 @@ import torch
 
 from multispec.prompt import Prompt
 from multispec import Chain, DynamicTree, HybridDrafter, ModelDrafter, SamplingConfig, speculative_generate
-from multispec.testing import make_mamba2, make_perturbed_copy, make_target, ragged_prompts
+from multispec.ssm.testing import make_mamba2
+from multispec.testing import make_perturbed_copy, make_target, ragged_prompts
 
 
 def _repeating(batch, seed):

@@ -6,7 +6,8 @@ import torch
 
 from multispec import Chain, Prompt, SamplingConfig, Session, zoo
 from multispec.drafters import ModelDrafter
-from multispec.testing import make_mamba2, make_perturbed_copy, make_target, source_prompts
+from multispec.ssm.testing import make_mamba2
+from multispec.testing import make_perturbed_copy, make_target, source_prompts
 
 
 def _greedy(model, ids: list[int], n: int) -> list[int]:

@@ -11,7 +11,8 @@ import torch
 
 from multispec import DynamicTree, SamplingConfig, speculative_generate
 from multispec.ssm import BambaTarget, Mamba2Target
-from multispec.testing import chi_square_pvalue, first_two_token_dists, make_bamba, make_mamba2, make_perturbed_copy
+from multispec.ssm.testing import make_bamba, make_mamba2
+from multispec.testing import chi_square_pvalue, first_two_token_dists, make_perturbed_copy
 
 N = 4000
 SETTINGS = dict(temperature=0.9, top_k=12)

@@ -9,7 +9,8 @@ import torch
 from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate, zoo
 from multispec.prompt import Prompt
 from multispec.ssm import BambaTarget, Mamba2Target, MambaTarget
-from multispec.testing import (greedy_rows_alone, make_bamba, make_mamba, make_mamba2, make_perturbed_copy, make_target, ragged_prompts,
+from multispec.ssm.testing import make_bamba, make_mamba, make_mamba2
+from multispec.testing import (greedy_rows_alone, make_perturbed_copy, make_target, ragged_prompts,
                                source_prompts)
 
 from test_tree_scan import path_of, random_parents
