@@ -38,11 +38,24 @@ def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, 
         parser.add_argument("--temperature", type=float, default=temperature,
                             help="for the sampling rows (default %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--rounds", type=positive_int, default=3,
+                        help="timed rounds over the prompts, a speedup per round (default %(default)s)")
     if pair is not None:
         parser.add_argument("--chain-k", type=int, default=4, help="draft length of the chain rows")
         parser.add_argument("--tree", default=None, type=parse_tree, metavar="D/K/N",
                             help=f"dynamic tree: depth/top-k/total nodes (default {tree})")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a positive integer (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def parse_tree(text: str | None) -> DynamicTree | None:
@@ -57,19 +70,21 @@ def parse_tree(text: str | None) -> DynamicTree | None:
     return DynamicTree(depth=depth, topk=topk, total=total)
 
 
-_parse_tree = parse_tree  # the name vision's and image_ar's CLIs import
+_parse_tree = parse_tree  # its former private name, still imported by some modality CLIs
 
 
 def _bench_core(args: argparse.Namespace) -> int:
     from .bench.core import run
-    run(quick=args.quick, max_new_tokens=args.max_new_tokens, json_path=args.json, threads=args.threads)
+    run(quick=args.quick, max_new_tokens=args.max_new_tokens, json_path=args.json, threads=args.threads,
+        rounds=args.rounds)
     return 0
 
 
 def _bench_text(args: argparse.Namespace) -> int:
     from .bench.text import run
     run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree)
+        temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
+        rounds=args.rounds)
     return 0
 
 

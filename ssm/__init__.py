@@ -25,8 +25,10 @@ def _is(model_type: str):
 
 
 _is_bamba = lambda model: getattr(getattr(model, "config", None), "model_type", None) == "bamba"  # noqa: E731
-for _matches, _adapter in ((_is("mamba2"), Mamba2Target), (_is("mamba"), MambaTarget), (_is_bamba, BambaTarget)):
-    register_target_adapter(_matches, _adapter)
+for _matches, _adapter, _cls in ((_is("mamba2"), Mamba2Target, "Mamba2ForCausalLM"),
+                                 (_is("mamba"), MambaTarget, "MambaForCausalLM"),
+                                 (_is_bamba, BambaTarget, "BambaForCausalLM")):
+    register_target_adapter(_matches, _adapter, serves=f"{_cls} (multispec.ssm)")
     register_draft_engine(_matches, lambda model, _adapter=_adapter: StatefulDraftEngine(_adapter(model)))
 for _entry in zoo_entries():
     register_entry(_entry)

@@ -28,10 +28,10 @@ class ModelDrafter(Drafter):
     def __init__(self, model: PreTrainedModel, engine: str = "auto", window: int | None = None):
         """`engine`: "hf" runs the model's own forward; "lean" a direct forward for Llama-family models
         (`multispec.targets.lean`: same numbers, a fraction of the per-call overhead, which is most of a
-        small draft model's cost); "auto" takes "lean" where it applies. State-space and hybrid drafts
-        (Mamba-2, Mamba, Bamba) run on `multispec.ssm`'s engine whatever `engine` says is left at "auto". `window` (lean engine only): the
-        draft attends to about its last `window` committed tokens, so its cost stops growing with the
-        context (see `LeanCausalLM`)."""
+        small draft model's cost); "auto" takes "lean" where it applies. A stateful draft (a state-space or
+        hybrid model) runs on the feeding engine its adapter package registered (`register_draft_engine`),
+        so `engine` must stay "auto". `window` (lean engine only): the draft attends to about its last
+        `window` committed tokens, so its cost stops growing with the context (see `LeanCausalLM`)."""
         if engine not in ("auto", "hf", "lean"):
             raise ValueError(f"engine: expected 'auto', 'hf' or 'lean', got {engine!r}")
         if isinstance(model, FeedingEngine):  # an engine built by the caller (e.g. a GuidedTarget draft)
@@ -47,7 +47,7 @@ class ModelDrafter(Drafter):
         if stateful is not None:
             if engine != "auto" or window is not None:
                 raise ValueError(f"engine/window: {type(model).__name__} keeps a recurrent state and is driven by "
-                                 "multispec.ssm's engine; leave engine='auto' and window=None")
+                                 "the engine its adapter package registered; leave engine='auto' and window=None")
             self.lm, self.engine = stateful, "stateful"
         elif adapter is not None and window is None:  # e.g. a small VLM: its adapter prefills its images
             adapter.name = "draft_model"

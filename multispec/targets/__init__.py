@@ -1,7 +1,7 @@
 """Target adapters: prefill, score a draft tree in one forward, commit the accepted path.
 
 The contract is `multispec.targets.base.Target`. Modality packages register adapters for model families
-the core does not know (state-space models in `multispec.ssm`, VLMs in `multispec.vision`) with
+the core does not know (state-space and hybrid models, vision-language models, image generators) with
 `register_target_adapter` when imported, and name themselves under the `multispec.adapters` entry-point
 group of their distribution; the core imports them from there the first time a model matches no
 registered adapter, so it never names a modality package.
@@ -19,6 +19,7 @@ from .guidance import GuidedTarget
 from .hf import HFCausalLM, check_causal_lm
 
 _ADAPTERS: list[tuple[Callable[[Any], bool], Callable[[Any], Any]]] = []
+_SERVED: list[str] = []  # what the registered adapters say they drive, for refusals
 _DRAFT_ENGINES: list[tuple[Callable[[Any], bool], Callable[[Any], Any]]] = []
 PLUGIN_GROUP = "multispec.adapters"
 _plugins_loaded = False
@@ -37,9 +38,20 @@ def load_adapter_plugins() -> None:
             warnings.warn(f"multispec: the adapter plugin {entry.name!r} ({entry.value}) failed to load: {error}")
 
 
-def register_target_adapter(matches: Callable[[Any], bool], factory: Callable[[Any], Any]) -> None:
-    """Route models for which `matches(model)` is true to `factory(model)` (checked before the default)."""
+def register_target_adapter(matches: Callable[[Any], bool], factory: Callable[[Any], Any],
+                            serves: str | None = None) -> None:
+    """Route models for which `matches(model)` is true to `factory(model)` (checked before the default).
+    `serves` names what it drives for users, e.g. "Mamba2ForCausalLM (mypackage)": a model that nothing can
+    drive is refused with the list of these."""
     _ADAPTERS.insert(0, (matches, factory))
+    if serves:
+        _SERVED.append(serves)
+
+
+def served_models() -> list[str]:
+    """What the registered adapters drive (as they describe it), after loading the adapter plugins."""
+    load_adapter_plugins()
+    return list(_SERVED)
 
 
 def register_draft_engine(matches: Callable[[Any], bool], factory: Callable[[Any], Any]) -> None:
@@ -100,4 +112,4 @@ def stateful_draft_engine(model: Any) -> Any | None:
 
 __all__ = ["NO_FEATURES", "FeatureRequest", "Features", "FeedingEngine", "GuidedTarget", "HFCausalLM", "PrefillOutput", "Target",
            "TargetOutput", "as_target", "check_causal_lm", "load_adapter_plugins", "register_draft_engine",
-           "register_target_adapter", "registered_feeding_engine", "stateful_draft_engine"]
+           "register_target_adapter", "registered_feeding_engine", "served_models", "stateful_draft_engine"]

@@ -8,8 +8,8 @@ Two contracts, deliberately separate:
   the accepted root-to-node path (tree indices, -1 padded) or `discard()`; `select(rows)` when rows finish.
 - `FeedingEngine`: what a model drafter grows its tree with. Nodes arrive a few at a time (a catch-up chain,
   then one depth per call), each after its parent; `feed` returns their logits; `commit(path)` keeps the
-  named pending nodes. `HFCausalLM` is both; a state-space target is only a `Target` (multispec.ssm wraps
-  it in a feeding engine of its own).
+  named pending nodes. `HFCausalLM` is both; a state-space target is only a `Target` (the package that adapts
+  it registers a feeding engine of its own for drafting).
 
 Outputs are typed: `PrefillOutput` and `TargetOutput` carry the logits or roots, the features a drafter
 asked for (`FeatureRequest` -> `Features`), and modality extras. Positions belong to the adapter: the loop

@@ -28,17 +28,21 @@ from .lm_head import tall_lm_head
 
 def check_causal_lm(model: object, name: str, allow_stateful: bool = False) -> None:
     """Raise TypeError unless `model` is a decoder-only `transformers` model we can drive (a stateful one,
-    e.g. a hybrid SSM/attention model, only when the caller handles its state: `allow_stateful`)."""
+    e.g. a hybrid state-space/attention model, only when the caller handles its state: `allow_stateful`)."""
     if not isinstance(model, PreTrainedModel):
         raise TypeError(f"{name}: expected a transformers PreTrainedModel, got {type(model).__name__}")
     config = model.config
     if getattr(config, "is_encoder_decoder", False):
         raise TypeError(f"{name}: encoder-decoder models ({type(model).__name__}) are not supported")
     if getattr(model, "_is_stateful", False) and not allow_stateful:
-        raise TypeError(
-            f"{name}: {type(model).__name__} keeps a recurrent state, not a KV cache; multispec.ssm drives "
-            "Mamba2ForCausalLM, MambaForCausalLM and BambaForCausalLM (as targets and as draft models), not this class"
-        )
+        from . import served_models  # the registry lives in the package that imports this module
+
+        served = served_models()
+        known = (f"the registered adapters drive {', '.join(served)}" if served else
+                 "state-space models are driven by an adapter package (entry-point group multispec.adapters) "
+                 "when one is installed")
+        raise TypeError(f"{name}: {type(model).__name__} keeps a recurrent state, not a KV cache, and no registered "
+                        f"adapter drives it; {known}")
     if model.get_output_embeddings() is None:
         raise TypeError(f"{name}: {type(model).__name__} has no language-model head (use a *ForCausalLM class)")
 
