@@ -247,9 +247,8 @@ class DynamicTree:
     Greedy: children are the draft's top-k tokens. Sampling: with `sample_children` (the default) they
     are drawn from the draft distribution without replacement and verified by recursive rejection, and
     sibling groups are kept whole, ranked by the parent's score (see `_grow_dynamic_sampled`); with
-    `sample_children=False` they are the top-k tokens, verified as one-hot drafts. Both are lossless; on
-    the Mamba-2 zoo pair at T=1 the sampled children accepted 3.32-3.40 tokens per step across runs,
-    top-k children 2.69-3.18."""
+    `sample_children=False` they are the top-k tokens, verified as one-hot drafts. Both are lossless; the
+    sampled children are accepted more often (see BENCHMARKS.md, "State-space targets: STree")."""
 
     depth: int = 5
     topk: int = 8

@@ -2,8 +2,8 @@
 
 Why: a draft model is only worth running if it is much cheaper than its target, and for small models on
 a CPU the cost of a `transformers` forward is mostly fixed per-call overhead (mask utilities, cache
-classes, output capture, module dispatch): a 1.7M-parameter byte Llama takes ~2.9 ms per tree step there,
-against ~0.8 ms for the same arithmetic issued directly. `LeanCausalLM` keeps everything `HFCausalLM`
+classes, output capture, module dispatch), several times the arithmetic of a small byte Llama's tree
+step (see BENCHMARKS.md, "Per-call overhead: the lean forwards"). `LeanCausalLM` keeps everything `HFCausalLM`
 decides (ragged rows, tree masks, positions, commit by gather) and replaces only the model call: fused
 q/k/v and gate/up projections, `F.rms_norm`, one rotary pass over q and k, SDPA with grouped heads, and a
 preallocated KV buffer that grows by doubling instead of a concatenation per layer per step.
@@ -155,7 +155,7 @@ class LeanCausalLM(HFCausalLM):
         self._rope_table: torch.Tensor | None = None
 
     def _new_cache(self) -> _BufferedCache:
-        self._pack()  # once per generation: checking the parameters on every call would cost ~0.3 ms
+        self._pack()  # once per generation, not per call (the check's cost: BENCHMARKS.md, "Per-call overhead")
         return _BufferedCache(len(self.model.model.layers))
 
     def _pack(self) -> list:

@@ -2,8 +2,9 @@
 
 Verifying a draft tree asks the LM head for a handful of rows (M = 2..16) of a large vocabulary. On some
 CPUs the BLAS picks a poor kernel for `F.linear(x, W)` with such a short, wide output, and `W @ x.T` (a
-tall GEMM) is up to 2x faster; on others the opposite holds (BENCHMARKS.md, "LM-head layout"). The two
-differ only in summation order (~1e-6 on logits), which is enough to flip a near-tie between two tokens.
+tall GEMM) is faster; on others the opposite holds (see BENCHMARKS.md, "Verification cost and the
+LM-head layout"). The two differ only in summation order (~1e-6 on logits), which is enough to flip a
+near-tie between two tokens.
 
 So the default is the model's own `F.linear`: output is bit-compatible with the model's forward and the
 same in every process. `MULTISPEC_FAST_HEAD` opts in: `1` always uses the tall layout; `auto` times both
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 MIN_VOCAB = 16384  # smaller heads are cheap either way
-MAX_ROWS = 16  # beyond this the tall layout stops winning (measured equal at 24 rows)
+MAX_ROWS = 16  # beyond this the tall layout stops winning (BENCHMARKS.md, "Verification cost and the LM-head layout")
 
 
 def tall_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
