@@ -11,12 +11,17 @@ load and retrain them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import BambaConfig, Mamba2Config
+from transformers import (BambaConfig, BambaForCausalLM, LlamaForCausalLM, Mamba2Config, Mamba2ForCausalLM,
+                          PretrainedConfig, PreTrainedModel)
 
+from multispec import zoo
+from multispec.drafters.model import ModelDrafter
 from multispec.zoo import ZooEntry, ZooPair
+from multispec.zoo.bytes_lm import TRAINED_CONTEXT, ByteTokenizer, train_target
 
 # The draft Llama of the SSM pairs attends to the last DRAFT_WINDOW bytes only: on the bench prompts it
 # accepts as much as with its whole context, and its cost per step stops growing with the prompt
@@ -40,8 +45,6 @@ def mamba2_draft_config() -> Mamba2Config:
 
 def bamba_config() -> BambaConfig:
     """The hybrid zoo target: the Mamba-2 above with layers 3 and 7 (of 8) full attention instead."""
-    from multispec.zoo.bytes_lm import TRAINED_CONTEXT
-
     return BambaConfig(vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=8,
                        num_attention_heads=8, num_key_value_heads=4, attn_layer_indices=[3, 7], mamba_n_heads=16,
                        mamba_d_head=32, mamba_n_groups=1, mamba_d_state=32, mamba_d_conv=4, mamba_chunk_size=64,
@@ -49,36 +52,24 @@ def bamba_config() -> BambaConfig:
                        eos_token_id=None, pad_token_id=0)
 
 
-def _pair_loader(name: str, cls_name: str):
+def _pair_loader(name: str, cls: type[PreTrainedModel]) -> Callable[[Path], ZooPair]:
     """A byte-level SSM (or hybrid) target drafted by the stdlib-bytes Llama (`ModelDrafter`)."""
 
     def load_pair(folder: Path) -> ZooPair:
-        import transformers
-        from transformers import LlamaForCausalLM
-
-        from multispec import zoo
-        from multispec.drafters.model import ModelDrafter
-        from multispec.zoo.bytes_lm import ByteTokenizer
-
         if not (folder / "target" / "config.json").exists():
             raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {name}`")
-        target = getattr(transformers, cls_name).from_pretrained(folder / "target", dtype=torch.float32).eval()
+        target = cls.from_pretrained(folder / "target", dtype=torch.float32).eval()
         draft = LlamaForCausalLM.from_pretrained(zoo.path("stdlib-bytes") / "target", dtype=torch.float32).eval()
         return ZooPair(target, ModelDrafter(draft, window=DRAFT_WINDOW), ByteTokenizer(), name)
 
     return load_pair
 
 
-def _pair_trainer(config_fn, cls_name: str):
+def _pair_trainer(config_fn: Callable[[], PretrainedConfig], cls: type[PreTrainedModel]) -> Callable[[Path], dict]:
     def train_pair(folder: Path) -> dict:
-        import transformers
-
-        from multispec.zoo.bytes_lm import train_target
-
         config = config_fn()
         # Fewer steps than the Llama target: the SSMs' PyTorch scan trains slowly on a CPU.
-        return {"target": train_target(folder / "target", steps=500, long_steps=150,
-                                       make_model=lambda: getattr(transformers, cls_name)(config),
+        return {"target": train_target(folder / "target", steps=500, long_steps=150, make_model=lambda: cls(config),
                                        desc=config.model_type)}
 
     return train_pair
@@ -86,12 +77,6 @@ def _pair_trainer(config_fn, cls_name: str):
 
 def _load_ssm_draft_pair(folder: Path) -> ZooPair:
     """The Mamba-2 zoo target drafted by a small byte-level Mamba-2 (a state-space draft model)."""
-    from transformers import Mamba2ForCausalLM
-
-    from multispec import zoo
-    from multispec.drafters.model import ModelDrafter
-    from multispec.zoo.bytes_lm import ByteTokenizer
-
     if not (folder / "draft" / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained draft; run `multispec zoo train stdlib-mamba2-ssm-draft`")
     target = Mamba2ForCausalLM.from_pretrained(zoo.path("stdlib-mamba2") / "target", dtype=torch.float32).eval()
@@ -100,10 +85,6 @@ def _load_ssm_draft_pair(folder: Path) -> ZooPair:
 
 
 def _train_ssm_draft(folder: Path) -> dict:
-    from transformers import Mamba2ForCausalLM
-
-    from multispec.zoo.bytes_lm import train_target
-
     config = mamba2_draft_config()
     return {"draft": train_target(folder / "draft", steps=500, long_steps=150,
                                   make_model=lambda: Mamba2ForCausalLM(config), desc="mamba2 draft")}
@@ -114,10 +95,10 @@ def zoo_entries() -> list[ZooEntry]:
     return [
         ZooEntry("stdlib-mamba2", "byte-level Mamba-2 (8 layers, hidden 256) trained on CPython's stdlib, drafted by "
                  "the stdlib-bytes Llama; the SSM pair (multispec.ssm)", None,
-                 _pair_loader("stdlib-mamba2", "Mamba2ForCausalLM"), _pair_trainer(mamba2_config, "Mamba2ForCausalLM")),
+                 _pair_loader("stdlib-mamba2", Mamba2ForCausalLM), _pair_trainer(mamba2_config, Mamba2ForCausalLM)),
         ZooEntry("stdlib-bamba", "byte-level Bamba hybrid (6 Mamba-2 + 2 attention layers, hidden 256) trained on "
                  "CPython's stdlib, drafted by the stdlib-bytes Llama", None,
-                 _pair_loader("stdlib-bamba", "BambaForCausalLM"), _pair_trainer(bamba_config, "BambaForCausalLM")),
+                 _pair_loader("stdlib-bamba", BambaForCausalLM), _pair_trainer(bamba_config, BambaForCausalLM)),
         ZooEntry("stdlib-mamba2-ssm-draft", "the stdlib-mamba2 target drafted by a byte-level Mamba-2 (2 layers, "
                  "hidden 128) trained on the same corpus: a state-space draft model", None, _load_ssm_draft_pair,
                  _train_ssm_draft),

@@ -24,6 +24,7 @@ from ..tree import ancestor_mask_from_parents
 from .base import (NO_FEATURES, FeatureRequest, Features, FeedingEngine, PrefillOutput, Target, TargetOutput,
                    check_layers)
 from .lm_head import tall_lm_head
+from .registry import served_models
 
 
 def check_causal_lm(model: object, name: str, allow_stateful: bool = False) -> None:
@@ -35,8 +36,6 @@ def check_causal_lm(model: object, name: str, allow_stateful: bool = False) -> N
     if getattr(config, "is_encoder_decoder", False):
         raise TypeError(f"{name}: encoder-decoder models ({type(model).__name__}) are not supported")
     if getattr(model, "_is_stateful", False) and not allow_stateful:
-        from . import served_models  # the registry lives in the package that imports this module
-
         served = served_models()
         known = (f"the registered adapters drive {', '.join(served)}" if served else
                  "state-space models are driven by an adapter package (entry-point group multispec.adapters) "
