@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec.acceptance import AcceptanceRule, Verdict, _check_logits, _full_tree_tokens
+from multispec.rules import AcceptanceRule, Verdict, check_logits, full_tree_tokens
 from multispec.kernels.common import argmax_ref, sample_ref
 from multispec.kernels.dispatch import backend_for
 from multispec.sampling import SamplingConfig, exponential, nan_safe_argmax, uniform
@@ -126,14 +126,14 @@ class Relaxed(AcceptanceRule):
 
     # ---- the rule ----------------------------------------------------------------------------------------
     def accept(self, draft, target_logits, sampling: SamplingConfig, generator=None) -> RelaxedVerdict:
-        _check_logits(draft, target_logits)
+        check_logits(draft, target_logits)
         b, t, v = target_logits.shape
         if self.neighbours.shape[0] != v:
             raise ValueError(f"neighbours: a table for {self.neighbours.shape[0]} codes, the target scores {v}")
         if draft.draft_probs is not None and draft.draft_probs.shape[-1] != v:
             raise ValueError(f"draft_probs: vocabulary {draft.draft_probs.shape[-1]} does not match the target's {v}")
         fc, ns = draft.linked()
-        tokens = _full_tree_tokens(draft)
+        tokens = full_tree_tokens(draft)
         if not sampling.do_sample:
             return self._greedy_walk(tokens, fc, ns, sampling.process(target_logits))
         p = sampling.probs(target_logits)

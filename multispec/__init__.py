@@ -5,7 +5,6 @@
     out.sequences, out.stats
 """
 
-from .acceptance import AcceptanceRule, Exact, Greedy, Verdict
 from .drafters import (Drafter, EagleDrafter, HybridDrafter, ModelDrafter, NGramDrafter, SuffixDecodingDrafter,
                        TokenRecyclingDrafter)
 from .generate import SpeculativeOutput, speculative_generate
@@ -13,6 +12,7 @@ from .metrics import SpeculativeStats, StepStats
 from .sampling import SamplingConfig, classifier_free_guidance
 from .session import Checkpoint, Session, SpanScore
 from .prompt import Prompt
+from .rules import AcceptanceRule, Exact, Greedy, Verdict
 from .targets import FeatureRequest, Features, HFCausalLM, PrefillOutput, Target, TargetOutput, register_target_adapter
 from .tree import Chain, DraftTree, DynamicTree, StaticTree
 

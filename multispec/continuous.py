@@ -1,14 +1,10 @@
-"""Continuous tokens: speculative sampling when every token is a vector and acceptance is a density ratio.
+"""The continuous-token loop: speculative sampling of vectors (`continuous_generate`) on the rule and payload
+types of `multispec.rules.continuous` (re-exported here so existing imports keep working).
 
-The loop is the core's, at a different payload: a drafter proposes a chain of k vectors per row with
-their draft log-densities; the target scores the chain in one pass and returns, per node, its conditional
-distribution (`NodeDistributions`: `log_prob` and `sample`); the rule accepts draft i with probability
-min(1, p_i(x_i) / q_i(x_i)), in order, and at the first rejection draws the correction from the residual
-norm(max(0, p_i - q_i)) by rejection sampling (propose y ~ p_i, keep it with probability
-max(0, 1 - q_i(y) / p_i(y)): the kept y has exactly the residual's density). Sequential semantics: a
-rejection discards every later draft, so the output follows the target's law. The residual sampler gives
-up after `max_tries` proposals (it succeeds per try with probability TV(p_i, q_i)) and then takes a
-plain target sample; such fallbacks are counted and reported, never hidden.
+The loop is the core's, at a different payload: a drafter proposes a chain of k vectors per row; the target
+scores the chain in one pass and returns, per node, its conditional distribution; the rule (`DensityRatio`
+by default) accepts a prefix and draws the correction. Rows run in lockstep; residual fallbacks and a lossy
+rule's total-variation account are summed into the output, never hidden.
 
 End of sequence, vocabulary checks and the output layout belong to the modality: here rows run a fixed
 number of new vectors and the output is a [B, L + n, D] tensor.
@@ -23,45 +19,8 @@ from typing import Protocol
 import torch
 
 from .metrics import SpeculativeStats, StepStats
-
-
-class NodeDistributions(Protocol):
-    """The target's (or draft's) conditional distribution at every node of a chain, [B, T]."""
-
-    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
-        """log-density of `x` [B, T, D] under each node's distribution: [B, T]."""
-
-    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
-        """One draw per node: [B, T, D]."""
-
-
-@dataclass
-class ContinuousDraft:
-    """A chain of `k` draft vectors per row: `payload` [B, k, D] and their draft log-densities
-    `draft_logdensity` [B, k] (each under the draft's conditional given the draft's own earlier vectors)."""
-
-    payload: torch.Tensor
-    draft_logdensity: torch.Tensor
-    draft_dists: NodeDistributions | None = None  # the draft's conditionals, for the residual
-
-
-@dataclass
-class ContinuousVerdict:
-    """Per row: `payload[b, :num_accepted[b] + 1]` the accepted drafts and the correction (or bonus)."""
-
-    payload: torch.Tensor  # [B, k + 1, D]
-    num_accepted: torch.Tensor  # [B]
-    residual_fallbacks: int = 0  # rows whose residual sampler gave up and took a target sample
-    # False: payload[:, k] holds no bonus draw; when every row accepts all k drafts the loop commits the k
-    # drafts alone and the next step drafts after the last one (for payloads whose target draw is not free,
-    # such as a diffusion head's trajectory, the bonus costs as much as a plain step)
-    bonus: bool = True
-    # a lossy rule's account of its departure from the target: per judged draft (every draft up to and
-    # including a row's first rejection), relaxed minus exact acceptance probability at the drawn value.
-    # Its mean estimates, without bias, an upper bound on each emitted token's total variation from the
-    # target's law (see `ContinuousOutput.tv_per_token`); 0 for an exact rule
-    tv_sum: float = 0.0
-    judged: int = 0
+from .rules.continuous import ContinuousDraft, ContinuousVerdict, DensityRatio, NodeDistributions
+from .targets.base import Target
 
 
 class ContinuousTarget(Protocol):
@@ -74,63 +33,6 @@ class ContinuousTarget(Protocol):
     def score(self, chain: torch.Tensor) -> NodeDistributions: ...
 
     def commit(self, kept: torch.Tensor) -> None: ...
-
-
-class DensityRatio:
-    """Exact speculative sampling for continuous tokens (see the module docstring)."""
-
-    lossless = True
-
-    def __init__(self, max_tries: int = 64):
-        if not isinstance(max_tries, int) or max_tries < 1:
-            raise ValueError(f"max_tries: expected a positive int, got {max_tries!r}")
-        self.max_tries = max_tries
-
-    def accept(self, draft: ContinuousDraft, target: NodeDistributions,
-               generator: torch.Generator | None = None) -> ContinuousVerdict:
-        x = draft.payload
-        b, k, d = x.shape
-        device = x.device
-        logp = target.log_prob(torch.cat([x, x[:, -1:]], 1))[:, :k]  # nodes 0..k-1 predict drafts 1..k
-        ratio = (logp - draft.draft_logdensity).clamp(max=0).exp()
-        u = torch.rand(b, k, generator=generator, device=generator.device if generator is not None else "cpu").to(device)
-        rejected = u >= ratio
-        # accepted prefix length: index of the first rejection (k when none)
-        first = torch.where(rejected.any(1), rejected.float().argmax(1), torch.full((b,), k, device=device)).long()
-        out = torch.zeros(b, k + 1, d, dtype=x.dtype, device=device)
-        out[:, :k] = x
-        rows = torch.arange(b, device=device)
-        correction, fallbacks = self._residual(target, draft, first, generator)
-        out[rows, first] = correction
-        return ContinuousVerdict(out, first, fallbacks)
-
-    def _residual(self, target: NodeDistributions, draft: ContinuousDraft, first: torch.Tensor,
-                  generator: torch.Generator | None) -> tuple[torch.Tensor, int]:
-        """Per row, a draw from node `first[b]`: the residual max(0, p - q) after a rejection, the target
-        itself after a fully accepted chain (the bonus)."""
-        b, k, d = draft.payload.shape
-        rows = torch.arange(b, device=first.device)
-        chain = torch.cat([draft.payload, draft.payload[:, -1:]], 1)
-        done = first == k  # bonus rows: a plain target draw is exact
-        result = target.sample(generator)[rows, first]
-        if draft.draft_dists is None and not bool(done.all()):
-            raise ValueError("draft: a rejection needs the draft's conditionals (draft_dists) for the residual")
-        tries = 0
-        while not bool(done.all()) and tries < self.max_tries:
-            tries += 1
-            y = target.sample(generator)  # [B, T, D] one proposal per node
-            pick = y[rows, first]
-            probe = chain.clone()
-            probe[rows, first] = pick
-            logp = target.log_prob(probe)[rows, first]
-            logq = draft.draft_dists.log_prob(probe[:, :k])[rows, first.clamp(max=k - 1)]
-            keep_prob = (1 - (logq - logp).exp()).clamp(min=0)
-            u = torch.rand(b, generator=generator, device=generator.device if generator is not None else "cpu")
-            take = ~done & (u.to(keep_prob.device) < keep_prob)
-            result[take] = pick[take]
-            done = done | take
-        fallbacks = int((~done).sum())  # these rows keep their plain target draw
-        return result, fallbacks
 
 
 @dataclass
@@ -156,8 +58,6 @@ def continuous_generate(target, drafter, values: torch.Tensor, max_new_tokens: i
     if not isinstance(values, torch.Tensor) or values.dim() != 3 or not values.is_floating_point():
         raise ValueError(f"values: expected a float [batch, length, dim] tensor, got "
                          f"{getattr(values, 'shape', type(values).__name__)}")
-    from .targets.base import Target
-
     if isinstance(target, Target) or not hasattr(target, "score"):
         raise TypeError(f"target: {type(getattr(target, 'model', target)).__name__} scores token trees, not continuous "
                         "vectors (a continuous target returns NodeDistributions from score)")
@@ -202,3 +102,7 @@ def continuous_generate(target, drafter, values: torch.Tensor, max_new_tokens: i
                                      committed=b * kept.shape[1], draft_s=t1 - t0, verify_s=t2 - t1, commit_s=t3 - t2))
     values = torch.stack(out[: values.shape[1] + max_new_tokens], 1)
     return ContinuousOutput(values, stats, fallbacks, tv_sum=tv_sum, judged=judged)
+
+
+__all__ = ["ContinuousDraft", "ContinuousOutput", "ContinuousTarget", "ContinuousVerdict", "DensityRatio",
+           "NodeDistributions", "continuous_generate"]

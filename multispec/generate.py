@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .acceptance import AcceptanceRule, Verdict
 from .metrics import SpeculativeStats
 from .prompt import Prompt
+from .rules import AcceptanceRule, Verdict
 from .sampling import SamplingConfig
 from .session import Session, check_max_new_tokens
 from .tree import DraftTree, TreeSpec

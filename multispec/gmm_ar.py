@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .continuous import ContinuousDraft
+from .rules import ContinuousDraft
 
 
 @dataclass

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from .acceptance import AcceptanceRule, Verdict, resolve_rule
 from .drafters import Drafter, as_drafter
 from .metrics import SpeculativeStats, StepStats
 from .prompt import Prompt
+from .rules import AcceptanceRule, Verdict, resolve_rule
 from .sampling import SamplingConfig, check_logits_finite
 from .targets import GuidedTarget, Target, as_target
 from .targets.base import Features

@@ -15,7 +15,7 @@ import html as _html
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .acceptance import Verdict
+from .rules import Verdict
 from .tree import DraftTree
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..acceptance import Verdict
 from ..prompt import Prompt
+from ..rules import Verdict
 from ..sampling import SamplingConfig
 from ..targets.base import NO_FEATURES, FeatureRequest, Features
 from ..tree import DraftTree, TreeSpec

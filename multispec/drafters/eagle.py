@@ -23,8 +23,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
-from ..acceptance import Verdict
 from ..prompt import Prompt
+from ..rules import Verdict
 from ..sampling import SamplingConfig
 from ..targets.base import FeatureRequest, Features
 from ..targets.hf import HFCausalLM, check_causal_lm, output_vocab_size

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import torch
 
-from ..acceptance import Verdict
 from ..prompt import Prompt
+from ..rules import Verdict
 from ..sampling import SamplingConfig
 from ..targets.base import Features
 from ..tree import Chain, DraftTree, TreeSpec
 from .base import Drafter
+from .model import ModelDrafter
 from .ngram import NGramDrafter
 
 
@@ -33,8 +34,6 @@ class HybridDrafter(Drafter):
     def __init__(self, model: "Drafter | torch.nn.Module", lookup_k: int = 5, min_ngram: int = 2, max_ngram: int = 4,
                  min_draft: int = 2, lookup: Drafter | None = None):
         if isinstance(model, torch.nn.Module):  # a transformers draft model
-            from .model import ModelDrafter
-
             model = ModelDrafter(model)
         if not isinstance(model, Drafter):
             raise TypeError(f"model: expected a Drafter, got {type(model).__name__}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from ..acceptance import Verdict
 from ..prompt import Prompt
+from ..rules import Verdict
 from ..sampling import SamplingConfig
 from ..targets import FeedingEngine, Target, registered_feeding_engine, stateful_draft_engine
 from ..targets.hf import HFCausalLM

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..acceptance import Verdict
 from ..prompt import Prompt
+from ..rules import Verdict
 from ..tree import Chain, DraftTree
 from .base import Drafter
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from ..acceptance import Verdict
 from ..prompt import Prompt
+from ..rules import Verdict
 from ..sampling import SamplingConfig
 from ..tree import Chain, DraftTree, StaticTree, TreeSpec
 from .base import Drafter

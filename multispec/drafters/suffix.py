@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..acceptance import Verdict
 from ..prompt import Prompt
+from ..rules import Verdict
 from ..sampling import SamplingConfig
 from ..tree import Chain, DraftTree, TreeSpec
 from .base import Drafter

@@ -9,8 +9,9 @@ instead of the residual) are each rejected at p < 0.01."""
 import pytest
 import torch
 
-from multispec.continuous import ContinuousVerdict, DensityRatio, continuous_generate
+from multispec.continuous import continuous_generate
 from multispec.gmm_ar import GaussianMixtureAR, GMMDrafter, GMMTarget
+from multispec.rules import ContinuousVerdict, DensityRatio
 from multispec.testing import energy_distance_pvalue
 
 N, NEW = 2000, 3

@@ -7,7 +7,7 @@ import torch
 
 from multispec import DynamicTree, speculative_generate
 from multispec.drafters import ModelDrafter
-from multispec.judge import Judge, JudgeHead, JudgeStats, train_judge_head
+from multispec.rules import Judge, JudgeHead, JudgeStats, train_judge_head
 from multispec.testing import make_perturbed_copy, make_target
 
 
@@ -117,7 +117,7 @@ def test_bad_input_names_itself(pair):
 def test_a_context_head_with_a_hidden_layer_trains_and_round_trips(tmp_path):
     """Labels that need both the node state and the parent's distribution (an XOR of two signs: no linear
     head separates them, one hidden layer does); saved and loaded with its shape."""
-    from multispec.judge import CONTEXT_SCALARS, judge_inputs
+    from multispec.rules import CONTEXT_SCALARS, judge_inputs
 
     g = torch.Generator().manual_seed(1)
     n, h, v = 800, 6, 11

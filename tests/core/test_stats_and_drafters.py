@@ -2,7 +2,7 @@ import torch
 
 from multispec.prompt import Prompt
 from multispec import Chain, NGramDrafter, SamplingConfig, speculative_generate
-from multispec.acceptance import Verdict
+from multispec.rules import Verdict
 from multispec.testing import make_perturbed_copy, make_target, ragged_prompts
 
 

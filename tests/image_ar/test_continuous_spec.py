@@ -14,7 +14,7 @@ measured (0.005)."""
 import pytest
 import torch
 
-from multispec.continuous import ContinuousVerdict
+from multispec.rules import ContinuousVerdict
 from multispec.image_ar.continuous_spec import TrajectoryRatio, generate_continuous
 from multispec.image_ar.patch_ar import PatchAR, PatchARConfig
 from multispec.testing import energy_distance_pvalue

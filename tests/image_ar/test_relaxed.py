@@ -8,7 +8,7 @@ of probability 0.1 (`detectable_deviation(20000, 0.1, 10)`); the reference resid
 import pytest
 import torch
 
-from multispec.acceptance import Exact, Greedy
+from multispec.rules import Exact, Greedy
 from multispec.image_ar.neighbourhood import latent_neighbours
 from multispec.image_ar.relaxed import Relaxed
 from multispec.sampling import SamplingConfig

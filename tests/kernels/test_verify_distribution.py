@@ -30,7 +30,7 @@ import torch
 import multispec.kernels.tree_verify as tree_verify
 import multispec.tree as tree_module
 from multispec import Chain, DynamicTree, Exact, SamplingConfig, StaticTree
-from multispec.acceptance import Verdict
+from multispec.rules import Verdict
 from multispec.kernels import chain_verify_random
 from multispec.sampling import exponential, uniform
 from multispec.testing import chi_square_pvalue, detectable_deviation

@@ -52,7 +52,7 @@ def test_context_inputs_are_what_the_judge_reads_during_verification(models, pro
     """`judge_input_at(..., context=True)` for a drafted token equals the vector a context judge is handed for
     that node in the verification pass (state at the node, at its parent, the parent's distribution)."""
     from multispec import speculative_generate
-    from multispec.judge import CONTEXT_SCALARS, Judge, JudgeHead
+    from multispec.rules import CONTEXT_SCALARS, Judge, JudgeHead
 
     base, small = models
     head = JudgeHead(base.config.hidden_size, context=True)
@@ -72,7 +72,7 @@ def test_context_inputs_are_what_the_judge_reads_during_verification(models, pro
 def test_on_policy_divergences_are_judge_decodings_own(models, prompt, tok):
     """With a judge rule the labelled runs are judge decoding: approved tokens that are not the base's greedy
     choice are listed with the run's own prefix, and prefixes an earlier approval already broke are skipped."""
-    from multispec.judge import Judge, JudgeHead
+    from multispec.rules import Judge, JudgeHead
 
     base, small = models
     rule = Judge(JudgeHead(base.config.hidden_size), threshold=-1.0)  # approves every draft token
