@@ -1,6 +1,7 @@
-"""Before/after table from interleaved runs of one bench command on two commits (best run of each side).
+"""Before/after table of one bench command run on two commits: each method's speedup with its spread
+across rounds on both sides, and whether the two agree (one side's median inside the other side's spread).
 
-    python benchmarks/ab_table.py benchmarks/results/interfaces_ab text_bytes_quick ssm_mamba2_quick
+    python benchmarks/ab_table.py BEFORE.json AFTER.json [TABLE ...]   (default: every table)
 """
 
 from __future__ import annotations
@@ -10,31 +11,27 @@ import sys
 from pathlib import Path
 
 
-def best(files: list[Path]) -> tuple[dict[str, float], list[str]]:
-    speeds: dict[str, float] = {}
-    commits = []
-    for f in files:
-        data = json.loads(f.read_text())
-        commits.append(data["machine"]["git_commit"])
-        for name, row in data["greedy"].items():
-            speeds[name] = max(speeds.get(name, 0.0), row["tokens_per_s"])
-    return speeds, commits
+def agree(before: dict, after: dict) -> bool:
+    """Whether one side's median speedup lies inside the other side's [min, max] across rounds."""
+    (blo, bhi), (alo, ahi) = before["speedup_spread"], after["speedup_spread"]
+    return blo <= after["speedup"] <= bhi or alo <= before["speedup"] <= ahi
 
 
-def table(folder: Path, stem: str) -> str:
-    before, cb = best(sorted(folder.glob(f"{stem}_before*.json")))
-    after, ca = best(sorted(folder.glob(f"{stem}_after*.json")))
-    lines = [f"`{stem}`: before = commit {cb[0]} ({len(cb)} runs), after = commit {ca[0]} ({len(ca)} runs), "
-             "best tok/s of each side", "",
-             "| method | before tok/s | after tok/s | after / before |", "| --- | --- | --- | --- |"]
-    for name in after:
-        if name in before:
-            lines.append(f"| `{name}` | {before[name]:.1f} | {after[name]:.1f} | {after[name] / before[name]:.2f} |")
+def table(before: dict, after: dict, name: str) -> str:
+    b, a = before["tables"][name]["methods"], after["tables"][name]["methods"]
+    lines = [f"`{name}`: before = commit {before['machine']['git_commit']}, after = commit "
+             f"{after['machine']['git_commit']}", "",
+             "| method | before speedup [spread] | after speedup [spread] | agree |", "| --- | --- | --- | --- |"]
+    for method in a:
+        if method in b:
+            cell = lambda r: f"{r['speedup']:.2f}x [{r['speedup_spread'][0]:.2f}-{r['speedup_spread'][1]:.2f}]"  # noqa: E731
+            lines.append(f"| `{method}` | {cell(b[method])} | {cell(a[method])} | "
+                         f"{'yes' if agree(b[method], a[method]) else 'NO'} |")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    folder = Path(sys.argv[1])
-    for stem in sys.argv[2:]:
-        print(table(folder, stem))
+    before, after = (json.loads(Path(p).read_text()) for p in sys.argv[1:3])
+    for name in sys.argv[3:] or list(after["tables"]):
+        print(table(before, after, name))
         print()

@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+from multispec.bench.recorder import SCHEMA, markdown_table
+
 
 def _mal(r: dict) -> str:
     return "-" if r.get("mean_accepted_length") is None else f"{r['mean_accepted_length']:.2f}"
@@ -51,7 +53,11 @@ def render(path: Path) -> str:
     machine = data.get("machine", {})
     lines = [f"<!-- {path}: {machine.get('cpu')}, {machine.get('torch_threads')} threads, "
              f"{machine.get('date_utc')} UTC, commit {machine.get('git_commit')} -->"]
-    if "greedy" in data and "sampling" in data:  # bench text / bench ssm
+    if data.get("schema") == SCHEMA:  # every bench since the one recorder
+        for name, table in data["tables"].items():
+            columns = sorted({k for r in table["methods"].values() for k in r.get("quality", {})})
+            lines += ["", f"{name}:", "", markdown_table(table, [(k, k.replace("_", " ")) for k in columns])]
+    elif "greedy" in data and "sampling" in data:  # bench text / bench ssm, before the recorder
         cols = [("speedup_vs_ar", "vs plain")]
         if any("speedup_vs_hf_prompt_lookup" in r for r in data["greedy"].values()):
             cols.append(("speedup_vs_hf_prompt_lookup", "vs HF prompt lookup"))

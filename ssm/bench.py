@@ -1,7 +1,8 @@
 """`multispec bench ssm`: STree on a state-space (or hybrid) zoo pair against its baselines.
 
-Same prompts for every method (held-out stdlib files and natural-language prompts), methods interleaved
-per prompt: plain decoding (the model's own `generate`), `transformers`' assisted generation (attempted in
+Same prompts for every method (held-out stdlib files and natural-language prompts), timed through the
+benchmark recorder (warm-up on the same prompts, methods interleaved per prompt in repeated rounds, ratios per
+round with their spread): plain decoding (the model's own `generate`), `transformers`' assisted generation (attempted in
 the run: it refuses stateful models, and the refusal is reported), plain decoding through our adapter
 (`ar_adapter`: one token per step, no drafter; the same prefill and per-token code the speculative rows
 use, so `speedup_vs_adapter_ar` isolates what speculation adds), chain speculation with state replay (the
@@ -18,14 +19,15 @@ rows report speed and acceptance (distribution correctness is the core's tests).
 from __future__ import annotations
 
 import torch
-from tqdm.auto import tqdm
 
 from multispec import (DynamicTree, HybridDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter,
                        TokenRecyclingDrafter, speculative_generate, zoo)
-from multispec.bench.machine import describe, machine_info, save_results
-from multispec.bench.tally import Tally, table
+from multispec.bench.machine import describe, save_results
+from multispec.bench.recorder import (LEGEND, Fresh, Recorder, format_table, outputs_identical, repeat, results,
+                                      sequences)
 from multispec.bench.text import classify, prompts
 from multispec.drafters.recycling import cpu_tree
+from multispec.zoo.data import read_source, stdlib_files
 
 from .hybrid import BambaTarget
 from .mamba1 import MambaTarget
@@ -45,8 +47,6 @@ def _byte_corpus(chars: int) -> list[list[int]] | None:
     """The stdlib training split as byte documents (the byte pairs' vocabulary), for SuffixDecoding."""
     if not chars:
         return None
-    from multispec.zoo.data import read_source, stdlib_files
-
     docs, total = [], 0
     for path in stdlib_files("train"):
         docs.append(list(read_source(path).encode("utf-8")))
@@ -75,7 +75,8 @@ def _assisted_refusal(model, draft_model, ids) -> str | None:
 
 def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | None = None,
         max_new_tokens: int | None = None, temperature: float = 1.0, threads: int | None = None,
-        chain_k: int = 4, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000) -> dict:
+        chain_k: int = 4, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
+        rounds: int = 3) -> dict:
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
@@ -85,10 +86,16 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     n = max_new_tokens or (48 if quick else 128)
     ps = prompts(tok, quick)
     no_eos = dict(eos_token_id=[], pad_token_id=0)
+    corpus = _byte_corpus(corpus_chars)
 
     def spec(tree_spec, replay=False, draft=drafter, **kw):
         return lambda ids: speculative_generate(_target(model, replay), draft, ids, max_new_tokens=n,
                                                 tree=tree_spec, **no_eos, **kw)
+
+    def fresh(make_draft, tree_spec, **kw):
+        """A drafter that learns across the prompts of a round (as across a user's requests) and starts over
+        at the next round: in a repeated round it would otherwise draft its own earlier output back."""
+        return Fresh(lambda: spec(tree_spec, draft=make_draft(), **kw))
 
     greedy = {"plain": lambda ids: model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
                                                   do_sample=False, eos_token_id=None, pad_token_id=0)}
@@ -111,65 +118,47 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     if ssm_draft is not None:
         greedy[f"ssm_draft_chain_k{chain_k}"] = spec(chain_k, draft=ssm_draft)
         greedy["ssm_draft_stree_dynamic"] = spec(tree, draft=ssm_draft)
-    # the training-free tree drafters (one instance per row: each keeps what it learns across prompts)
-    greedy["recycling_tree"] = spec(cpu_tree(), draft=TokenRecyclingDrafter())
-    greedy["suffix_tree"] = spec(DynamicTree(depth=4, topk=4, total=16),
-                                 draft=SuffixDecodingDrafter(corpus=_byte_corpus(corpus_chars)))
+    # the training-free tree drafters (one instance per row and round)
+    greedy["recycling_tree"] = fresh(TokenRecyclingDrafter, cpu_tree())
+    greedy["suffix_tree"] = fresh(lambda: SuffixDecodingDrafter(corpus=corpus), DynamicTree(depth=4, topk=4, total=16))
     # prompt lookup when the text repeats itself, the draft model's tree otherwise
-    greedy[f"hybrid_chain_k{chain_k}"] = spec(chain_k, draft=HybridDrafter(drafter))
-    greedy["hybrid_stree_dynamic"] = spec(tree, draft=HybridDrafter(drafter))
+    greedy[f"hybrid_chain_k{chain_k}"] = fresh(lambda: HybridDrafter(drafter), chain_k)
+    greedy["hybrid_stree_dynamic"] = fresh(lambda: HybridDrafter(drafter), tree)
     g = torch.Generator().manual_seed(0)
+    sample = dict(do_sample=True, temperature=temperature, generator=g)
     sampled = {"plain": lambda ids: model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
                                                    do_sample=True, temperature=temperature, top_k=0,
                                                    eos_token_id=None, pad_token_id=0),
-               "ar_adapter": spec(0, draft=NGramDrafter(), do_sample=True, temperature=temperature, generator=g),
-               f"chain_k{chain_k}": spec(chain_k, do_sample=True, temperature=temperature, generator=g),
-               "stree_dynamic": spec(tree, do_sample=True, temperature=temperature, generator=g),
-               "hybrid_stree_dynamic": spec(tree, draft=HybridDrafter(drafter), do_sample=True,
-                                            temperature=temperature, generator=g)}
+               "ar_adapter": spec(0, draft=NGramDrafter(), **sample),
+               f"chain_k{chain_k}": spec(chain_k, **sample),
+               "stree_dynamic": spec(tree, **sample),
+               "hybrid_stree_dynamic": fresh(lambda: HybridDrafter(drafter), tree, **sample)}
 
-    greedy["plain"](ps[0][1][:, :16])  # warm-up
-    gacc = {name: Tally() for name in greedy}
-    sacc = {name: Tally() for name in sampled}
+    inputs = [ids for _, ids in ps]
+    compare = lambda ref, out, ids: classify(model, sequences(ref), sequences(out))  # noqa: E731
+    tables = {"greedy": Recorder(greedy, "plain", compare=compare, also_against=["ar_adapter"])
+              .run(repeat(inputs, rounds), desc=f"bench ssm ({pair_name}) greedy")}
     torch.manual_seed(0)
-    for _, ids in tqdm(ps, desc=f"bench ssm ({pair_name})", unit="prompt"):
-        reference = None
-        for name, fn in greedy.items():
-            seq = gacc[name].run(fn, ids)
-            if reference is None:
-                reference = seq
-            else:
-                gacc[name].verdicts.append(classify(model, reference, seq))
-        for name, fn in sampled.items():
-            sacc[name].run(fn, ids)
-    baselines = {"speedup_vs_ar": "plain", "speedup_vs_adapter_ar": "ar_adapter"}
-    results = {"machine": machine_info(), "pair": pair_name, "target_class": type(model).__name__, "max_new_tokens": n,
-               "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
-               "dynamic_tree": [tree.depth, tree.topk, tree.total], "static_tree": [3, 2, 1, 1],
-               "temperature": temperature, "greedy": table(gacc, baselines), "sampling": table(sacc, baselines),
-               "transformers_assisted": "measured" if assisted is None else f"unsupported ({assisted})"}
-    verdicts = [v for t in gacc.values() for v in t.verdicts]
-    results["near_ties"] = verdicts.count("near-tie")
-    results["mismatches"] = verdicts.count("mismatch")
-    results["outputs_identical"] = results["near_ties"] == 0 and results["mismatches"] == 0
-    _print(results)
-    return save_results(results, json_path)
+    tables["sampling"] = Recorder(sampled, "plain", also_against=["ar_adapter"]).run(
+        repeat(inputs, rounds), desc=f"bench ssm ({pair_name}) sampling")
+    settings = {"pair": pair_name, "target_class": type(model).__name__, "quick": quick, "max_new_tokens": n,
+                "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
+                "dynamic_tree": [tree.depth, tree.topk, tree.total], "static_tree": [3, 2, 1, 1],
+                "temperature": temperature, "corpus_chars": corpus_chars, "rounds": rounds}
+    out = results("ssm", settings, tables, outputs_identical=outputs_identical(tables),
+                  transformers_assisted="measured" if assisted is None else f"unsupported ({assisted})")
+    _print(out)
+    return save_results(out, json_path)
 
 
-def _print(results: dict) -> None:
-    print(f"pair {results['pair']} ({results['target_class']}): {len(results['prompts'])} prompts x "
-          f"{results['max_new_tokens']} new tokens, {results['threads']} threads")
-    print(f"machine: {describe(results['machine'])}")
-    for kind, title in (("greedy", "greedy"), ("sampling", f"sampling T={results['temperature']}")):
-        print(f"{title:24s} {'tok/s':>8s} {'vs AR':>7s} {'vs ours':>7s} {'acc. len':>8s} "
-              f"{'draft/verify/commit/other ms per step':>38s}  outputs")
-        for name, r in results[kind].items():
-            mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
-            ours = f"{r['speedup_vs_adapter_ar']:6.2f}x" if "speedup_vs_adapter_ar" in r else f"{'-':>7s}"
-            split = "/".join(f"{v:.2f}" for v in r["per_step"].values()) if "per_step" in r else "-"
-            shown = r.get("outputs", "reference" if kind == "greedy" else "")
-            print(f"{name:24s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {ours} {mal:>8s} {split:>38s}  {shown}")
-    print("vs AR: against the model's own generate; vs ours: against ar_adapter (our loop, one token per step)")
-    print(f"transformers assisted generation: {results['transformers_assisted']}")
-    print(f"outputs_identical={results['outputs_identical']} near_ties={results['near_ties']} "
-          f"mismatches={results['mismatches']}")
+def _print(res: dict) -> None:
+    s = res["settings"]
+    print(f"pair {s['pair']} ({s['target_class']}): {len(s['prompts'])} prompts x {s['max_new_tokens']} new tokens, "
+          f"{s['threads']} threads")
+    print(f"machine: {describe(res['machine'])}")
+    print(format_table("greedy", res["tables"]["greedy"]))
+    print(format_table(f"sampling T={s['temperature']}", res["tables"]["sampling"]))
+    print("vs plain: against the model's own generate; vs ar_adapter: against our loop, one token per step")
+    print(f"transformers assisted generation: {res['transformers_assisted']}")
+    print(f"outputs_identical={res['outputs_identical']} (greedy rows against plain decoding)")
+    print(LEGEND)

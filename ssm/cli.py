@@ -15,7 +15,8 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench import run
 
     run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree)
+        temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
+        rounds=args.rounds)
     return 0
 
 

@@ -10,10 +10,12 @@ from collections.abc import Sequence
 
 import torch
 
-from multispec import DynamicTree, zoo
-from multispec.bench.machine import describe, machine_info, save_results
+from multispec import DynamicTree, speculative_generate, zoo
+from multispec.bench.machine import describe, save_results
+from multispec.bench.recorder import LEGEND, format_table, results
+from multispec.drafters import ModelDrafter
 
-from .evaluate import CHAIN_K, TREE, VQAItem, chain_lengths, run_vqa, vqa_methods
+from .evaluate import CHAIN_K, TREE, VQAItem, chain_lengths, probe, run_vqa, vqa_methods
 from .vqa_synth import generate_vqa
 from .zoo_pair import DRAFTERS, NAME, TEST_SEED, load_assistant, load_drafters
 from .zoo_vlm import EOS, PAD
@@ -26,7 +28,7 @@ def bench_items(count: int, seed: int = TEST_SEED) -> list[VQAItem]:
 
 def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int | None = None,
         threads: int | None = None, chain_k: int | Sequence[int] = CHAIN_K, tree: DynamicTree | None = None,
-        weights: str | None = None, drafters: tuple[str, ...] = DRAFTERS) -> dict:
+        weights: str | None = None, drafters: tuple[str, ...] = DRAFTERS, rounds: int | None = None) -> dict:
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(NAME, weights)
@@ -36,11 +38,9 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
     tree = tree or TREE
     ks = chain_lengths(chain_k)
     items = bench_items(8 if quick else 32)
+    rounds = rounds or (2 if quick else 4)
     methods = vqa_methods(model, loaded, n, EOS, PAD, chain_k=chain_k, tree=tree)
     # a small VLM of the same family: transformers' assisted generation, and the same draft model in our loop
-    from multispec import speculative_generate
-    from multispec.drafters import ModelDrafter
-
     assistant = load_assistant(weights)
     stop = dict(eos_token_id=EOS, pad_token_id=PAD)
     methods["hf_assisted_small_vlm"] = lambda inputs: model.generate(
@@ -51,60 +51,60 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
             model, small_vlm, max_new_tokens=n, tree=k, **stop, **inputs)
     refusal = None
     if "hf_prompt_lookup" in methods:
-        from .evaluate import probe
         refusal = probe(methods["hf_prompt_lookup"], processor(items[0].image, items[0].question))
         if refusal is not None:
             del methods["hf_prompt_lookup"]
-    res = run_vqa(items, processor, methods, EOS, desc="bench vision")
-    rows = res["methods"]
-    chain = rows.get(f"eagle_chain_k{ks[0]}", {}).get("per_step")
-    results = {"machine": machine_info(), "pair": NAME, "target_class": type(model).__name__,
-               "questions": len(items), "max_new_tokens": n, "threads": torch.get_num_threads(),
-               "chain_k": list(ks), "dynamic_tree": [tree.depth, tree.topk, tree.total], "batch_size": 1,
-               "greedy": rows, "outputs_identical": res["outputs_identical"],
-               "vqa_accuracy": rows["plain"].get("vqa_accuracy"), "anls": rows["plain"].get("anls"),
+    res = run_vqa(items, processor, methods, EOS, desc="bench vision", rounds=rounds)
+    table = res["table"]
+    rows = table["methods"]
+    chain = rows.get(f"eagle_chain_k{ks[0]}", {}).get("per_step_ms")
+    settings = {"pair": NAME, "target_class": type(model).__name__, "questions": len(items), "quick": quick,
+                "max_new_tokens": n, "threads": torch.get_num_threads(), "chain_k": list(ks),
+                "dynamic_tree": [tree.depth, tree.topk, tree.total], "batch_size": 1, "rounds": rounds}
+    summary = {"outputs_identical": res["outputs_identical"],
+               "vqa_accuracy": rows["plain"].get("quality", {}).get("vqa_accuracy"),
+               "anls": rows["plain"].get("quality", {}).get("anls"),
                "transformers_assisted": "assistant_model: the zoo's small Llava (measured); prompt lookup: " +
                                         ("measured" if refusal is None else f"refused ({refusal})"),
                "mean_accepted_length_definition": "tokens committed per target forward, including the bonus token"}
     if chain:  # one target forward over k+1 tokens vs one draft forward (the draft's k forwards per step)
-        results["target_forward_ms"] = chain["verify_ms"]
-        results["draft_forward_ms"] = round(chain["draft_ms"] / ks[0], 3)
-        results["target_to_draft_cost"] = round(chain["verify_ms"] / max(1e-9, chain["draft_ms"] / ks[0]), 2)
-    _print(results)
-    return save_results(results, json_path)
+        summary["target_forward_ms"] = chain["verify"]
+        summary["draft_forward_ms"] = round(chain["draft"] / ks[0], 3)
+        summary["target_to_draft_cost"] = round(chain["verify"] / max(1e-9, chain["draft"] / ks[0]), 2)
+    out = results("vision", settings, {"greedy": table}, **summary)
+    _print(out)
+    return save_results(out, json_path)
 
 
-def _print(results: dict) -> None:
-    print(f"pair {results['pair']} ({results['target_class']}): {results['questions']} questions, up to "
-          f"{results['max_new_tokens']} new tokens, batch 1, {results['threads']} threads")
-    print(f"machine: {describe(results['machine'])}")
-    print(f"{'method':26s} {'tok/s':>8s} {'vs AR':>7s} {'acc. len':>8s} {'VQA acc':>8s} "
-          f"{'draft/verify/commit/other ms per step':>38s}  mismatches")
-    for name, r in results["greedy"].items():
-        mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
-        split = "/".join(f"{v:.2f}" for v in r["per_step"].values()) if "per_step" in r else "-"
-        acc = r.get("vqa_accuracy")
-        print(f"{name:26s} {r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {mal:>8s} "
-              f"{'-' if acc is None else f'{acc:.3f}':>8s} {split:>38s}  {r['mismatches_vs_plain']}")
-    if "target_to_draft_cost" in results:
-        print(f"one target forward {results['target_forward_ms']:.2f} ms vs one draft forward "
-              f"{results['draft_forward_ms']:.2f} ms ({results['target_to_draft_cost']:.1f}x)")
-    print(f"transformers assisted generation: {results['transformers_assisted']}")
-    print(f"outputs_identical={results['outputs_identical']} vqa_accuracy={results['vqa_accuracy']}")
+def _print(res: dict) -> None:
+    s = res["settings"]
+    print(f"pair {s['pair']} ({s['target_class']}): {s['questions']} questions, up to {s['max_new_tokens']} new "
+          f"tokens, batch 1, {s['threads']} threads")
+    print(f"machine: {describe(res['machine'])}")
+    print(format_table("greedy", res["tables"]["greedy"], columns=[("vqa_accuracy", "VQA acc")]))
+    if "target_to_draft_cost" in res:
+        print(f"one target forward {res['target_forward_ms']:.2f} ms vs one draft forward "
+              f"{res['draft_forward_ms']:.2f} ms ({res['target_to_draft_cost']:.1f}x)")
+    print(f"transformers assisted generation: {res['transformers_assisted']}")
+    print(f"outputs_identical={res['outputs_identical']} vqa_accuracy={res['vqa_accuracy']}")
+    print(LEGEND)
 
 
-def markdown(results: dict) -> str:
+def markdown(res: dict) -> str:
     """The greedy table of a `bench vision` results JSON, as in BENCHMARKS.md."""
-    rows = ["| method | tok/s | vs plain | mean accepted length | draft / verify / commit ms per step | "
+    table = res["tables"]["greedy"]
+    rows = ["| method | tok/s | vs plain [spread] | mean accepted length | draft / verify / commit ms per step | "
             "VQA acc. (short questions) | outputs vs plain |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    n = results["questions"]
-    for name, r in results["greedy"].items():
+    for name, r in table["methods"].items():
         mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
-        split = " / ".join(f"{r['per_step'][k]:.2f}" for k in ("draft_ms", "verify_ms", "commit_ms")) \
-            if "per_step" in r else "-"
-        same = "reference" if name == "plain" else (f"{n} identical" if not r["mismatches_vs_plain"]
-                                                    else f"{r['mismatches_vs_plain']} of {n} differ")
-        acc = r.get("vqa_accuracy")
-        rows.append(f"| `{name}` | {r['tokens_per_s']:.2f} | {r['speedup_vs_ar']:.2f}x | {mal} | {split} | "
+        split = " / ".join(f"{r['per_step_ms'][k]:.2f}" for k in ("draft", "verify", "commit")) \
+            if "per_step_ms" in r else "-"
+        outputs = r.get("outputs", {})
+        differ = sum(v for k, v in outputs.items() if k != "identical")
+        same = "reference" if name == table["baseline"] else (
+            f"{outputs.get('identical', 0)} identical" if not differ else f"{differ} of {sum(outputs.values())} differ")
+        acc = r.get("quality", {}).get("vqa_accuracy")
+        lo, hi = r["speedup_spread"]
+        rows.append(f"| `{name}` | {r['tokens_per_s']:.2f} | {r['speedup']:.2f}x [{lo:.2f}-{hi:.2f}] | {mal} | {split} | "
                     f"{'-' if acc is None else f'{acc:.3f}'} | {same} |")
     return "\n".join(rows)

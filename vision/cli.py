@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from multispec.cli import register_command
+from multispec.bench.recorder import LEGEND, format_table
+from multispec.cli import positive_int, register_command
 
 SHIPPED = Path(__file__).parent / "data" / "vqa_synth"
 
@@ -57,6 +58,8 @@ def _load_target(path: str | None):
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="8 questions instead of 32")
+    p.add_argument("--rounds", type=positive_int, default=None,
+                   help="the questions split into N rounds, a speedup per round (default 4; --quick 2)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default 200")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--chain-k", type=_lengths, default=None, metavar="K[,K...]",
@@ -71,7 +74,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .evaluate import CHAIN_K
 
     run(quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens, threads=args.threads,
-        chain_k=args.chain_k or CHAIN_K, tree=_tree(args.tree), weights=args.weights)
+        chain_k=args.chain_k or CHAIN_K, tree=_tree(args.tree), weights=args.weights, rounds=args.rounds)
     return 0
 
 
@@ -123,12 +126,10 @@ def _eval(args: argparse.Namespace) -> int:
     methods = vqa_methods(model, drafters, args.max_new_tokens, eos, pad, prompt_lookup=False)
     res = run_vqa(items, processor, methods, eos, desc="eval vqa")
     print(f"{len(items)} questions from {data}")
-    print(f"{'method':26s} {'VQA acc':>8s} {'ANLS':>6s} {'relaxed':>8s} {'tok/s':>8s} {'vs AR':>7s} {'acc. len':>8s}")
-    for name, r in res["methods"].items():
-        mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
-        print(f"{name:26s} {r['vqa_accuracy']:8.3f} {r['anls']:6.3f} {r['relaxed_accuracy']:8.3f} "
-              f"{r['tokens_per_s']:8.2f} {r['speedup_vs_ar']:6.2f}x {mal:>8s}")
-    print(f"outputs_identical={res['outputs_identical']} (mean accepted length includes the bonus token)")
+    print(format_table("method", res["table"], columns=[("vqa_accuracy", "VQA acc"), ("anls", "ANLS"),
+                                                        ("relaxed_accuracy", "relaxed")]))
+    print(f"outputs_identical={res['outputs_identical']}")
+    print(LEGEND)
     if args.json:
         Path(args.json).write_text(json.dumps({"data": data, "questions": len(items)} | res, indent=2))
     return 0

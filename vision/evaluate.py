@@ -1,19 +1,19 @@
 """Answering VQA questions with every method side by side: plain `generate`, `transformers`' prompt-lookup
 assisted generation, and speculative decoding with each VLM drafter (chain and dynamic tree). Shared by
-`multispec eval vqa` and `multispec bench vision`: methods interleaved per question (so drift on a noisy
-machine hits all alike), each output compared token for token with plain decoding.
+`multispec eval vqa` and `multispec bench vision`, timed through the benchmark recorder: methods interleaved
+per question (so drift on a noisy machine hits all alike), each output compared token for token with plain
+decoding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 
 from multispec import DynamicTree, speculative_generate
-from multispec.bench.tally import Tally, table
+from multispec.bench.recorder import Recorder, generated_tokens, outputs_identical, partition, sequences
 
 from .vqa_metrics import anls, relaxed_accuracy, vqa_accuracy
 
@@ -26,12 +26,6 @@ class VQAItem:
     question: str
     answers: list[str]  # accepted answers (VQA accuracy / ANLS references)
     short: bool = True  # a short-answer question (scored); long ones (descriptions) are timed only
-
-
-@dataclass
-class MethodRun:
-    tally: Tally = field(default_factory=Tally)
-    predictions: list[str] = field(default_factory=list)
 
 
 # The zoo drafters accept nearly every draft token, so long chains and deep, narrow trees pay best
@@ -96,35 +90,38 @@ def _answer(seq: torch.Tensor, prompt_len: int, eos: int, processor) -> tuple[li
 
 
 def run_vqa(items: Sequence[VQAItem], processor, methods: dict[str, Method], eos_token_id: int,
-            desc: str = "vqa") -> dict:
-    """Run every method on every item (batch 1); returns per-method rows (tokens/s, mean accepted length,
-    speedup_vs_ar, VQA accuracy / ANLS / relaxed accuracy on the short questions) and whether every
-    output equals plain decoding's."""
-    runs = {name: MethodRun() for name in methods}
-    mismatches: dict[str, int] = {name: 0 for name in methods}
-    first = processor(items[0].image, items[0].question)
-    methods["plain"](first)  # warm-up
-    for item in tqdm(items, desc=desc, unit="question"):
-        inputs = processor(item.image, item.question)
-        length = inputs["input_ids"].shape[1]
-        reference = None
-        for name, method in methods.items():
-            seq = runs[name].tally.run(lambda _ids, m=method: m(inputs), inputs["input_ids"])
-            ids, text = _answer(seq, length, eos_token_id, processor)
-            runs[name].predictions.append(text)
-            if reference is None:
-                reference = ids
-            elif ids != reference:
-                mismatches[name] += 1
-    rows = table({name: run.tally for name, run in runs.items()}, {"speedup_vs_ar": "plain"})
+            desc: str = "vqa", rounds: int = 1) -> dict:
+    """Run every method on every item (batch 1) through the benchmark recorder: methods interleaved per
+    question, the questions split into `rounds` rounds (a ratio per round, their spread reported), a warm-up
+    on the first question. Returns the recorder's table (rows: tokens/s, speedup with its spread, mean
+    accepted length, step split, `outputs` against plain decoding, and under `quality` the VQA accuracy /
+    ANLS / relaxed accuracy on the short questions), whether every output equals plain decoding's, and the
+    predictions."""
+    prepared = [(i, processor(item.image, item.question)) for i, item in enumerate(items)]
+    predictions: dict[str, list[str | None]] = {name: [None] * len(items) for name in methods}
+
+    def observe(name, question, out) -> None:
+        index, inputs = question
+        predictions[name][index] = _answer(sequences(out), inputs["input_ids"].shape[1], eos_token_id, processor)[1]
+
+    def compare(reference, out, question) -> str:
+        length = question[1]["input_ids"].shape[1]
+        same = _answer(sequences(reference), length, eos_token_id, processor)[0] == \
+            _answer(sequences(out), length, eos_token_id, processor)[0]
+        return "identical" if same else "mismatch"
+
+    timed = {name: (lambda question, m=method: m(question[1])) for name, method in methods.items()}
+    table = Recorder(timed, "plain", count=lambda question, out: generated_tokens(question[1], out),
+                     compare=compare, observe=observe).run(partition(prepared, rounds), warmup=prepared[:1],
+                                                           desc=desc, round_inputs="partition")
     short = [i for i, item in enumerate(items) if item.short]
-    for name, row in rows.items():
-        preds = runs[name].predictions
-        row["mismatches_vs_plain"] = mismatches[name]
+    for name, row in table["methods"].items():
+        preds = predictions[name]
         if short:
-            row["vqa_accuracy"] = round(sum(vqa_accuracy(preds[i], items[i].answers) for i in short) / len(short), 4)
-            row["anls"] = round(sum(anls(preds[i], items[i].answers) for i in short) / len(short), 4)
-            row["relaxed_accuracy"] = round(
-                sum(relaxed_accuracy(preds[i], items[i].answers) for i in short) / len(short), 4)
-    return {"methods": rows, "outputs_identical": not any(mismatches.values()),
-            "predictions": {name: run.predictions for name, run in runs.items()}}
+            row["quality"] = {
+                "vqa_accuracy": round(sum(vqa_accuracy(preds[i], items[i].answers) for i in short) / len(short), 4),
+                "anls": round(sum(anls(preds[i], items[i].answers) for i in short) / len(short), 4),
+                "relaxed_accuracy": round(
+                    sum(relaxed_accuracy(preds[i], items[i].answers) for i in short) / len(short), 4)}
+    return {"table": table, "outputs_identical": outputs_identical({"greedy": table}),
+            "predictions": predictions}

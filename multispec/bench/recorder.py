@@ -261,3 +261,36 @@ def format_table(title: str, table: dict, columns: Sequence[tuple[str, str]] = (
                      + f" {mal:>8s} {split:>24s}" + "".join(cells) + f"  {shown}")
     lines.append(f"{table['rounds']} rounds ({table['round_inputs']}, inputs per round {table['inputs_per_round']})")
     return "\n".join(lines)
+
+
+def markdown_table(table: dict, columns: Sequence[tuple[str, str]] = ()) -> str:
+    """One recorder table as Markdown (BENCHMARKS.md quotes the stored JSON through this): throughput,
+    speedup [spread] against the baseline and any other baseline, mean accepted length, step split,
+    `columns` (key, heading) read from each row or its `quality`, and the output verdicts."""
+    unit = table["unit"]
+    rows = table["methods"]
+    others = [k for k in rows[table["baseline"]] if k.startswith("speedup_vs_") and not k.endswith("_spread")]
+    split = any("per_step_ms" in r for r in rows.values())
+    compared = any("outputs" in r for r in rows.values())
+    head = (["method", f"{unit}/s", f"vs {table['baseline']} [spread]"] + [f"vs {k[11:]} [spread]" for k in others]
+            + ["mean accepted length"] + (["draft / verify / commit / other ms per step"] if split else [])
+            + [h for _, h in columns] + ([f"outputs vs {table['baseline']}"] if compared else []))
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for name, r in rows.items():
+        cells = [f"`{name}`", f"{r[f'{unit}_per_s']:.2f}"]
+        for key in ("speedup", *others):
+            lo, hi = r[f"{key}_spread"]
+            cells.append(f"{r[key]:.2f}x [{lo:.2f}-{hi:.2f}]")
+        cells.append("-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}")
+        if split:
+            cells.append(" / ".join(f"{v:.2f}" for v in r["per_step_ms"].values()) if "per_step_ms" in r else "-")
+        for key, _ in columns:
+            value = r.get(key, r.get("quality", {}).get(key))
+            cells.append("-" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value)))
+        if compared:
+            cells.append("reference" if name == table["baseline"] else
+                         ", ".join(f"{n} {v}" for v, n in r.get("outputs", {}).items()))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append(f"\n{table['rounds']} rounds ({table['round_inputs']}); speedup: median of the per-round ratios, "
+                 "[min-max] across rounds.")
+    return "\n".join(lines)

@@ -44,12 +44,15 @@ def test_eval_vqa_on_the_shipped_set(tmp_path, layout):
                  "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["outputs_identical"] is True
-    rows = res["methods"]
+    rows = res["table"]["methods"]
     assert {"plain", "eagle_chain_k8", "vispec_dynamic_tree", "specvlm_chain_k8"} <= set(rows)
     for name, r in rows.items():
-        assert 0.0 <= r["vqa_accuracy"] <= 1.0 and 0.0 <= r["anls"] <= 1.0
-        assert r["vqa_accuracy"] == rows["plain"]["vqa_accuracy"]  # lossless: the same answers
-    assert rows["plain"]["vqa_accuracy"] > 0.3  # the zoo VLM reads its own kind of image
+        q = r["quality"]
+        assert 0.0 <= q["vqa_accuracy"] <= 1.0 and 0.0 <= q["anls"] <= 1.0
+        assert q["vqa_accuracy"] == rows["plain"]["quality"]["vqa_accuracy"]  # lossless: the same answers
+        if name != "plain":
+            assert r["outputs"] == {"identical": 6}
+    assert rows["plain"]["quality"]["vqa_accuracy"] > 0.3  # the zoo VLM reads its own kind of image
 
 
 def test_eval_vqa_rejects_a_malformed_file(tmp_path, capsys):
@@ -83,17 +86,20 @@ def test_zoo_pair_is_lossless_batched_and_its_drafters_are_accepted(pair):
 
 def test_bench_vision_quick(tmp_path):
     out = tmp_path / "bench.json"
-    assert main(["bench", "vision", "--quick", "--max-new-tokens", "16", "--chain-k", "2,4", "--json",
-                 str(out)]) == 0
+    assert main(["bench", "vision", "--quick", "--max-new-tokens", "16", "--chain-k", "2,4", "--rounds", "2",
+                 "--json", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert res["outputs_identical"] is True and res["chain_k"] == [2, 4]
-    rows = res["greedy"]
+    assert res["schema"] == "multispec.bench/1" and res["benchmark"] == "vision"
+    assert res["outputs_identical"] is True and res["settings"]["chain_k"] == [2, 4]
+    table = res["tables"]["greedy"]
+    assert table["rounds"] == 2 and table["round_inputs"] == "partition" and sum(table["inputs_per_round"]) == 8
+    rows = table["methods"]
     for name in ("plain", "eagle_chain_k2", "eagle_chain_k4", "eagle_dynamic_tree", "vispec_chain_k4",
                  "vispec_dynamic_tree", "specvlm_chain_k2", "specvlm_dynamic_tree", "hf_assisted_small_vlm",
                  "small_vlm_chain_k2", "small_vlm_chain_k4"):
         r = rows[name]
-        assert r["tokens_per_s"] > 0
-        assert r["speedup_vs_ar"] == pytest.approx(r["tokens_per_s"] / rows["plain"]["tokens_per_s"], rel=1e-2)
+        assert r["tokens_per_s"] > 0 and len(r["speedup_rounds"]) == 2
+        assert r["speedup_spread"][0] <= r["speedup"] <= r["speedup_spread"][1]
     assert 0.0 <= res["vqa_accuracy"] <= 1.0
     assert res["mean_accepted_length_definition"].startswith("tokens committed per target forward")
 
@@ -174,5 +180,5 @@ def test_train_and_eval_with_a_checkpoints_own_processor(tmp_path):
                  "--limit", "3", "--max-new-tokens", "8", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["outputs_identical"] is True
-    assert {"plain", "draft_chain_k8", "draft_dynamic_tree"} <= set(res["methods"])
+    assert {"plain", "draft_chain_k8", "draft_dynamic_tree"} <= set(res["table"]["methods"])
     assert all(len(p) > 0 for p in res["predictions"]["plain"])  # decoded by the checkpoint's tokenizer
