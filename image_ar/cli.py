@@ -9,6 +9,17 @@ from pathlib import Path
 from multispec.cli import register_command
 
 
+def _rounds(text: str) -> int:
+    """--rounds: a positive int (the speed phase's images are split into that many rounds)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
 def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=["lantern", "continuous"], default="lantern",
                    help="lantern: mnist-vq-gpt (discrete VQ tokens); continuous: mnist-patch-diffusion (diffusion head)")
@@ -18,6 +29,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--timing-images", type=int, default=None)
     p.add_argument("--fid-images", type=int, default=None)
+    p.add_argument("--rounds", type=_rounds, default=None,
+                   help="the timed images split into N rounds, each ratio from one round (default 4; --quick: 2)")
     p.add_argument("--chain-k", type=int, default=None, help="drafts per step (default: 6 for lantern, "
                    "the continuous benchmark's K)")
     p.add_argument("--tree", default=None, metavar="D/K/N", help="dynamic tree (default 5/4/16; lantern)")
@@ -39,14 +52,15 @@ def _bench(args: argparse.Namespace) -> int:
             raise ValueError("--top-k / --tree: discrete-token options; --method continuous has neither")
         run_continuous(quick=args.quick, json_path=args.json, threads=args.threads, guidance_scale=args.guidance_scale,
                        temperature=args.temperature, timing_images=args.timing_images, fid_images=args.fid_images,
-                       k=args.chain_k or K, steps=args.steps, prefill=args.prefill, weights=args.weights)
+                       k=args.chain_k or K, steps=args.steps, prefill=args.prefill, weights=args.weights,
+                       rounds=args.rounds)
         return 0
     from .bench import run
 
     run(quick=args.quick, json_path=args.json, method=args.method, threads=args.threads,
         guidance_scale=args.guidance_scale, top_k=args.top_k, temperature=args.temperature,
         timing_images=args.timing_images, fid_images=args.fid_images, chain_k=args.chain_k or 6,
-        tree=_parse_tree(args.tree), weights=args.weights)
+        tree=_parse_tree(args.tree), weights=args.weights, rounds=args.rounds)
     return 0
 
 

@@ -1,13 +1,15 @@
-"""`multispec bench reasoning`: every reasoning method on the `arith-reasoning` pair's held-out split, with
-the machine and settings stored beside the figures (`accuracy`, `latency_s`, `speedup_vs_base` per method)."""
+"""`multispec bench reasoning`: every reasoning method on the `arith-reasoning` pair's held-out split, timed
+through the one benchmark recorder (see `evaluate`), with the machine and settings stored beside the figures
+(`speedup` with its spread, `accuracy`, `latency_s` per method)."""
 
 from __future__ import annotations
 
 import torch
 
-from multispec.bench.machine import describe, machine_info, save_results
+from multispec.bench.machine import describe, save_results
+from multispec.bench.recorder import results
 
-from .evaluate import METHODS, Models, Settings, evaluate, markdown
+from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
 
 
 DRAFTERS = ("small", "styled")
@@ -44,8 +46,17 @@ def zoo_thinking(budget: int):
                                      token_budget=budget)
 
 
+def settings_record(settings: Settings) -> dict:
+    """The settings a results JSON stores beside the figures."""
+    s = settings
+    return {"threshold": s.threshold, "scorer": repr(s.scorer), "k": s.k, "judge_threshold": s.judge_threshold,
+            "judge_min_prob": s.judge_min_prob, "verdict_k": s.verdict_k, "max_new_tokens": s.max_new_tokens,
+            "thinking": repr(s.thinking)}
+
+
 def run(quick: bool = False, json_path: str | None = None, threads: int | None = None, problems: int | None = None,
-        methods=METHODS, settings: Settings | None = None, weights: str | None = None, drafter: str = "small") -> dict:
+        methods=METHODS, settings: Settings | None = None, weights: str | None = None, drafter: str = "small",
+        rounds: int = 3) -> dict:
     if threads is not None:
         torch.set_num_threads(threads)
     models, test = zoo_models(weights, drafter)
@@ -53,13 +64,9 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
     settings = settings or Settings()
     if settings.thinking is None:
         settings.thinking = zoo_thinking(settings.max_new_tokens)
-    results = evaluate(models, test[:n], methods, settings)
-    out = {"benchmark": "reasoning", "pair": "arith-reasoning", "machine": machine_info(),
-           "settings": {"problems": n, "quick": quick, "drafter": drafter, "threshold": settings.threshold,
-                        "scorer": repr(settings.scorer), "k": settings.k, "judge_threshold": settings.judge_threshold,
-                        "judge_min_prob": settings.judge_min_prob, "verdict_k": settings.verdict_k,
-                        "max_new_tokens": settings.max_new_tokens, "thinking": repr(settings.thinking)},
-           "methods": results}
+    table = evaluate_table(models, test[:n], methods, settings, rounds=rounds)
+    record = {"problems": n, "quick": quick, "drafter": drafter, "rounds": rounds} | settings_record(settings)
+    out = results("reasoning", record, {"greedy": table}, pair="arith-reasoning")
     print(f"reasoning on arith-reasoning ({describe(out['machine'])}), {n} held-out problems")
-    print(markdown(results))
+    print(markdown(table))
     return save_results(out, json_path)

@@ -11,6 +11,17 @@ from multispec.cli import register_command
 from .bench import DRAFTERS
 
 
+def _rounds(text: str) -> int:
+    """--rounds: a positive int (the problems are split into that many timed rounds)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default=None, help="comma-separated subset of: base, small, specreason, "
                    "spec_thinking, verdict, exact, judge, generate, assisted (default: all)")
@@ -28,6 +39,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="the zoo pair's drafter and judge for the token-level rows (exact, judge, assisted): the "
                    "small model (default) or the styled drafter, which phrases steps its own way")
     p.add_argument("--max-new-tokens", type=int, default=320)
+    p.add_argument("--rounds", type=_rounds, default=3, help="the problems split into N timed rounds, each "
+                   "speedup from one round (default 3; fewer when there are fewer problems)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, metavar="PATH")
 
@@ -64,7 +77,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench import run
 
     run(quick=args.quick, json_path=args.json, threads=args.threads, problems=args.problems, methods=_methods(args),
-        settings=_settings(args), weights=args.weights, drafter=args.drafter)
+        settings=_settings(args), weights=args.weights, drafter=args.drafter, rounds=args.rounds)
     return 0
 
 
@@ -101,9 +114,12 @@ def _user_models(args):
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .bench import zoo_models, zoo_thinking
+    from multispec.bench.machine import save_results
+    from multispec.bench.recorder import results
+
+    from .bench import settings_record, zoo_models, zoo_thinking
     from .data import read_problems
-    from .evaluate import evaluate, markdown
+    from .evaluate import evaluate_table, markdown
 
     settings = _settings(args)
     if args.base is not None:
@@ -127,10 +143,10 @@ def _eval(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    results = evaluate(models, problems, _methods(args), settings)
-    print(markdown(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"problems": len(problems), "methods": results}, indent=2))
+    table = evaluate_table(models, problems, _methods(args), settings, rounds=args.rounds)
+    print(markdown(table))
+    record = {"problems": len(problems), "rounds": args.rounds} | settings_record(settings)
+    save_results(results("eval-reasoning", record, {"greedy": table}), args.json)
     return 0
 
 

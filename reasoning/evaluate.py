@@ -14,18 +14,22 @@ Methods (each a name in `METHODS`):
 - `generate`, `assisted`: the `transformers` baselines, the base's own greedy `generate` and assisted
   generation with the small model as assistant (lossless, so their accuracy is the base's).
 
-Per method: `accuracy`, `latency_s` (mean per problem), `tokens` (mean generated), `speedup_vs_base`
-(base latency / method latency, from the same run), plus the method's own counts.
+Timed through the one benchmark recorder (`multispec.bench.recorder`): a warm-up on the first problem, then
+the methods interleaved problem by problem, the problems split into rounds; one problem is one unit, so a
+method's `speedup` is the baseline's latency over its own within a round (median over rounds, with the
+[min, max] spread), the baseline being `base` when it runs (else the first method). Per method, besides the
+recorder's fields: `accuracy` (also under `quality`), `latency_s` (mean per problem), `tokens` (mean
+generated), `speedup_vs_base` (= `speedup`, when `base` runs), plus the method's own counts.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-from tqdm.auto import tqdm
+
+from multispec.bench.recorder import Recorder, partition
 
 from .data import Problem, format_prompt, is_correct
 
@@ -66,7 +70,8 @@ class Settings:
 
 
 def _run(method: str, models: Models, s: Settings, question: str) -> dict:
-    """One problem through one method: the generated text, seconds and the method's counts."""
+    """One problem through one method: the generated text, tokens and the method's counts (the recorder
+    times the call; the token-level rows also give their `SpeculativeStats` as `stats`)."""
     from multispec import speculative_generate
     from multispec.drafters import ModelDrafter
     from multispec.judge import Judge, JudgeStats
@@ -80,31 +85,29 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
     tok = models.tokenizer
     prompt = _encode(tok, models.prompt(question))
     eos = getattr(tok, "eos_token_id", None)
-    t0 = time.perf_counter()
     if method in ("base", "small"):
         writer = Writer.open(models.base if method == "base" else models.small, eos_token_id=eos)
         writer.start(prompt)
         out = writer.write(s.max_new_tokens)
-        return {"text": tok.decode(out), "seconds": time.perf_counter() - t0, "tokens": len(out)}
+        return {"text": tok.decode(out), "tokens": len(out)}
     if method == "specreason":
         sr = SpecReason(models.small, models.base, tok, s.scorer,
                         SpecReasonConfig(threshold=s.threshold, token_budget=s.max_new_tokens),
                         base_drafter=ModelDrafter(models.small), base_tree=s.k)
         r = sr.run(prompt)
-        return {"text": r.text, "seconds": r.seconds, "tokens": len(r.tokens),
+        return {"text": r.text, "tokens": len(r.tokens),
                 "counts": r.counters | {"small_tokens_kept": r.tokens_by.get("small", 0)}}
     if method == "spec_thinking":
         config = s.thinking or SpeculativeThinkingConfig(token_budget=s.max_new_tokens)
         st = SpeculativeThinking(models.small, models.base, tok, config, large_drafter=ModelDrafter(models.small),
                                  large_tree=s.k)
         r = st.run(prompt)
-        return {"text": r.text, "seconds": r.seconds, "tokens": len(r.tokens), "counts": r.counters}
+        return {"text": r.text, "tokens": len(r.tokens), "counts": r.counters}
     if method == "verdict":
         experts = {name: TextExpert(m, tok, models.prompt, s.max_new_tokens) for name, m in models.experts.items()}
         verdict = LikelihoodVerdict(TextExpert(models.base, tok, models.prompt, s.max_new_tokens))
         r = SpeculativeVerdict(experts, verdict, k=min(s.verdict_k, len(experts))).run(question)
-        return {"text": r.text, "answer": r.answer, "seconds": r.seconds, "tokens": 0,
-                "counts": {"chosen": r.chosen}}
+        return {"text": r.text, "answer": r.answer, "tokens": 0, "counts": {"chosen": r.chosen}}
     if method in ("generate", "assisted"):
         ids = torch.tensor([prompt])
         extra = {"assistant_model": models.drafter_model} if method == "assisted" else {}
@@ -113,7 +116,7 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
                                        do_sample=False, eos_token_id=eos, pad_token_id=_pad(tok, eos), **extra)
         new = seq[0, len(prompt):].tolist()
         new = new[: new.index(eos) + 1] if eos in new else new
-        return {"text": tok.decode(new), "seconds": time.perf_counter() - t0, "tokens": len(new)}
+        return {"text": tok.decode(new), "tokens": len(new)}
     if method in ("exact", "judge"):
         rule = None if method == "exact" else Judge(models.judge, s.judge_threshold, s.judge_min_prob)
         tally = JudgeStats()
@@ -124,9 +127,8 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
         new = out.sequences[0, len(prompt):].tolist()
         new = new[: new.index(eos) + 1] if eos in new else new
         st = out.stats
-        return {"text": tok.decode(new), "seconds": time.perf_counter() - t0, "tokens": len(new),
-                "counts": {"forwards": len(st.steps), "committed": st.committed, "drafted": st.drafted,
-                           "accepted": st.accepted, "overrides": tally.overrides}}
+        return {"text": tok.decode(new), "tokens": len(new), "stats": st,
+                "counts": {"drafted": st.drafted, "accepted": st.accepted, "overrides": tally.overrides}}
     raise ValueError(f"method: unknown method {method!r}; expected one of {', '.join(METHODS)}")
 
 
@@ -136,10 +138,45 @@ def _pad(tok, eos):
 
 
 def evaluate(models: Models, problems: Sequence[Problem], methods: Sequence[str] = METHODS,
-             settings: Settings | None = None, progress: bool = True, warmup: bool = True) -> dict:
-    """Run every method on every problem (methods interleaved problem by problem, so machine drift hits
-    all alike) and summarise per method."""
+             settings: Settings | None = None, progress: bool = True, warmup: bool = True, rounds: int = 3) -> dict:
+    """Every method's row (method -> row) of `evaluate_table`, for callers that read rows by method.
+    `progress` is accepted for older callers: the recorder always draws its progress bar."""
+    return evaluate_table(models, problems, methods, settings, warmup, rounds)["methods"]
+
+
+def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequence[str] = METHODS,
+                   settings: Settings | None = None, warmup: bool = True, rounds: int = 3) -> dict:
+    """Run every method on every problem through the recorder (methods interleaved problem by problem, the
+    problems split into `rounds`, fewer when there are fewer problems) and return its table, each row with
+    the method's accuracy and counts. `warmup`: run every method once on the first problem, untimed."""
     s = settings or Settings()
+    _check(models, methods)
+    if not problems:
+        raise ValueError("problems: expected at least one problem")
+    answers: dict[str, list[dict]] = {m: [] for m in methods}
+
+    def observe(method: str, problem: Problem, result: dict) -> None:
+        answers[method].append(result | {"correct": _correct(result, problem.answer)})
+
+    calls = {m: (lambda p, m=m: _run(m, models, s, p.question)) for m in methods}
+    baseline = "base" if "base" in methods else methods[0]
+    table = Recorder(calls, baseline, unit="problems", count=lambda p, r: 1, stats_of=lambda r: r.get("stats"),
+                     observe=observe).run(partition(problems, rounds), warmup=list(problems[:1]) if warmup else [],
+                                          desc="problems", round_inputs="partition")
+    rows = table["methods"]
+    for m, row in rows.items():
+        row |= _figures(m, answers[m], row)
+        if baseline == "base":  # the name readers of the earlier layout use
+            row["speedup_vs_base"] = row["speedup"]
+    if "exact" in rows and "judge" in rows:  # judge verification's gain: how much longer its accepted runs are
+        rows["judge"]["accepted_length_vs_exact"] = round(rows["judge"]["mean_accepted_length"] /
+                                                          max(rows["exact"]["mean_accepted_length"], 1e-9), 3)
+    return table
+
+
+def _check(models: Models, methods: Sequence[str]) -> None:
+    if not methods:
+        raise ValueError(f"methods: expected some of {', '.join(METHODS)}")
     for m in methods:
         if m not in METHODS:
             raise ValueError(f"methods: unknown method {m!r}; expected some of {', '.join(METHODS)}")
@@ -147,16 +184,6 @@ def evaluate(models: Models, problems: Sequence[Problem], methods: Sequence[str]
         raise ValueError("methods: 'judge' needs a trained judge head (multispec train judge)")
     if "verdict" in methods and len(models.experts) < 2:
         raise ValueError("methods: 'verdict' needs at least 2 experts")
-    if warmup and problems:
-        for m in methods:
-            _run(m, models, s, problems[0].question)
-    rows: dict[str, list[dict]] = {m: [] for m in methods}
-    for p in tqdm(problems, desc="problems", disable=not progress):
-        for m in methods:
-            r = _run(m, models, s, p.question)
-            r["correct"] = _correct(r, p.answer)
-            rows[m].append(r)
-    return summarise(rows)
 
 
 def _correct(result: dict, answer: float) -> bool:
@@ -165,54 +192,53 @@ def _correct(result: dict, answer: float) -> bool:
     return is_correct(result["text"], answer)
 
 
-def summarise(rows: dict[str, list[dict]]) -> dict:
-    out = {}
-    for m, rs in rows.items():
-        n = len(rs)
-        entry = {"accuracy": round(sum(r["correct"] for r in rs) / n, 4),
-                 "latency_s": round(sum(r["seconds"] for r in rs) / n, 4),
-                 "tokens": round(sum(r["tokens"] for r in rs) / n, 1), "problems": n}
-        counts = [r.get("counts", {}) for r in rs]
-        if m == "specreason":
-            scored = sum(c["scored"] for c in counts)
-            entry |= {"steps_accepted": sum(c["accepted"] for c in counts),
-                      "steps_rejected": sum(c["rejected"] for c in counts),
-                      "step_acceptance": round(sum(c["accepted"] for c in counts) / max(scored, 1), 4),
-                      "small_token_share": round(sum(c["small_tokens_kept"] for c in counts) /
-                                                 max(sum(r["tokens"] for r in rs), 1), 4)}
-        if m == "spec_thinking":
-            entry |= {k: sum(c[k] for c in counts) for k in ("triggers", "takeovers", "verify_spans", "recaps")}
-            entry["large_token_share"] = round(sum(c["large_tokens_written"] for c in counts) /
-                                               max(sum(r["tokens"] for r in rs), 1), 4)
-        if m in ("exact", "judge"):
-            forwards = sum(c["forwards"] for c in counts)
-            entry |= {"mean_accepted_length": round(sum(c["committed"] for c in counts) / max(forwards, 1), 3),
-                      "acceptance_rate": round(sum(c["accepted"] for c in counts) /
-                                               max(sum(c["drafted"] for c in counts), 1), 4),
-                      "overrides": sum(c["overrides"] for c in counts)}
-        out[m] = entry
-    if "base" in out:
-        for entry in out.values():
-            entry["speedup_vs_base"] = round(out["base"]["latency_s"] / entry["latency_s"], 3)
-    if "exact" in out and "judge" in out:  # judge verification's gain: how much longer its accepted runs are
-        out["judge"]["accepted_length_vs_exact"] = round(out["judge"]["mean_accepted_length"] /
-                                                         max(out["exact"]["mean_accepted_length"], 1e-9), 3)
+def _figures(method: str, rs: list[dict], row: dict) -> dict:
+    """One method's figures from its per-problem results (`row`: the recorder's, for the timing)."""
+    n = len(rs)
+    accuracy = round(sum(r["correct"] for r in rs) / n, 4)
+    tokens = sum(r["tokens"] for r in rs)
+    out = {"quality": {"accuracy": accuracy}, "accuracy": accuracy, "latency_s": round(row["seconds"] / n, 4),
+           "tokens": round(tokens / n, 1)}
+    counts = [r.get("counts", {}) for r in rs]
+    total = lambda key: sum(c[key] for c in counts)  # noqa: E731
+    if method == "specreason":
+        out |= {"steps_accepted": total("accepted"), "steps_rejected": total("rejected"),
+                "step_acceptance": round(total("accepted") / max(total("scored"), 1), 4),
+                "small_token_share": round(total("small_tokens_kept") / max(tokens, 1), 4)}
+    if method == "spec_thinking":
+        out |= {k: total(k) for k in ("triggers", "takeovers", "verify_spans", "recaps")}
+        out["large_token_share"] = round(total("large_tokens_written") / max(tokens, 1), 4)
+    if method in ("exact", "judge"):  # the recorder's mean_accepted_length comes from their stats
+        out |= {"acceptance_rate": round(total("accepted") / max(total("drafted"), 1), 4),
+                "overrides": total("overrides")}
     return out
 
 
+def _speedup(r: dict) -> str:
+    if "speedup_spread" in r:
+        lo, hi = r["speedup_spread"]
+        return f"{r['speedup']:.2f}x [{lo:.2f}-{hi:.2f}]"
+    return f"{r['speedup_vs_base']:.2f}x" if "speedup_vs_base" in r else "-"  # rows stored before the recorder
+
+
 def markdown(results: dict) -> str:
-    lines = ["| method | accuracy | latency (s) | vs base | tokens | notes |", "|---|---|---|---|---|---|"]
-    for m, r in results.items():
+    """A Markdown table of an `evaluate_table` table, or of method rows (`evaluate`, or stored results)."""
+    rows = results["methods"] if "baseline" in results else results
+    lines = ["| method | accuracy | latency (s) | speedup [spread] | tokens | notes |", "|---|---|---|---|---|---|"]
+    for m, r in rows.items():
         notes = []
         if "step_acceptance" in r:
             notes.append(f"steps accepted {r['steps_accepted']}, rejected {r['steps_rejected']}")
         if "triggers" in r:
             notes.append(f"triggers {r['triggers']}, large share {r['large_token_share']:.2f}")
-        if "mean_accepted_length" in r:
+        if "overrides" in r:
             notes.append(f"mean accepted length {r['mean_accepted_length']:.2f}, overrides {r['overrides']}")
         if "accepted_length_vs_exact" in r:
             notes.append(f"{r['accepted_length_vs_exact']:.2f}x exact's accepted length")
-        vs = f"{r['speedup_vs_base']:.2f}x" if "speedup_vs_base" in r else "-"
-        lines.append(f"| {m} | {r['accuracy']:.3f} | {r['latency_s']:.3f} | {vs} | {r['tokens']:.0f} "
+        lines.append(f"| {m} | {r['accuracy']:.3f} | {r['latency_s']:.3f} | {_speedup(r)} | {r['tokens']:.0f} "
                      f"| {'; '.join(notes)} |")
+    if "baseline" in results:
+        lines += ["", f"{results['rounds']} rounds ({results['round_inputs']}, problems per round "
+                      f"{results['inputs_per_round']}); speedup: median of the per-round ratios of "
+                      f"`{results['baseline']}`'s latency to the method's, [min-max] across rounds"]
     return "\n".join(lines)

@@ -3,6 +3,7 @@ drafts and emits digits of the requested class; the CLI benchmark and `eval imag
 continuous` run; the training pipeline runs (a smoke run in a temporary folder, then resumed)."""
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -42,20 +43,38 @@ def test_origins_account_for_every_token(pair):
         generate_continuous(pair.target, torch.tensor([3, 4]), pair.draft, k=2).origins()
 
 
+def check_speed_table(res: dict, names: set[str], rounds: int) -> dict:
+    """The image bench's recorder table: every method timed in every round, one image per timed call,
+    each speedup inside its own spread; returns its rows."""
+    assert res["schema"] == "multispec.bench/1" and res["benchmark"] == "image-ar" and res["machine"]["git_commit"]
+    table = res["tables"]["sampling"]
+    assert table["baseline"] == "ar" and table["unit"] == "images" and table["round_inputs"] == "partition"
+    assert table["rounds"] == rounds and sum(table["inputs_per_round"]) == res["settings"]["timing_images"]
+    rows = table["methods"]
+    assert names <= set(rows)
+    assert rows["ar"]["speedup"] == 1.0 and rows["ar"]["speedup_spread"] == [1.0, 1.0]
+    for name, row in rows.items():
+        assert row["images"] == res["settings"]["timing_images"] and row["images_per_s"] > 0, name
+        assert len(row["speedup_rounds"]) == rounds
+        lo, hi = row["speedup_spread"]
+        assert lo <= row["speedup"] <= hi
+        assert row["speedup"] == pytest.approx(statistics.median(row["speedup_rounds"]), abs=1e-3)
+    return rows
+
+
 def test_cli_bench_and_eval(tmp_path):
     from multispec.cli import main
 
     out = tmp_path / "bench.json"
-    assert main(["bench", "image-ar", "--method", "continuous", "--timing-images", "1", "--fid-images", "10",
-                 "--json", str(out)]) == 0
+    assert main(["bench", "image-ar", "--method", "continuous", "--timing-images", "2", "--rounds", "2",
+                 "--fid-images", "10", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
-    rows = res["methods"]
-    for key in ("ar", "ar_steps4", "spec_k4", "spec_k4_relax2", "draft_alone"):
-        assert key in rows
-    assert rows["spec_k4"]["acceptance_rate"] > 0 and rows["ar"]["speedup_vs_ar"] == 1.0
+    assert res["method"] == "continuous"
+    rows = check_speed_table(res, {"ar", "ar_steps4", "spec_k4", "spec_k4_relax2", "draft_alone"}, rounds=2)
+    assert rows["spec_k4"]["acceptance_rate"] > 0 and rows["spec_k4"]["mean_accepted_length"] > 1
     assert res["peer_at_equal_time"].startswith("ar_steps")
     for row in rows.values():
-        assert row["fid"] > 0 and row["images_per_s"] > 0
+        assert row["quality"]["fid"] > 0 and row["residual_fallbacks"] >= 0
     assert main(["bench", "image-ar", "--method", "continuous", "--top-k", "5"]) == 2
     scores = tmp_path / "eval.json"
     assert main(["eval", "image", "--method", "continuous", "--num", "10", "--json", str(scores)]) == 0

@@ -4,6 +4,7 @@ reporting TVD <= delta, the CLI benchmark and image evaluation run, and the trai
 run in a temporary folder, resumed)."""
 
 import json
+import statistics
 
 import numpy as np
 import pytest
@@ -42,23 +43,47 @@ def test_lantern_accepts_more_than_exact_within_its_budget(pair):
     assert float((pair.classifier.logits(lantern.images).argmax(-1) == torch.tensor(labels)).float().mean()) >= 0.8
 
 
+def check_speed_table(res: dict, names: set[str], rounds: int) -> dict:
+    """The image bench's recorder table: every method timed in every round, one image per timed call,
+    each speedup inside its own spread; returns its rows."""
+    assert res["schema"] == "multispec.bench/1" and res["benchmark"] == "image-ar" and res["machine"]["git_commit"]
+    table = res["tables"]["sampling"]
+    assert table["baseline"] == "ar" and table["unit"] == "images" and table["round_inputs"] == "partition"
+    assert table["rounds"] == rounds and sum(table["inputs_per_round"]) == res["settings"]["timing_images"]
+    rows = table["methods"]
+    assert names <= set(rows)
+    assert rows["ar"]["speedup"] == 1.0 and rows["ar"]["speedup_spread"] == [1.0, 1.0]
+    for name, row in rows.items():
+        assert row["images"] == res["settings"]["timing_images"] and row["images_per_s"] > 0, name
+        assert len(row["speedup_rounds"]) == rounds
+        lo, hi = row["speedup_spread"]
+        assert lo <= row["speedup"] <= hi
+        assert row["speedup"] == pytest.approx(statistics.median(row["speedup_rounds"]), abs=1e-3)
+    return rows
+
+
 def test_cli_bench_and_eval(tmp_path, capsys, pair):
     from multispec.cli import main
 
     out = tmp_path / "bench.json"
-    assert main(["bench", "image-ar", "--timing-images", "2", "--fid-images", "20", "--json", str(out)]) == 0
+    assert main(["bench", "image-ar", "--timing-images", "2", "--fid-images", "20", "--rounds", "2",
+                 "--json", str(out)]) == 0
+    assert "vs AR [spread]" in capsys.readouterr().out
     res = json.loads(out.read_text())
-    assert res["greedy_identical"] is True
-    rows = res["methods"]
-    for key in ("ar", "ar_hf", "exact_chain_k6", "exact_tree", "lantern_d0.2_chain_k6", "lantern_d0.2_tree",
-                "lantern_pp_l10_static", "draft_model_lantern_d0.2_chain_k6"):
-        assert key in rows
+    assert res["greedy_identical"] is True and res["method"] == "lantern"
+    rows = check_speed_table(res, {"ar", "ar_hf", "exact_chain_k6", "exact_tree", "lantern_d0.2_chain_k6",
+                                   "lantern_d0.2_tree", "lantern_pp_l10_static", "draft_model_lantern_d0.2_chain_k6"},
+                             rounds=2)
     for name, row in rows.items():
-        assert row["images_per_s"] > 0 and row["max_tvd"] <= (0.4 + 1e-6 if "lantern_d" in name else 1.0)
+        assert row["tokens_per_s"] > 0 and row["max_tvd"] <= (0.4 + 1e-6 if "lantern_d" in name else 1.0)
         assert row["max_tvd"] == 0.0 or "lantern" in name
         if name != "ar_hf":
-            assert row["fid"] > 0 and "speedup_vs_ar" in row
-    assert rows["exact_tree"]["max_tvd"] == 0.0
+            assert row["quality"]["fid"] > 0 and 0 <= row["quality"]["class_accuracy"] <= 1
+    assert "quality" not in rows["ar_hf"] and rows["ar"]["quality"]["fid_vs_ar"] == 1.0
+    assert rows["exact_tree"]["max_tvd"] == 0.0 and rows["exact_tree"]["mean_accepted_length"] > 1
+    with pytest.raises(SystemExit):
+        main(["bench", "image-ar", "--rounds", "0"])
+    assert "--rounds" in capsys.readouterr().err
     images = (pair.vqvae.decode(torch.randint(0, 512, (20, 49))) * 255).byte()[:, 0].numpy()
     np.savez(tmp_path / "mine.npz", images=images, labels=np.arange(20) % 10)
     assert main(["eval", "image", "--images", str(tmp_path / "mine.npz"), "--json", str(tmp_path / "e.json")]) == 0

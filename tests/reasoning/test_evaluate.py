@@ -1,5 +1,7 @@
-"""`evaluate` runs every method on tiny random models and summarises them; the judge rule plugged into the
-token-level rows counts its overrides."""
+"""`evaluate` runs every method on tiny random models through the benchmark recorder and summarises them;
+the judge rule plugged into the token-level rows counts its overrides."""
+
+import statistics
 
 import pytest
 import torch
@@ -7,7 +9,7 @@ import torch
 from multispec.judge import JudgeHead
 from multispec.reasoning import METHODS, Models, Settings, evaluate
 from multispec.reasoning.data import Problem
-from multispec.reasoning.evaluate import markdown
+from multispec.reasoning.evaluate import evaluate_table, markdown
 
 
 def test_every_method_runs_and_is_summarised(models, tok):
@@ -18,18 +20,39 @@ def test_every_method_runs_and_is_summarised(models, tok):
         head.linear.bias.fill_(4.0)  # approves every draft (no floor: random models rate no draft at 0.2)
     m = Models(base, small, tok, {"small": small, "base-as-expert": base}, head)
     problems = [Problem("What is 2 + 2?", 4), Problem("Compute 3 * 5.", 15)]
-    results = evaluate(m, problems, METHODS, Settings(max_new_tokens=24, k=3, judge_min_prob=0.0), progress=False)
+    table = evaluate_table(m, problems, METHODS, Settings(max_new_tokens=24, k=3, judge_min_prob=0.0))
+    # one problem per round (fewer problems than the 3 default rounds), the base the baseline
+    assert table["baseline"] == "base" and table["unit"] == "problems" and table["round_inputs"] == "partition"
+    assert table["rounds"] == 2 and table["inputs_per_round"] == [1, 1]
+    results = table["methods"]
     assert set(results) == set(METHODS)
     for name, r in results.items():
-        assert 0 <= r["accuracy"] <= 1 and r["latency_s"] > 0 and r["problems"] == 2, name
-        assert r["speedup_vs_base"] > 0
-    assert results["base"]["speedup_vs_base"] == 1.0
+        assert 0 <= r["accuracy"] <= 1 and r["quality"]["accuracy"] == r["accuracy"], name
+        assert r["latency_s"] > 0 and r["problems"] == 2
+        assert r["latency_s"] == pytest.approx(r["seconds"] / 2, abs=1e-3)
+        assert len(r["speedup_rounds"]) == 2 and r["speedup_vs_base"] == r["speedup"] > 0
+        lo, hi = r["speedup_spread"]
+        assert lo <= r["speedup"] <= hi
+        assert r["speedup"] == pytest.approx(statistics.median(r["speedup_rounds"]), abs=1e-3)
+    assert results["base"]["speedup"] == 1.0 and results["base"]["speedup_spread"] == [1.0, 1.0]
     assert results["judge"]["mean_accepted_length"] > results["exact"]["mean_accepted_length"]
     assert results["judge"]["overrides"] > 0 and results["exact"]["overrides"] == 0
     ratio = results["judge"]["mean_accepted_length"] / results["exact"]["mean_accepted_length"]
     assert results["judge"]["accepted_length_vs_exact"] == pytest.approx(ratio, abs=1e-3)
     assert results["specreason"]["steps_accepted"] + results["specreason"]["steps_rejected"] > 0
-    assert "| judge |" in markdown(results)
+    assert "| judge |" in markdown(table) and "| judge |" in markdown(results)
+    assert "2 rounds" in markdown(table)
+
+
+def test_without_the_base_the_first_method_is_the_baseline(models, tok):
+    base, small = models
+    problems = [Problem("What is 2 + 2?", 4), Problem("Compute 3 * 5.", 15), Problem("Compute 1 + 1.", 2)]
+    table = evaluate_table(Models(base, small, tok), problems, ["small", "exact"], Settings(max_new_tokens=12, k=3),
+                           rounds=2, warmup=False)
+    assert table["baseline"] == "small" and table["inputs_per_round"] == [2, 1]
+    assert table["methods"]["small"]["speedup"] == 1.0 and "speedup_vs_base" not in table["methods"]["exact"]
+    with pytest.raises(ValueError, match="rounds"):
+        evaluate_table(Models(base, small, tok), problems, ["small"], rounds=0)
 
 
 def test_bad_method_lists_are_refused(models, tok):

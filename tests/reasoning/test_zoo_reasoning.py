@@ -91,25 +91,36 @@ def test_judge_decoding(pair):
     assert sum(judge_len) > sum(exact_len)
 
 
-def test_cli_bench_eval_and_train_judge(tmp_path, pair):
+def test_cli_bench_eval_and_train_judge(tmp_path, capsys, pair):
     from multispec.cli import main
     from multispec.reasoning import write_problems
 
     out = tmp_path / "bench.json"
     assert main(["bench", "reasoning", "--problems", "2", "--methods", "base,small,specreason,judge",
-                 "--judge-min-prob", "0.2", "--json", str(out)]) == 0
-    assert json.loads(out.read_text())["settings"]["judge_min_prob"] == 0.2
-    rows = json.loads(out.read_text())["methods"]
-    assert set(rows) == {"base", "small", "specreason", "judge"} and rows["base"]["speedup_vs_base"] == 1.0
+                 "--judge-min-prob", "0.2", "--rounds", "2", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["schema"] == "multispec.bench/1" and res["benchmark"] == "reasoning" and res["machine"]["git_commit"]
+    assert res["settings"]["judge_min_prob"] == 0.2 and res["settings"]["rounds"] == 2
+    table = res["tables"]["greedy"]
+    assert table["baseline"] == "base" and table["rounds"] == 2 and table["inputs_per_round"] == [1, 1]
+    rows = table["methods"]
+    assert set(rows) == {"base", "small", "specreason", "judge"} and rows["base"]["speedup"] == 1.0
+    for row in rows.values():
+        lo, hi = row["speedup_spread"]
+        assert len(row["speedup_rounds"]) == 2 and lo <= row["speedup"] <= hi
+        assert row["speedup_vs_base"] == row["speedup"] and 0 <= row["quality"]["accuracy"] <= 1
     data = tmp_path / "problems.jsonl"
     write_problems(pair.test[:2], data)
     scores = tmp_path / "eval.json"
     assert main(["eval", "reasoning", "--data", str(data), "--methods", "base,spec_thinking,verdict",
                  "--json", str(scores)]) == 0
-    assert json.loads(scores.read_text())["problems"] == 2
+    evaluated = json.loads(scores.read_text())
+    assert evaluated["benchmark"] == "eval-reasoning" and evaluated["settings"]["problems"] == 2
+    assert set(evaluated["tables"]["greedy"]["methods"]) == {"base", "spec_thinking", "verdict"}
     assert main(["eval", "reasoning", "--data", str(data), "--drafter", "styled", "--methods", "exact,judge",
                  "--json", str(scores)]) == 0
-    assert json.loads(scores.read_text())["methods"]["judge"]["overrides"] > 0  # the styled judge's approvals
+    # the styled judge's approvals
+    assert json.loads(scores.read_text())["tables"]["greedy"]["methods"]["judge"]["overrides"] > 0
     assert main(["eval", "reasoning", "--base", "b", "--small", "s", "--drafter", "styled"]) == 2
     assert main(["train", "judge", "--problems", "10", "--out", str(tmp_path / "judge")]) == 0
     assert (tmp_path / "judge" / "judge.safetensors").exists()
@@ -118,10 +129,14 @@ def test_cli_bench_eval_and_train_judge(tmp_path, pair):
                  "--on-policy-threshold", "1.1", "--out", str(tmp_path / "judge2")]) == 0
     assert (tmp_path / "judge2" / "judge.safetensors").exists()
     assert main(["bench", "reasoning", "--methods", "tea"]) == 2
+    with pytest.raises(SystemExit):
+        main(["eval", "reasoning", "--rounds", "-1"])
+    assert "--rounds" in capsys.readouterr().err
     assert main(["bench", "reasoning", "--problems", "1", "--drafter", "styled", "--methods", "base,exact,judge",
                  "--json", str(out)]) == 0
     styled = json.loads(out.read_text())
-    assert styled["settings"]["drafter"] == "styled" and "accepted_length_vs_exact" in styled["methods"]["judge"]
+    assert styled["settings"]["drafter"] == "styled"
+    assert "accepted_length_vs_exact" in styled["tables"]["greedy"]["methods"]["judge"]
     from multispec.reasoning.bench import zoo_models
 
     with pytest.raises(ValueError, match="drafter"):
