@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from multispec.bench.machine import describe, machine_info, save_results
-from multispec.image_ar.continuous_pair import CFG_SCALE, _optimizer, grid_weights, load_pair
+from multispec.image_ar.continuous_pair import CFG_SCALE, grid_weights, load_pair
+from multispec.image_ar.continuous_pair import optimizer as _optimizer
 from multispec.image_ar.data import load_digits_dataset
 from multispec.image_ar.diffusion_head import TRAIN_STEPS, Trajectory, schedule_scheduler
 from multispec.image_ar.head_sampler import HeadSampler

@@ -20,6 +20,7 @@ from multispec.zoo import register_entry
 from . import cli as _cli
 
 from .continuous_eagle import PatchEagle, PatchEagleConfig, train_eagle
+from .continuous_pair import load_pair as _load_continuous_pair
 from .continuous_pair import zoo_entry as continuous_zoo_entry
 from .continuous_spec import ContinuousImageOutput, TrajectoryRatio, generate_continuous
 from .generate import ImageGenerationOutput, generate_ar, generate_images
@@ -31,6 +32,8 @@ from .relaxed import Relaxed, RelaxedVerdict
 from .target import ImageGPTTarget
 from .vqvae import VQVAE
 from .zoo_pair import CFG_SCALE, zoo_entry
+from .zoo_pair import image_drafter as _image_drafter
+from .zoo_pair import load_pair as _load_image_pair
 
 register_target_adapter(lambda model: getattr(getattr(model, "config", None), "model_type", None) == "janus",
                         JanusImageTarget)
@@ -40,27 +43,20 @@ register_entry(continuous_zoo_entry())
 _cli.register()
 
 
-
 def load_image_pair(folder=None):
     """The zoo's class-conditional pair (`mnist-vq-gpt`): tokenizer, target, drafters, classifier."""
-    from .zoo_pair import load_pair
-
-    return load_pair(folder)
+    return _load_image_pair(folder)
 
 
 def load_continuous_pair(folder=None):
     """The zoo's continuous-token pair (`mnist-patch-diffusion`): target and draft `PatchAR`, classifier."""
-    from .continuous_pair import load_pair
-
-    return load_pair(folder)
+    return _load_continuous_pair(folder)
 
 
 def image_drafter(pair, kind: str = "eagle", guidance_scale: float | None = CFG_SCALE):
     """A drafter of `pair`: "eagle" (its EAGLE head, distilled at the zoo's guidance scale) or "draft" (its
     small AR model, guided like the target at `guidance_scale`; None: unguided)."""
-    from .zoo_pair import image_drafter as make
-
-    return make(pair, kind, guidance_scale)
+    return _image_drafter(pair, kind, guidance_scale)
 
 
 __all__ = ["VQVAE", "ClassConditionalGPT", "ContinuousImageOutput", "ImageGPTConfig", "ImageGPTTarget",

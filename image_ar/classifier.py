@@ -13,6 +13,10 @@ import torch.nn.functional as F
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from multispec.zoo.training import train_steps
+
+from .data import shifted
+
 
 class DigitClassifier(nn.Module, PyTorchModelHubMixin):
     """Images [N, 1, 28, 28] in [0, 1] (uint8 in [0, 255] is accepted too, as torchmetrics passes)."""
@@ -46,22 +50,17 @@ class DigitClassifier(nn.Module, PyTorchModelHubMixin):
 def train_classifier(images: torch.Tensor, labels: torch.Tensor, *, steps: int = 1200, batch_size: int = 128,
                      lr: float = 2e-3, seed: int = 0, progress: bool = True) -> DigitClassifier:
     """Train on `images` (with small random shifts) and `labels`; returns the model in eval mode."""
-    from tqdm.auto import tqdm
-
-    from .data import shifted
-
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = DigitClassifier()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
-    for _ in tqdm(range(steps), desc="classifier", disable=not progress):
+
+    def step_loss(_: int) -> torch.Tensor:
         idx = torch.randint(0, len(images), (batch_size,), generator=g)
-        loss = F.cross_entropy(model.logits(shifted(images[idx], 2, g)), labels[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
+        return F.cross_entropy(model.logits(shifted(images[idx], 2, g)), labels[idx])
+
+    train_steps(model, None, steps, opt, sched, "classifier", loss=step_loss, clip=None, progress=progress)
     return model.eval()
 
 

@@ -22,9 +22,16 @@ import torch
 import torch.nn.functional as F
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
+from tqdm.auto import tqdm
 
+from multispec.zoo.training import train_steps
+
+from .continuous_pair import grid_weights, optimizer
+from .diffusion_head import Trajectory, schedule_scheduler
 from .head_sampler import HeadConditions, HeadSampler
-from .patch_ar import PatchAR, PatchCache, run_layers
+from .patch_ar import PatchAR, PatchCache, patchify, run_layers
+from .trajectory import TrajectoryDraft, TrajectoryNodes
+from .trajectory_kernel import trajectory_log_ratio
 
 
 @dataclass
@@ -113,9 +120,7 @@ class PatchEagleDrafter:
         # pairs (z_j, x_j) for the prefilled tokens: the target's prefill computed z_0 .. z_{m-1}
         self._pending = (self.adapter.prefill_features, self._tokens(values))
 
-    def propose(self, roots: torch.Tensor, k: int, generator: torch.Generator | None = None):
-        from .continuous_spec import TrajectoryDraft, TrajectoryNodes
-
+    def propose(self, roots: torch.Tensor, k: int, generator: torch.Generator | None = None) -> TrajectoryDraft:
         b = roots.shape[0]
         features, tokens = self._pending
         z = self.eagle(features, tokens, self.cache)[:, -1:]
@@ -149,9 +154,6 @@ class PatchEagleDrafter:
 def target_features(target: PatchAR, images: torch.Tensor, labels: torch.Tensor, generator: torch.Generator):
     """(clean tokens [B, L, D], fed tokens [B, L, D] (noised to the stop level, as sampling emits them),
     z [2B, L, H]: the target's conditions, conditional rows then unconditional (null class) rows)."""
-    from .diffusion_head import schedule_scheduler
-    from .patch_ar import patchify
-
     c = target.config
     ac = schedule_scheduler().alphas_cumprod[c.stop]
     x0 = patchify(images, c.patch)
@@ -168,9 +170,6 @@ def eagle_loss(eagle: PatchEagle, target: PatchAR, x0, fed, z, *, guidance_scale
     proportion to their weight in the acceptance log ratio (so the second term estimates the expected
     log ratio a draft pays). `rollout`: feed the draft's own (detached) predictions as features, as in a
     chain. Rows: z [2B, L, H] (conditional then unconditional halves), tokens [B, L, D]."""
-    from .continuous_pair import grid_weights
-    from .diffusion_head import schedule_scheduler
-
     b, length, d = x0.shape
     h = z.shape[-1]
     features, tokens, truth = z[:, :-1], fed[:, :-1].repeat(2, 1, 1), z[:, 1:]
@@ -201,10 +200,6 @@ def train_eagle(target: PatchAR, images: torch.Tensor, labels: torch.Tensor, *, 
                 seed: int = 0, ffn: int = 4, layers: int = 1, progress: bool = True) -> tuple[PatchEagle, list[float]]:
     """Train a `PatchEagle` for `target` on `pool` images (their target features computed once, one noise
     draw each), every other step with the feature rollout. The target (and its head) stay frozen."""
-    from tqdm.auto import tqdm
-
-    from .continuous_pair import _optimizer
-
     c = target.config
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
@@ -217,22 +212,16 @@ def train_eagle(target: PatchAR, images: torch.Tensor, labels: torch.Tensor, *, 
     x0, fed = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     zc = torch.cat([p[2][: len(p[0])] for p in parts])
     zu = torch.cat([p[2][len(p[0]):] for p in parts])
-    opt, sched = _optimizer(eagle, lr, steps)
-    losses = []
-    bar = tqdm(range(steps), desc="eagle draft", unit="step", disable=not progress)
-    eagle.train()
-    for step in bar:
+    opt, sched = optimizer(eagle, lr, steps)
+
+    def step_loss(step: int) -> torch.Tensor:
         idx = torch.randint(0, len(x0), (batch_size,), generator=g)
-        loss = eagle_loss(eagle, target, x0[idx], fed[idx], torch.cat([zc[idx], zu[idx]]),
+        return eagle_loss(eagle, target, x0[idx], fed[idx], torch.cat([zc[idx], zu[idx]]),
                           guidance_scale=guidance_scale, head_weight=head_weight, rollout=step % 2 == 1,
                           samples=512, generator=g)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(eagle.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-        bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.4f}")
+
+    eagle.train()
+    losses = train_steps(eagle, None, steps, opt, sched, "eagle draft", loss=step_loss, progress=progress)
     return eagle.eval(), losses
 
 
@@ -242,9 +231,6 @@ def teacher_forced_acceptance(target: PatchAR, eagle: PatchEagle, images: torch.
     """E[min(1, p(τ)/q(τ))] of one draft trajectory per token of held-out `images` (true prefixes; with
     `rollout` the draft reads its own predicted features throughout, a pessimistic stand-in for deep chain
     positions)."""
-    from .diffusion_head import Trajectory
-    from .trajectory_kernel import trajectory_log_ratio
-
     c = target.config
     g = torch.Generator().manual_seed(seed)
     _, fed, z = target_features(target, images[:, 0] * 2 - 1, labels, g)

@@ -14,13 +14,20 @@ The image metrics use the classifier of the `mnist-vq-gpt` pair (the same digits
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from multispec import zoo
+from multispec.zoo import ZooEntry, ZooPair
+from multispec.zoo.training import adamw_cosine, train_steps
+
+from .classifier import DigitClassifier
+from .data import load_digits_dataset, shifted
+from .diffusion_head import TRAIN_STEPS, Trajectory, schedule_scheduler
 from .patch_ar import PatchAR, PatchARConfig, patchify
+from .zoo_pair import NAME as VQ_NAME
 
 NAME = "mnist-patch-diffusion"
 CFG_SCALE = 2.0  # the guidance the benchmark samples with
@@ -39,31 +46,22 @@ class ContinuousPair:
 
 
 def _batches(images: torch.Tensor, labels: torch.Tensor, batch_size: int, g: torch.Generator):
-    from .data import shifted
-
     while True:
         idx = torch.randint(0, len(images), (batch_size,), generator=g)
         x = shifted(images[idx], 2, g)[:, 0] * 2 - 1
         yield x, labels[idx]
 
 
-def _optimizer(model, lr: float, steps: int):
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.02}, {"params": rest, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95))
-    warmup = max(1, steps // 30)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
-    return opt, sched
+def optimizer(model: torch.nn.Module, lr: float, steps: int):
+    """(optimiser, schedule) of the pair's models: AdamW (weight decay 0.02 on the matrices), a warmup over
+    a thirtieth of `steps`, then a half cosine to 0."""
+    return adamw_cosine(model, lr, steps, weight_decay=0.02)
 
 
 def grid_weights(config: PatchARConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """(timesteps [S - 1], w [S - 1]): the grid's transition steps and the weight w_i with which a noise-
     prediction difference δε enters the trajectory log ratio, log p/q ~ -1/2 Σ_i w_i |δε_i|² (w_i =
     (c0_i sqrt(1 - ᾱ_i) / sqrt(ᾱ_i))² / σ_i², c0 the posterior mean's x̂0 coefficient)."""
-    from .diffusion_head import Trajectory
-
     traj = Trajectory.make(config.steps, config.stop)
     a = traj.alphas_cumprod[:-1]
     return traj.timesteps[:-1], (traj.mean_x0 * (1 - a).sqrt() / a.sqrt()) ** 2 / traj.std ** 2
@@ -76,8 +74,6 @@ def distillation_loss(draft: PatchAR, target: PatchAR, images: torch.Tensor, lab
     ε_u) at the sampling grid's transition steps drawn in proportion to their weight in the acceptance
     log ratio (`grid_weights`): the second term is the expected trajectory log ratio itself, up to the
     state distribution (forward-noised data here, draft trajectories at sampling time)."""
-    from .diffusion_head import TRAIN_STEPS, schedule_scheduler
-
     c = draft.config
     x0 = patchify(images, c.patch)
     b = len(labels)
@@ -135,28 +131,21 @@ def train_model(config: PatchARConfig, images, labels, *, steps: int, batch_size
                 init: PatchAR | None = None):
     """Train a `PatchAR` on MNIST (diffusion loss, plus `distill_weight` x the distillation loss to `teacher`),
     from `init` when given (else freshly initialised)."""
-    from tqdm.auto import tqdm
-
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = PatchAR(config) if init is None else init
-    opt, sched = _optimizer(model, lr, steps)
+    opt, sched = optimizer(model, lr, steps)
     data = _batches(images, labels, batch_size, g)
-    losses = []
-    bar = tqdm(range(steps), desc=desc, unit="step", disable=not progress)
-    model.train()
-    for _ in bar:
+
+    def step_loss(_: int) -> torch.Tensor:
         x, y = next(data)
         loss = model.loss(x, y, generator=g)
         if teacher is not None and distill_weight:
             loss = loss + distill_weight * distillation_loss(model, teacher, x, y, generator=g)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-        bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.4f}")
+        return loss
+
+    model.train()
+    losses = train_steps(model, None, steps, opt, sched, desc, loss=step_loss, progress=progress)
     return model.eval(), losses
 
 
@@ -184,8 +173,6 @@ def load_model(folder: Path) -> PatchAR:
 
 def train_pair(folder: Path, *, quick: bool = False) -> dict:
     """Train the target, then the draft, into `folder`; stages recorded in `report.json` are kept."""
-    from .data import load_digits_dataset
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     report_path = folder / "report.json"
@@ -217,11 +204,6 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
 
 def load_pair(folder: Path | None = None) -> ContinuousPair:
     """The trained pair from `folder` (default: the shipped zoo weights) with the digit classifier."""
-    from multispec import zoo
-
-    from .classifier import DigitClassifier
-    from .zoo_pair import NAME as VQ_NAME
-
     folder = Path(folder) if folder is not None else zoo.path(NAME)
     if not (folder / "target" / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {NAME}`")
@@ -230,16 +212,12 @@ def load_pair(folder: Path | None = None) -> ContinuousPair:
 
 
 def _zoo_load(folder: Path):
-    from multispec.zoo import ZooPair
-
     pair = load_pair(folder)
     # no tokenizer: tokens are pixel patches (patchify / unpatchify); the drafter is the small PatchAR
     return ZooPair(pair.target, pair.draft, None, NAME)
 
 
 def zoo_entry():
-    from multispec.zoo import ZooEntry
-
     return ZooEntry(NAME, "class-conditional MNIST, continuous tokens: 4x4 pixel patches, a 14-layer causal transformer "
                     "with a diffusion head (DDPM cosine, 8-point grid) and a 1-layer draft distilled on its noise "
                     "predictions (multispec.image_ar; continuous speculative decoding)", None,

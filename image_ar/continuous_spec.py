@@ -27,16 +27,19 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from multispec.continuous import ContinuousDraft, ContinuousVerdict, DensityRatio, continuous_generate
+from multispec.continuous import continuous_generate
 from multispec.metrics import SpeculativeStats
+from multispec.rules import ContinuousVerdict, DensityRatio
 
+from .continuous_eagle import PatchEagle, PatchEagleDrafter, check_eagle
 from .diffusion_head import Trajectory
 from .head_sampler import HeadConditions, HeadSampler
 from .patch_ar import PatchAR, check_pair, unpatchify
+from .trajectory import TrajectoryDraft, TrajectoryNodes
 from .trajectory_kernel import trajectory_log_ratio
 
 
@@ -82,39 +85,6 @@ class _Runner:
         c, u = _split(z, self.guided)
         flat = lambda t: None if t is None else t.reshape(-1, t.shape[-1])  # noqa: E731
         return self.sampler.conditions(flat(c), flat(u))
-
-
-@dataclass
-class TrajectoryNodes:
-    """The target's (or draft's) per-node law of the next trajectory: `conditions` for B*T nodes."""
-
-    sampler: HeadSampler
-    conditions: HeadConditions
-    shape: tuple[int, int]  # (B, T)
-
-    def states(self, payload: torch.Tensor) -> torch.Tensor:
-        b, t = payload.shape[:2]
-        return payload.reshape(b * t, self.sampler.steps, self.sampler.dim)
-
-    def log_prob(self, payload: torch.Tensor) -> torch.Tensor:
-        states = self.states(payload)
-        means, _ = self.sampler.means(self.conditions, states)
-        return self.sampler.log_density(states, means).view(self.shape)
-
-    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
-        b, t = self.shape
-        states, _ = self.sampler.sample(self.conditions, self.sampler.noise(b * t, generator))
-        return states.reshape(b, t, -1)
-
-    def node(self, rows: torch.Tensor, nodes: torch.Tensor) -> HeadConditions:
-        return self.conditions.take(rows * self.shape[1] + nodes)
-
-
-@dataclass
-class TrajectoryDraft(ContinuousDraft):
-    """A chain of draft trajectories with the draft's own transition means [B, k, S - 1, D]."""
-
-    means: torch.Tensor | None = None
 
 
 class PatchARTarget:
@@ -345,8 +315,6 @@ def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | 
         trajs, reads = _plain(target, labels, sampler, c.tokens, generator)
         out = ContinuousImageOutput(torch.zeros(0), reads, trajs, 0.0, prefilled=c.tokens)
     else:
-        from .continuous_eagle import PatchEagle, PatchEagleDrafter, check_eagle
-
         eagle = isinstance(draft, PatchEagle)
         if eagle:
             check_eagle(target, draft)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from .gpt import ClassConditionalGPT, gpt_config
+
 TEXT_VOCAB = 128
 IMAGE_VOCAB = 64  # VQ codebook entries
 NUM_IMAGE_TOKENS = 16
@@ -52,8 +54,6 @@ def make_image_gpt(seed: int = 0, layers: int = 2, hidden: int = 64, codebook_si
                    grid_size: int = 3, head_scale: float = 3.0) -> torch.nn.Module:
     """A tiny randomly initialised `ClassConditionalGPT` (9 codes per image by default); `head_scale`
     sharpens its output so greedy paths are not near-ties."""
-    from .gpt import ClassConditionalGPT, gpt_config
-
     torch.manual_seed(seed)
     config = gpt_config(layers, hidden, heads=4, kv_heads=2, intermediate=2 * hidden, codebook_size=codebook_size,
                         num_classes=num_classes, grid_size=grid_size)

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from multispec.kernels._checks import check_same_device, check_tensor
+from multispec.kernels.checks import check_same_device, check_tensor
 from multispec.kernels.dispatch import backend_for
 
 

@@ -17,6 +17,10 @@ import torch.nn.functional as F
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
+from multispec.zoo.training import train_steps
+
+from .data import shifted
+
 
 class _Residual(nn.Module):
     def __init__(self, channels: int):
@@ -97,37 +101,35 @@ def train_vqvae(images: torch.Tensor, *, steps: int = 1500, batch_size: int = 12
                 max_shift: int = 2, progress: bool = True) -> tuple[VQVAE, dict]:
     """Train a `VQVAE` on `images` [N, 1, 28, 28]; returns it (eval mode) and a report (final loss, codes in
     use, reconstruction MSE)."""
-    from tqdm.auto import tqdm
-
-    from .data import shifted
-
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = VQVAE(codebook_size, embed_dim, channels)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
     usage = torch.zeros(codebook_size)
-    bar = tqdm(range(steps), desc="vq-vae", disable=not progress)
-    for step in bar:
-        batch = shifted(images[torch.randint(0, len(images), (batch_size,), generator=g)], max_shift, g)
-        _, loss, codes = model(batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        usage += torch.bincount(codes.flatten(), minlength=codebook_size)
-        if (step + 1) % 100 == 0 and step < steps * 0.8:  # re-seed dead codes from this batch's latents
+    last: dict[str, torch.Tensor] = {}  # the step's batch and codes, for the re-seeding after it
+
+    def step_loss(_: int) -> torch.Tensor:
+        last["batch"] = shifted(images[torch.randint(0, len(images), (batch_size,), generator=g)], max_shift, g)
+        _, loss, last["codes"] = model(last["batch"])
+        return loss
+
+    def reseed(done: int, _: list[float]) -> None:
+        usage.add_(torch.bincount(last["codes"].flatten(), minlength=codebook_size))
+        if done % 100 == 0 and done - 1 < steps * 0.8:  # re-seed dead codes from this batch's latents
             dead = (usage == 0).nonzero().flatten()
             if len(dead):
                 with torch.no_grad():
-                    z = model._latents(batch).permute(0, 2, 3, 1).reshape(-1, embed_dim)
+                    z = model._latents(last["batch"]).permute(0, 2, 3, 1).reshape(-1, embed_dim)
                     pick = torch.randint(0, len(z), (len(dead),), generator=g)
                     model.codebook.weight[dead] = z[pick] + 0.01 * torch.randn(len(dead), embed_dim, generator=g)
             usage.zero_()
-        bar.set_postfix(loss=f"{loss.item():.4f}")
+
+    losses = train_steps(model, None, steps, opt, sched, "vq-vae", after_step=reseed, loss=step_loss, clip=None,
+                         progress=progress)
     model.eval()
     with torch.no_grad():
         codes = model.encode(images[:1000])
         mse = F.mse_loss(model.decode(codes), images[:1000]).item()
     in_use = int(torch.unique(model.encode(images)).numel())
-    return model, {"loss": loss.item(), "codes_in_use": in_use, "reconstruction_mse": mse, "steps": steps}
+    return model, {"loss": losses[-1], "codes_in_use": in_use, "reconstruction_mse": mse, "steps": steps}

@@ -16,11 +16,24 @@ Pieces (each in its own folder, each loadable with `from_pretrained`-style calls
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from multispec import zoo
+from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
+from multispec.drafters.eagle_train import EagleTrainConfig, EagleTrainer
+from multispec.drafters.model import ModelDrafter
+from multispec.targets import GuidedTarget
+from multispec.zoo import ZooEntry, ZooPair
+from multispec.zoo.training import adamw_cosine, train_steps
+
+from .classifier import DigitClassifier, accuracy, train_classifier
+from .data import load_digits_dataset, shifted
+from .gpt import ClassConditionalGPT, gpt_config
+from .target import ImageGPTTarget
+from .vqvae import VQVAE, train_vqvae
 
 NAME = "mnist-vq-gpt"
 CFG_SCALE = 2.0  # the guidance the EAGLE head is distilled at and the benchmark samples with
@@ -47,8 +60,6 @@ def tokenize(vqvae, images: torch.Tensor, labels: torch.Tensor, copies: int, see
              batch: int = 500) -> tuple[torch.Tensor, torch.Tensor]:
     """Codes [N * copies, 49] and labels of `copies` versions of each image (the first unshifted, the rest
     shifted by up to 2 pixels)."""
-    from .data import shifted
-
     g = torch.Generator().manual_seed(seed)
     out_codes, out_labels = [], []
     for c in range(copies):
@@ -63,33 +74,17 @@ def tokenize(vqvae, images: torch.Tensor, labels: torch.Tensor, copies: int, see
 def train_gpt(config, codes: torch.Tensor, labels: torch.Tensor, *, steps: int, batch_size: int, lr: float,
               seed: int, desc: str, progress: bool = True):
     """Train a `ClassConditionalGPT` from `config` on (labels, codes); returns (model, losses)."""
-    from tqdm.auto import tqdm
-
-    from .gpt import ClassConditionalGPT
-
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = ClassConditionalGPT(config)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    rest = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95))
-    warmup = max(1, steps // 30)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
-    losses = []
-    bar = tqdm(range(steps), desc=desc, unit="step", disable=not progress)
-    model.train()
-    for _ in bar:
+    opt, sched = adamw_cosine(model, lr, steps, weight_decay=0.05)
+
+    def step_loss(_: int) -> torch.Tensor:
         idx = torch.randint(0, len(codes), (batch_size,), generator=g)
-        loss = model.image_loss(labels[idx], codes[idx], generator=g)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-        bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}")
+        return model.image_loss(labels[idx], codes[idx], generator=g)
+
+    model.train()
+    losses = train_steps(model, None, steps, opt, sched, desc, loss=step_loss, progress=progress)
     return model.eval(), losses
 
 
@@ -105,8 +100,6 @@ def guided_eagle_trainer(target, head, scale: float, config):
     """An `EagleTrainer` whose teacher is the target's guided distribution u + s (c - u): the features it
     extracts are the conditional and unconditional runs side by side ([..., 2H]); the head reads the
     conditional half (what it is given while drafting) and learns the guided next-token law."""
-    from multispec.drafters.eagle_train import EagleTrainer
-
     class GuidedEagleTrainer(EagleTrainer):
         @torch.no_grad()
         def target_features(self, ids):
@@ -132,14 +125,6 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
     """Train every piece into `folder` (see the module docstring); `quick` shrinks every stage to a smoke
     run (the tests use it). Stages recorded in an existing `report.json` are loaded, not retrained (resume
     an interrupted run; delete the folder to start over)."""
-    from multispec.drafters.eagle import EagleConfig, EagleHead
-    from multispec.drafters.eagle_train import EagleTrainConfig
-
-    from .classifier import DigitClassifier, accuracy, train_classifier
-    from .data import load_digits_dataset
-    from .gpt import ClassConditionalGPT, gpt_config
-    from .vqvae import VQVAE, train_vqvae
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     images, labels = load_digits_dataset("mnist", "train")
@@ -202,12 +187,6 @@ def image_drafter(pair: ImagePair, kind: str = "eagle", guidance_scale: float | 
     """The pair's drafters: "eagle" (the EAGLE head over the target's features; it was distilled at
     `CFG_SCALE`, so it drafts the guided law without an unconditional half) or "draft" (the independent
     2-layer AR model, run with the same guidance as the target: both halves, as the target)."""
-    from multispec.drafters.eagle import EagleDrafter
-    from multispec.drafters.model import ModelDrafter
-    from multispec.targets import GuidedTarget
-
-    from .target import ImageGPTTarget
-
     if kind == "eagle":
         return EagleDrafter(pair.eagle_head, pair.target)
     if kind == "draft":
@@ -218,13 +197,6 @@ def image_drafter(pair: ImagePair, kind: str = "eagle", guidance_scale: float | 
 
 def load_pair(folder: Path | None = None) -> ImagePair:
     """The trained pieces from `folder` (default: the shipped zoo weights)."""
-    from multispec import zoo
-    from multispec.drafters.eagle import EagleHead
-
-    from .classifier import DigitClassifier
-    from .gpt import ClassConditionalGPT
-    from .vqvae import VQVAE
-
     folder = Path(folder) if folder is not None else zoo.path(NAME)
     if not (folder / "target" / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {NAME}`")
@@ -236,15 +208,11 @@ def load_pair(folder: Path | None = None) -> ImagePair:
 
 
 def _zoo_load(folder: Path):
-    from multispec.zoo import ZooPair
-
     pair = load_pair(folder)
     return ZooPair(pair.target, image_drafter(pair, "eagle"), pair.vqvae, NAME)
 
 
 def zoo_entry():
-    from multispec.zoo import ZooEntry
-
     return ZooEntry(NAME, "class-conditional MNIST: VQ-VAE (7x7 codes of 512) + 12-layer LlamaGen-style GPT, an EAGLE "
                     "head distilled at guidance 2 and a 2-layer AR draft (multispec.image_ar; LANTERN)", None,
                     _zoo_load, lambda folder: train_pair(folder))

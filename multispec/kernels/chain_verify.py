@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import check_same_device, check_tensor
+from .checks import check_same_device, check_tensor
 from .common import argmax_ref, race_tile, row_argmax, row_race, sample_ref
 from .dispatch import backend_for
 

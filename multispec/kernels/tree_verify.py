@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import check_linked_tree, check_same_device, check_tensor
+from .checks import check_linked_tree, check_same_device, check_tensor
 from .chain_verify import _block_v
 from .common import argmax_ref, row_argmax, row_race, sample_ref
 from .dispatch import backend_for

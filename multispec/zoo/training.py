@@ -1,7 +1,8 @@
-"""The plain training loop the zoo's from-scratch models share."""
+"""The plain training loop the zoo's from-scratch models share, its usual optimiser, and resumable runs."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,26 +11,48 @@ import torch
 from tqdm.auto import tqdm
 
 
-def train_steps(model: torch.nn.Module, next_batch: Callable[[int], dict], total: int,
+def train_steps(model: torch.nn.Module, next_batch: Callable[[int], dict] | None, total: int,
                 opt: torch.optim.Optimizer, sched, desc: str, start: int = 0, losses: list[float] | None = None,
-                after_step: Callable[[int, list[float]], None] | None = None) -> list[float]:
-    """Optimiser steps `start`..`total` on `model(**next_batch(step)).loss` (gradient norm clipped to 1), with
-    a progress bar showing the running loss; returns the loss of every step (`losses`: those of a resumed
-    run's earlier steps). `after_step(steps_done, losses)` runs after each step (e.g. to checkpoint)."""
+                after_step: Callable[[int, list[float]], None] | None = None, *,
+                loss: Callable[[int], torch.Tensor] | None = None, clip: float | None = 1.0,
+                progress: bool = True) -> list[float]:
+    """Optimiser steps `start`..`total` on `model(**next_batch(step)).loss` (or on `loss(step)`, a model whose
+    loss is not its forward's), the gradient norm clipped to `clip` (None: not clipped), each step followed by
+    one `sched` step, with a progress bar showing the running loss; returns the loss of every step (`losses`:
+    those of a resumed run's earlier steps). `after_step(steps_done, losses)` runs after each step (e.g. to
+    checkpoint)."""
+    if (next_batch is None) == (loss is None):
+        raise ValueError("next_batch / loss: give exactly one (the batches of model(**batch).loss, or the loss itself)")
+    step_loss = loss if loss is not None else (lambda step: model(**next_batch(step)).loss)
     losses = [] if losses is None else losses
-    bar = tqdm(range(start, total), desc=desc, unit="step", initial=start, total=total)
+    bar = tqdm(range(start, total), desc=desc, unit="step", initial=start, total=total, disable=not progress)
     for step in bar:
-        loss = model(**next_batch(step)).loss
+        value = step_loss(step)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        value.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         sched.step()
-        losses.append(float(loss.detach()))
+        losses.append(float(value.detach()))
         bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
         if after_step is not None:
             after_step(step + 1, losses)
     return losses
+
+
+def adamw_cosine(model: torch.nn.Module, lr: float, steps: int, weight_decay: float):
+    """(optimiser, schedule): AdamW (betas 0.9, 0.95) with `weight_decay` on the matrices (parameters of 2 or
+    more dimensions) and none on the rest, the learning rate warmed up linearly over a thirtieth of `steps`,
+    then decayed along a half cosine to 0 at `steps`."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95))
+    warmup = max(1, steps // 30)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    return opt, sched
 
 
 class Checkpoint:

@@ -1,4 +1,5 @@
-"""Argument validation shared by the verification kernels' public wrappers."""
+"""Argument validation shared by the public wrappers of the verification kernels (the core's and the modality
+packages')."""
 
 from __future__ import annotations
 
