@@ -7,10 +7,12 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .tree import DynamicTree
+from . import zoo
+from .bench import core as bench_core
+from .bench import text as bench_text
+from .targets import load_adapter_plugins
+from .tree import DynamicTree
 
 # commands that modality packages add when imported (`multispec.adapters` entry points):
 # (group, name) -> (help, add_arguments(parser), run(args) -> exit code); group is "bench", "eval" or "train"
@@ -60,7 +62,6 @@ def positive_int(text: str) -> int:
 
 def parse_tree(text: str | None) -> DynamicTree | None:
     """`DEPTH/TOPK/TOTAL` (e.g. 4/4/15) as a `DynamicTree`; None stays None (the benchmark's default)."""
-    from .tree import DynamicTree
     if text is None:
         return None
     try:
@@ -70,26 +71,20 @@ def parse_tree(text: str | None) -> DynamicTree | None:
     return DynamicTree(depth=depth, topk=topk, total=total)
 
 
-_parse_tree = parse_tree  # its former private name, still imported by some modality CLIs
-
-
 def _bench_core(args: argparse.Namespace) -> int:
-    from .bench.core import run
-    run(quick=args.quick, max_new_tokens=args.max_new_tokens, json_path=args.json, threads=args.threads,
-        rounds=args.rounds)
+    bench_core.run(quick=args.quick, max_new_tokens=args.max_new_tokens, json_path=args.json, threads=args.threads,
+                   rounds=args.rounds)
     return 0
 
 
 def _bench_text(args: argparse.Namespace) -> int:
-    from .bench.text import run
-    run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
-        rounds=args.rounds)
+    bench_text.run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
+                   temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
+                   rounds=args.rounds)
     return 0
 
 
 def _zoo(args: argparse.Namespace) -> int:
-    from . import zoo
     if args.action == "list":
         for name in zoo.names():
             e = zoo.entry(name)
@@ -131,8 +126,6 @@ def _demo(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="multispec", description="Speculative generation beyond plain text.")
     sub = parser.add_subparsers(dest="command", required=True)
-    from .targets import load_adapter_plugins
-
     load_adapter_plugins()  # modality packages register their commands
     bench = sub.add_parser("bench", help="speed benchmarks against plain decoding and transformers")
     suites = bench.add_subparsers(dest="suite", required=True)

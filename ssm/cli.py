@@ -6,15 +6,15 @@ import argparse
 
 from multispec.cli import add_speed_options, register_command
 
+from . import bench
+
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
     add_speed_options(p, pair="stdlib-mamba2", temperature=1.0, tree="5/3/14")
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench import run
-
-    run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
+    bench.run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
         temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
         rounds=args.rounds)
     return 0

@@ -129,23 +129,24 @@ class Recorder:
         return {name: m.make() if isinstance(m, Fresh) else m for name, m in self.methods.items()}
 
     def run(self, rounds: Sequence[Sequence[Any]], warmup: Sequence[Any] | None = None, desc: str = "bench",
-            round_inputs: str = "repeat") -> dict:
+            round_inputs: str = "repeat", progress: bool = True) -> dict:
         """Time every method on every input of every round; returns the table (see the module docstring).
 
-        `warmup`: inputs each method runs once, untimed, before the first round (default: the first round's)."""
+        `warmup`: inputs each method runs once, untimed, before the first round (default: the first round's);
+        `progress`: show progress bars."""
         if not rounds or any(len(r) == 0 for r in rounds):
             raise ValueError("rounds: expected at least one non-empty round of inputs")
         if round_inputs not in ("repeat", "partition"):
             raise ValueError(f"round_inputs: expected 'repeat' or 'partition', got {round_inputs!r}")
         warm = self._callables()
         for inputs in tqdm(list(rounds[0] if warmup is None else warmup), desc=f"{desc} (warm-up)", unit="input",
-                           leave=False):
+                           leave=False, disable=not progress):
             for fn in warm.values():
                 fn(inputs)
         per_round: list[dict[str, Tally]] = []
         outputs: dict[str, Counter] = {name: Counter() for name in self.methods}
         total = sum(len(r) for r in rounds)
-        with tqdm(total=total * len(self.methods), desc=desc, unit="call") as bar:
+        with tqdm(total=total * len(self.methods), desc=desc, unit="call", disable=not progress) as bar:
             for i, inputs_of_round in enumerate(rounds):
                 bar.set_postfix_str(f"round {i + 1}/{len(rounds)}")
                 fns, tallies = self._callables(), {name: Tally() for name in self.methods}
