@@ -3,8 +3,8 @@
 A shared machine drifts: its speed changes by tens of percent over minutes, and the first call of a
 method pays for lazy set-up (weight packing, kernel selection, rope tables). So the recorder
 
-- warms every method up on the same inputs it then times (a warm-up on other, shorter inputs leaves the
-  first timed call cold);
+- warms every method up on an input it then times (a warm-up on other, shorter inputs leaves the first
+  timed call cold);
 - runs the methods interleaved, input by input, in rounds (plain, A, B, ..., plain, A, B, ...), so a slow
   minute slows every method alike;
 - takes each method's ratio to the baseline from one round at a time, and reports the median of those
@@ -132,14 +132,15 @@ class Recorder:
             round_inputs: str = "repeat", progress: bool = True) -> dict:
         """Time every method on every input of every round; returns the table (see the module docstring).
 
-        `warmup`: inputs each method runs once, untimed, before the first round (default: the first round's);
+        `warmup`: inputs each method runs once, untimed, before the first round (default: the first round's
+        first input, so the first timed call of a method is never its first call on inputs of that kind);
         `progress`: show progress bars."""
         if not rounds or any(len(r) == 0 for r in rounds):
             raise ValueError("rounds: expected at least one non-empty round of inputs")
         if round_inputs not in ("repeat", "partition"):
             raise ValueError(f"round_inputs: expected 'repeat' or 'partition', got {round_inputs!r}")
         warm = self._callables()
-        for inputs in tqdm(list(rounds[0] if warmup is None else warmup), desc=f"{desc} (warm-up)", unit="input",
+        for inputs in tqdm(list(rounds[0][:1] if warmup is None else warmup), desc=f"{desc} (warm-up)", unit="input",
                            leave=False, disable=not progress):
             for fn in warm.values():
                 fn(inputs)
