@@ -25,11 +25,10 @@ import torch
 
 from multispec import zoo
 from multispec.bench.machine import describe, machine_info, save_results
-from multispec.judge import JudgeHead
 from multispec.reasoning import Models, Settings, evaluate, make_problems
 from multispec.reasoning.bench import zoo_models
-from multispec.reasoning.judge_data import train_zoo_judge
-from multispec.reasoning.zoo_pair import NAME, STYLED, STYLED_WIDE, load_model, train_model
+from multispec.reasoning.zoo_pair import NAME, STYLED, STYLED_WIDE, load_model, train_model, train_zoo_judge
+from multispec.rules import JudgeHead
 
 VALIDATION_SEED = 4242
 JUDGE = (0.5, 0.9, 0.97, 0.99)

@@ -5,7 +5,7 @@
 - `SpeculativeThinking`: the small model writes, the large model takes over at reflective words;
 - `SpeculativeVerdict`: draft experts answer, cross-perplexity consensus keeps the top k, a verdict model
   decides (text experts, and VLM experts through `multispec.vision`);
-- judge verification is a core rule (`multispec.judge.Judge`); `label_divergences` makes its training data
+- judge verification is a core rule (`multispec.rules.Judge`); `label_divergences` makes its training data
   on problems with checkable answers.
 
 Each model keeps its cache across steps (a `Writer`: a core `Session` when it drafts, a plain adapter loop
@@ -22,9 +22,9 @@ from .judge_data import label_divergences
 from .scoring import LogLikelihoodScorer, PromptScorer, StepScorer
 from .spec_thinking import SpeculativeThinking, SpeculativeThinkingConfig, Triggers
 from .specreason import SpecReason, SpecReasonConfig
+from .speculative_verdict import (LikelihoodVerdict, PromptVerdict, SpeculativeVerdict, TextExpert, VisionExpert,
+                                  consensus_scores, top_k)
 from .steps import PlainWriter, ReasoningOutput, SessionWriter, Step, Writer
-from .verdict import (LikelihoodVerdict, PromptVerdict, SpeculativeVerdict, TextExpert, VisionExpert, consensus_scores,
-                      top_k)
 from .zoo_pair import load_pair, zoo_entry
 
 register_entry(zoo_entry())

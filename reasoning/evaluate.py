@@ -80,7 +80,7 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
     from .spec_thinking import SpeculativeThinking, SpeculativeThinkingConfig
     from .specreason import SpecReason, SpecReasonConfig
     from .steps import Writer
-    from .verdict import LikelihoodVerdict, SpeculativeVerdict, TextExpert
+    from .speculative_verdict import LikelihoodVerdict, SpeculativeVerdict, TextExpert
 
     tok = models.tokenizer
     prompt = _encode(tok, models.prompt(question))

@@ -17,17 +17,15 @@ correctly (an earlier approval already broke it) is skipped, for the same reason
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from multispec import Prompt, Session
 from multispec.drafters import ModelDrafter
-from multispec.judge import Judge, judge_inputs, train_judge_head
+from multispec.rules import Judge, judge_inputs
 from multispec.targets import as_target
 from multispec.targets.base import FeatureRequest
 
@@ -123,35 +121,3 @@ def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int
                          "because the base's own answer is wrong; on the rest the draft agrees with the base)")
     return {"features": torch.stack(feats), "labels": torch.tensor(labels), "skipped_problems": skipped,
             "skipped_prefixes": doomed}
-
-
-def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, drafter: str = "small",
-                    out: str = "judge", context: bool = False, width: int = 0, on_policy: str | None = None,
-                    on_policy_threshold: float = 0.9) -> dict:
-    """Label divergences of the base in `folder` with the drafter in `folder/drafter` on `problems`
-    training-distribution problems and train its judge head (`context`, `width`: see `JudgeHead`) into
-    `folder/out` (skipped when it exists). `on_policy`: a judge folder under `folder`; the runs labelled
-    are then judge decoding with it at `on_policy_threshold` (one DAgger round)."""
-    from .data import make_problems
-    from .zoo_pair import CHECK_RATE, ByteTokenizer, load_model, test_split
-
-    folder = Path(folder)
-    config = folder / out / "judge_config.json"
-    if config.exists():
-        return json.loads(config.read_text())
-    base, small = load_model(folder / "base"), load_model(folder / drafter)
-    held_out = {p.question for p in test_split()}
-    chosen = [p for p in make_problems(problems * 2, seed, CHECK_RATE) if p.question not in held_out][:problems]
-    rule = None
-    if on_policy is not None:
-        from multispec.judge import JudgeHead
-
-        rule = Judge(JudgeHead.load(folder / on_policy), on_policy_threshold)
-    data = label_divergences(base, small, chosen, ByteTokenizer(), context=context, rule=rule)
-    head, report = train_judge_head(data["features"], data["labels"], context=context, width=width)
-    report |= {"problems": len(chosen), "labelled": len(data["labels"]), "skipped_problems": data["skipped_problems"],
-               "skipped_prefixes": data["skipped_prefixes"]}
-    if on_policy is not None:
-        report |= {"on_policy": on_policy, "on_policy_threshold": on_policy_threshold}
-    head.save(folder / out, **report)
-    return report

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from .specreason import _check_vocab
 from .steps import SEPARATOR, ReasoningOutput, Step, Stops, Writer, separator_ids
 
 
@@ -105,8 +106,6 @@ class SpeculativeThinking:
 
     def __init__(self, small, large, tokenizer, config: SpeculativeThinkingConfig | None = None,
                  large_drafter=None, large_tree=None):
-        from .specreason import _check_vocab
-
         _check_vocab(small, large)
         self.small, self.large, self.tokenizer = small, large, tokenizer
         self.config = config or SpeculativeThinkingConfig()

@@ -21,18 +21,25 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
+from multispec import zoo
+from multispec.drafters import ModelDrafter
+from multispec.rules import Judge, JudgeHead, train_judge_head
 from multispec.zoo import ZooEntry, ZooPair, bytes_lm
 from multispec.zoo.int8 import FILE as INT8_FILE
 from multispec.zoo.int8 import load_int8, save_int8
+from multispec.zoo.training import Checkpoint, train_steps
 
-from .data import Problem, make_problems, read_problems, training_text, write_problems
+from .data import Problem, make_drill, make_problem, make_problems, read_problems, training_text, write_problems
+from .judge_data import label_divergences
 
 NAME = "arith-reasoning"
 EOS = 3  # byte 0x03 ends a solution (the byte tokenizer has no special tokens)
@@ -46,9 +53,7 @@ DRILL_RATE = 0.35  # training rows that are arithmetic practice ("a op b = r" li
 DRILL_HEADER = "Practice:\n"
 
 
-def llama_config(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int):
-    from transformers import LlamaConfig
-
+def llama_config(hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int) -> LlamaConfig:
     return LlamaConfig(vocab_size=256, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
                        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=MAX_LEN,
                        tie_word_embeddings=False, bos_token_id=None, eos_token_id=EOS, pad_token_id=PAD)
@@ -76,12 +81,12 @@ class Recipe:
 
 BASE = Recipe(hidden=128, layers=12, heads=4, kv_heads=2, intermediate=384, steps=3500, batch_size=16, lr=2e-3)
 # Then the base practises the arithmetic in every phrasing a step may take (`BASE` drilled "a op b = r" only, so
-# its steps written "a minus b is r" were wrong several times as often; judge decoding, which lets the drafter
-# pick the phrasing, paid for that in accuracy). `BASE_WORDS` then continues this stage (`BASE_STAGES`).
+# its steps written "a minus b is r" were wrong more often than its symbolic ones; judge decoding, which lets the
+# drafter pick the phrasing, paid for that in accuracy). `BASE_WORDS` then continues this stage (`BASE_STAGES`).
 BASE_PRACTICE = replace(BASE, steps=1800, lr=5e-4, seed=1, drill="mixed")
-# The worded phrasings stayed the weak ones after that stage (96% of "a minus b is r" steps right, 99% of the
-# symbolic ones), so two last stages drill them alone (the problems still hold every phrasing): judge decoding
-# with the styled drafter lost 2.3 points of accuracy to the base's worded arithmetic after one, 0.7 after two.
+# The worded phrasings stayed the weak ones after that stage, so two last stages drill them alone (the problems
+# still hold every phrasing): judge decoding with the styled drafter loses accuracy to the base's arithmetic in
+# the drafter's phrasings (BENCHMARKS.md, Judge decoding with the styled drafter).
 BASE_WORDS = replace(BASE, steps=1800, lr=3e-4, seed=2, drill="words")
 BASE_WORDS_AGAIN = replace(BASE_WORDS, seed=4)
 # (folder, recipe, description): each stage continues the previous one; the last one's folder is the shipped base.
@@ -144,15 +149,11 @@ class Batches:
     `random.Random` state, saved with checkpoints."""
 
     def __init__(self, recipe: Recipe, held_out: set[str]):
-        import random
-
         self.recipe, self.held_out = recipe, held_out
         self.rng = random.Random(recipe.seed + 100)
         self.tok = ByteTokenizer()
 
     def __next__(self) -> dict:
-        from .data import make_drill, make_problem
-
         rows, learn = [], []  # token ids; which of them the loss reads
         while len(rows) < self.recipe.batch_size:
             if self.rng.random() < DRILL_RATE:  # the loss reads the results ("= r", "is r", ": r") and the EOS
@@ -186,10 +187,6 @@ def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 20
     """Train one model of the recipe into `out` (skipped when `out` already holds it), from scratch or, with
     `init`, continuing the model stored there (a fine-tuning stage). A run that was cut off resumes from its
     last checkpoint (`out/resume.pt`: weights, optimiser, schedule, data stream)."""
-    from transformers import LlamaForCausalLM
-
-    from multispec.zoo.training import Checkpoint, train_steps
-
     report_file = out / "training_report.json"
     if report_file.exists():
         return json.loads(report_file.read_text())
@@ -226,8 +223,6 @@ def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 20
 
 def load_model(folder: Path):
     """A model of the pair: int8 storage (`multispec.zoo.int8`), or a `save_pretrained` folder."""
-    from transformers import LlamaForCausalLM
-
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {NAME}`")
     if (folder / INT8_FILE).exists():
@@ -237,10 +232,6 @@ def load_model(folder: Path):
 
 def load_pair(folder: str | Path | None = None) -> ReasoningPair:
     """The shipped pair (or a retrained one in `folder`)."""
-    from multispec import zoo
-    from multispec.drafters import ModelDrafter
-    from multispec.judge import JudgeHead
-
     folder = Path(folder) if folder is not None else zoo.path(NAME)
     base, small = load_model(folder / "base"), load_model(folder / "small")
     experts = {"small": small}
@@ -254,6 +245,33 @@ def load_pair(folder: str | Path | None = None) -> ReasoningPair:
     return ReasoningPair(base, ModelDrafter(small), ByteTokenizer(), NAME, small=small, experts=experts,
                          judge=heads["judge"], styled=styled, styled_judge=heads[STYLED_JUDGE], test=test,
                          folder=folder)
+
+
+def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, drafter: str = "small",
+                    out: str = "judge", context: bool = False, width: int = 0, on_policy: str | None = None,
+                    on_policy_threshold: float = 0.9) -> dict:
+    """Label divergences of the base in `folder` with the drafter in `folder/drafter` on `problems`
+    training-distribution problems and train its judge head (`context`, `width`: see `JudgeHead`) into
+    `folder/out` (skipped when it exists). `on_policy`: a judge folder under `folder`; the runs labelled
+    are then judge decoding with it at `on_policy_threshold` (one DAgger round)."""
+    folder = Path(folder)
+    config = folder / out / "judge_config.json"
+    if config.exists():
+        return json.loads(config.read_text())
+    base, small = load_model(folder / "base"), load_model(folder / drafter)
+    held_out = {p.question for p in test_split()}
+    chosen = [p for p in make_problems(problems * 2, seed, CHECK_RATE) if p.question not in held_out][:problems]
+    rule = None
+    if on_policy is not None:
+        rule = Judge(JudgeHead.load(folder / on_policy), on_policy_threshold)
+    data = label_divergences(base, small, chosen, ByteTokenizer(), context=context, rule=rule)
+    head, report = train_judge_head(data["features"], data["labels"], context=context, width=width)
+    report |= {"problems": len(chosen), "labelled": len(data["labels"]), "skipped_problems": data["skipped_problems"],
+               "skipped_prefixes": data["skipped_prefixes"]}
+    if on_policy is not None:
+        report |= {"on_policy": on_policy, "on_policy_threshold": on_policy_threshold}
+    head.save(folder / out, **report)
+    return report
 
 
 def train_pair(folder: str | Path, quick: bool = False) -> dict:
@@ -277,8 +295,6 @@ def train_pair(folder: str | Path, quick: bool = False) -> dict:
         report[name] = train_model(shrink(recipe), folder / "experts" / name, name)
     if not (folder / "test.jsonl").exists():
         write_problems(test_split(), folder / "test.jsonl")
-    from .judge_data import train_zoo_judge
-
     report["styled"] = train_model(shrink(STYLED), folder / "styled", "styled")
     report["judge"] = train_zoo_judge(folder, problems=8 if quick else 400)
     report[STYLED_JUDGE] = train_zoo_judge(folder, problems=8 if quick else 150, drafter="styled", out=STYLED_JUDGE,

@@ -6,7 +6,7 @@ import statistics
 import pytest
 import torch
 
-from multispec.judge import JudgeHead
+from multispec.rules import JudgeHead
 from multispec.reasoning import METHODS, Models, Settings, evaluate
 from multispec.reasoning.data import Problem
 from multispec.reasoning.evaluate import evaluate_table, markdown

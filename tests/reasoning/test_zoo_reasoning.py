@@ -10,7 +10,7 @@ import torch
 
 from multispec import speculative_generate
 from multispec.drafters import ModelDrafter
-from multispec.judge import Judge
+from multispec.rules import Judge
 from multispec.reasoning import (SpecReason, SpecReasonConfig, SpeculativeThinking, SpeculativeThinkingConfig, Triggers,
                                  Writer, is_correct, load_pair)
 
@@ -147,7 +147,7 @@ def test_the_styled_drafters_judge_lengthens_the_accepted_runs(pair):
     """The shipped styled drafter phrases steps its own way: exact decoding rejects its right steps where the
     base would have written them otherwise, and its judge (with the floor) approves enough of them to lengthen
     the accepted runs well beyond exact's; every approved token is one the base rates at least the floor."""
-    from multispec.judge import JudgeStats
+    from multispec.rules import JudgeStats
 
     tok = pair.tokenizer
     assert pair.styled is not None and pair.styled_judge is not None and pair.styled_judge.context

@@ -105,10 +105,8 @@ def test_the_pair_recipe_trains_the_base_in_stages(tmp_path, monkeypatch):
     """`train_pair`: the shipped base is the pretrained base continued by each practice stage in turn; the
     intermediates are not kept, and a finished base is not trained again (smoke budgets; judge and experts
     left out)."""
-    from multispec.reasoning import judge_data
-
     monkeypatch.setattr(zoo_pair, "EXPERTS", {})
-    monkeypatch.setattr(judge_data, "train_zoo_judge", lambda folder, problems, **kw: {"skipped": True})
+    monkeypatch.setattr(zoo_pair, "train_zoo_judge", lambda folder, problems, **kw: {"skipped": True})
     report = zoo_pair.train_pair(tmp_path, quick=True)
     assert report["base_pretrain"]["recipe"]["drill"] == "symbols"
     assert report["base_practice"]["recipe"]["drill"] == "mixed"

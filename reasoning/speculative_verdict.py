@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .data import extract_answer
+from .data import extract_answer, format_prompt
+from .scoring import _encode
+from .steps import Writer
 
 
 @dataclass
@@ -41,20 +43,14 @@ class TextExpert:
 
     def __init__(self, model, tokenizer, prompt: Callable[[str], str] | None = None, max_new_tokens: int = 256,
                  drafter=None, tree=None, answer_of: Callable[[str], float | None] = extract_answer):
-        from .data import format_prompt
-
         self.model, self.tokenizer = model, tokenizer
         self.prompt = prompt or format_prompt
         self.max_new_tokens, self.drafter, self.tree, self.answer_of = max_new_tokens, drafter, tree, answer_of
 
     def _ids(self, text: str) -> list[int]:
-        from .scoring import _encode
-
         return _encode(self.tokenizer, text)
 
     def answer(self, question: str, image=None) -> ExpertAnswer:
-        from .steps import Writer
-
         writer = Writer.open(self.model, self.drafter, self.tree,
                              eos_token_id=getattr(self.tokenizer, "eos_token_id", None))
         writer.start(self._ids(self.prompt(question)))
@@ -189,9 +185,6 @@ class PromptVerdict:
         return text
 
     def decide(self, question: str, reasoning: dict[str, str], answers: dict[str, ExpertAnswer], image=None):
-        from .scoring import _encode
-        from .steps import Writer
-
         writer = Writer.open(self.model, self.drafter, self.tree,
                              eos_token_id=getattr(self.tokenizer, "eos_token_id", None))
         writer.start(_encode(self.tokenizer, self.prompt(question, reasoning, answers)))

@@ -9,7 +9,7 @@ import torch
 
 from multispec.reasoning import (LikelihoodVerdict, PromptVerdict, SpeculativeVerdict, TextExpert, consensus_scores,
                                  top_k)
-from multispec.reasoning.verdict import ExpertAnswer
+from multispec.reasoning.speculative_verdict import ExpertAnswer
 from multispec.testing import make_target
 
 
