@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from multispec import zoo
 from multispec.bench.machine import describe, machine_info, save_results
 from multispec.image_ar.continuous_eagle import PatchEagle, teacher_forced_acceptance, train_eagle
 from multispec.image_ar.continuous_pair import (CFG_SCALE, NAME, PatchARConfig, deepen, heldout_loss, load_model,
@@ -40,7 +41,6 @@ DEEP = dict(layers=24, head_kind="lean", head_width=256, head_blocks=2)
 
 def build_deepened(folder: Path) -> dict:
     """The shipped target deepened to 24 layers with a lean head, trained 2,000 steps (lr 5e-4, seed 2)."""
-    from multispec import zoo
 
     base = load_model(zoo.path(NAME) / "target")
     config = PatchARConfig(**{**asdict(base.config), **DEEP})
@@ -131,7 +131,6 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from multispec import zoo
 
     result = {"machine": machine_info(), "guidance_scale": CFG_SCALE}
     if args.deepen:

@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 
+from multispec.bench.machine import describe, machine_info
+
 CHILD = """
 import json, sys, torch
 from multispec import DynamicTree, speculative_generate, zoo
@@ -44,7 +46,6 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=None, metavar="PATH")
     args = ap.parse_args()
-    from multispec.bench.machine import describe, machine_info
 
     outputs = []
     for p in range(args.processes):

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from multispec.bench.recorder import SCHEMA, markdown_table
+from multispec.reasoning.evaluate import markdown
 
 
 def _mal(r: dict) -> str:
@@ -87,7 +88,6 @@ def render(path: Path) -> str:
         for r in data["rows"]:
             lines.append(f"| {r['rows']} | {r['per_row_ms']:.3f} | {r['batched_ms']:.3f} |")
     elif data.get("benchmark") == "reasoning":  # bench reasoning
-        from multispec.reasoning.evaluate import markdown
 
         lines += ["", markdown(data["methods"])]
     elif "identical" in data:  # reproducibility

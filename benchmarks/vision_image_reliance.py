@@ -23,12 +23,15 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from multispec import Prompt, zoo
 from multispec.bench.machine import machine_info
+from multispec.targets import FeatureRequest, as_target
 from multispec.vision.bench import bench_items
 from multispec.vision.drafter import VisionEagleDrafter
 from multispec.vision.evaluate import CHAIN_K, TREE, accepted_length
 from multispec.vision.vqa_metrics import vqa_accuracy
-from multispec.vision.zoo_pair import NAME, load_drafters
+from multispec.vision.vqa_synth import generate_vqa
+from multispec.vision.zoo_pair import NAME, TEST_SEED, load_drafters
 from multispec.vision.zoo_vlm import EOS, PAD, VQAProcessor, load_vlm
 
 
@@ -69,8 +72,6 @@ def same_kind_partner(kinds: list[str]) -> list[int | None]:
 
 @torch.no_grad()
 def image_embeds(model, inputs) -> torch.Tensor:
-    from multispec import Prompt
-    from multispec.targets import FeatureRequest, as_target
 
     return as_target(model).prefill(Prompt.build(**inputs), FeatureRequest(image_embeds=True)).features.image_embeds
 
@@ -107,10 +108,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from multispec.vision.vqa_synth import generate_vqa
-    from multispec.vision.zoo_pair import TEST_SEED
 
-    from multispec import zoo
 
     pair = Path(args.pair) if args.pair else zoo.path(NAME)
     model = load_vlm(pair / "target")

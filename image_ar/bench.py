@@ -25,8 +25,11 @@ from multispec import DynamicTree, StaticTree
 from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import Recorder, partition, results
 
+from .data import load_digits_dataset
 from .generate import generate_ar, generate_images
+from .metrics import image_scores
 from .relaxed import Relaxed
+from .zoo_pair import CFG_SCALE, TOP_K, image_drafter, load_pair
 
 DELTAS = (0.1, 0.2, 0.4)
 LAMBDAS = (10.0,)
@@ -41,7 +44,6 @@ def methods(pair, tree: DynamicTree, chain_k: int, deltas=DELTAS, lambdas=LAMBDA
     LANTERN's main rows are chains: a chain verifies one draft per position, which gets the whole delta;
     in a tree the siblings at a position share it (the per-position bound), so after the first sibling
     little budget is left (`lantern_d*_tree` shows how much that costs)."""
-    from .zoo_pair import image_drafter
 
     table = Relaxed.from_codebook(pair.vqvae.codebook_latents(), k, delta=0.0).neighbours
     eagle, small = image_drafter(pair, "eagle"), image_drafter(pair, "draft")
@@ -96,10 +98,6 @@ def run(quick: bool = False, json_path: str | None = None, method: str = "lanter
         tree: DynamicTree | None = None, weights: str | None = None, seed: int = 0, rounds: int | None = None) -> dict:
     if method != "lantern":
         raise ValueError(f"--method: {method!r} is not built yet (available: lantern)")
-    from .data import load_digits_dataset
-    from .metrics import image_scores
-    from .zoo_pair import CFG_SCALE, TOP_K, load_pair
-
     if threads is not None:
         torch.set_num_threads(threads)
     pair = load_pair(weights)

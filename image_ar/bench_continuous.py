@@ -26,7 +26,10 @@ from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import results
 
 from .bench import quality_of, rounds_note, speedup_cell, timed_speed
+from .continuous_pair import CFG_SCALE, NAME, load_pair
 from .continuous_spec import TrajectoryRatio, generate_continuous
+from .data import load_digits_dataset
+from .metrics import image_scores
 
 K = 4  # drafts per step
 PEER_STEPS = (4, 5, 6)
@@ -53,10 +56,6 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
         guidance_scale: float | None = None, temperature: float = 1.0, timing_images: int | None = None,
         fid_images: int | None = None, k: int = K, steps: int | None = None, prefill: float = 0.1,
         weights: str | None = None, seed: int = 0, rounds: int | None = None) -> dict:
-    from .continuous_pair import CFG_SCALE, NAME, load_pair
-    from .data import load_digits_dataset
-    from .metrics import image_scores
-
     if threads is not None:
         torch.set_num_threads(threads)
     pair = load_pair(weights)

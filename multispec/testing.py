@@ -9,6 +9,8 @@ import torch
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
+from .zoo.data import read_source, stdlib_files
+
 VOCAB = 128
 KINDS = ("llama", "qwen2", "gemma3", "mistral")
 
@@ -78,8 +80,6 @@ def ragged_prompts(batch: int, seed: int = 0, vocab: int = VOCAB, lengths=(7, 3,
 def source_prompts(lengths: tuple[int, ...] = (330, 200, 260)) -> tuple[torch.Tensor, torch.Tensor]:
     """Byte-level prompts for the zoo's byte models: the first `lengths[i]` characters of held-out stdlib
     files (never trained on), left-padded with 0 to a common width. Returns (input_ids, attention_mask)."""
-    from .zoo.data import read_source, stdlib_files
-
     files = stdlib_files("heldout")
     texts = [read_source(files[i % len(files)])[:n] for i, n in enumerate(lengths)]
     rows = [list(t.encode("utf-8")) for t in texts]

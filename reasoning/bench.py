@@ -10,6 +10,8 @@ from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import results
 
 from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
+from .spec_thinking import SpeculativeThinkingConfig, Triggers
+from .zoo_pair import load_pair
 
 
 DRAFTERS = ("small", "styled")
@@ -19,8 +21,6 @@ def zoo_models(weights: str | None = None, drafter: str = "small") -> tuple[Mode
     """The pair's models and held-out split. `drafter`: the token-level rows' draft model and judge head,
     "small" (the small model, which writes like the base) or "styled" (the drafter with another phrasing
     habit and its own judge, where judge verification has room to lengthen the accepted runs)."""
-    from .zoo_pair import load_pair
-
     if drafter not in DRAFTERS:
         raise ValueError(f"drafter: expected one of {', '.join(DRAFTERS)}, got {drafter!r}")
     pair = load_pair(weights)
@@ -39,8 +39,6 @@ def zoo_thinking(budget: int):
     "Answer: N", its "final answer", so "answer" joins the positive words: greedy decoding of this pair
     writes its optional check steps too rarely for the reference's words alone to fire (measured: none in
     60 held-out problems)."""
-    from .spec_thinking import SpeculativeThinkingConfig, Triggers
-
     triggers = Triggers(positive=Triggers().positive + ("answer",))
     return SpeculativeThinkingConfig(triggers=triggers, lookahead_tokens=12, takeover_tokens=None, verify_tokens=30,
                                      token_budget=budget)

@@ -29,9 +29,17 @@ from dataclasses import dataclass, field
 
 import torch
 
+from multispec import speculative_generate
 from multispec.bench.recorder import Recorder, partition
+from multispec.drafters import ModelDrafter
+from multispec.rules import Judge, JudgeStats
 
 from .data import Problem, format_prompt, is_correct
+from .scoring import _encode
+from .spec_thinking import SpeculativeThinking, SpeculativeThinkingConfig
+from .specreason import SpecReason, SpecReasonConfig
+from .speculative_verdict import LikelihoodVerdict, SpeculativeVerdict, TextExpert
+from .steps import Writer
 
 METHODS = ("base", "small", "specreason", "spec_thinking", "verdict", "exact", "judge", "generate", "assisted")
 
@@ -72,16 +80,6 @@ class Settings:
 def _run(method: str, models: Models, s: Settings, question: str) -> dict:
     """One problem through one method: the generated text, tokens and the method's counts (the recorder
     times the call; the token-level rows also give their `SpeculativeStats` as `stats`)."""
-    from multispec import speculative_generate
-    from multispec.drafters import ModelDrafter
-    from multispec.judge import Judge, JudgeStats
-
-    from .scoring import _encode
-    from .spec_thinking import SpeculativeThinking, SpeculativeThinkingConfig
-    from .specreason import SpecReason, SpecReasonConfig
-    from .steps import Writer
-    from .speculative_verdict import LikelihoodVerdict, SpeculativeVerdict, TextExpert
-
     tok = models.tokenizer
     prompt = _encode(tok, models.prompt(question))
     eos = getattr(tok, "eos_token_id", None)
@@ -139,16 +137,17 @@ def _pad(tok, eos):
 
 def evaluate(models: Models, problems: Sequence[Problem], methods: Sequence[str] = METHODS,
              settings: Settings | None = None, progress: bool = True, warmup: bool = True, rounds: int = 3) -> dict:
-    """Every method's row (method -> row) of `evaluate_table`, for callers that read rows by method.
-    `progress` is accepted for older callers: the recorder always draws its progress bar."""
-    return evaluate_table(models, problems, methods, settings, warmup, rounds)["methods"]
+    """Every method's row (method -> row) of `evaluate_table`, for callers that read rows by method."""
+    return evaluate_table(models, problems, methods, settings, warmup, rounds, progress)["methods"]
 
 
 def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequence[str] = METHODS,
-                   settings: Settings | None = None, warmup: bool = True, rounds: int = 3) -> dict:
+                   settings: Settings | None = None, warmup: bool = True, rounds: int = 3,
+                   progress: bool = True) -> dict:
     """Run every method on every problem through the recorder (methods interleaved problem by problem, the
     problems split into `rounds`, fewer when there are fewer problems) and return its table, each row with
-    the method's accuracy and counts. `warmup`: run every method once on the first problem, untimed."""
+    the method's accuracy and counts. `warmup`: run every method once on the first problem, untimed;
+    `progress`: show progress bars."""
     s = settings or Settings()
     _check(models, methods)
     if not problems:
@@ -162,7 +161,7 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
     baseline = "base" if "base" in methods else methods[0]
     table = Recorder(calls, baseline, unit="problems", count=lambda p, r: 1, stats_of=lambda r: r.get("stats"),
                      observe=observe).run(partition(problems, rounds), warmup=list(problems[:1]) if warmup else [],
-                                          desc="problems", round_inputs="partition")
+                                          desc="problems", round_inputs="partition", progress=progress)
     rows = table["methods"]
     for m, row in rows.items():
         row |= _figures(m, answers[m], row)

@@ -8,52 +8,11 @@ entry-point group, so it never names a modality package).
 
 from __future__ import annotations
 
-from typing import Any
-
 from .base import (NO_FEATURES, FeatureRequest, Features, FeedingEngine, PrefillOutput, Target, TargetOutput)
 from .guidance import GuidedTarget
 from .hf import HFCausalLM, check_causal_lm
-from .registry import (ADAPTERS, DRAFT_ENGINES, load_adapter_plugins, register_draft_engine, register_target_adapter,
-                       registered, served_models)
-
-
-def as_target(model: Any) -> Target:
-    """Wrap `model` in its target adapter (a `Target` passes through unchanged)."""
-    if isinstance(model, Target):
-        return model
-    adapter = registered(ADAPTERS, model)
-    if adapter is not None:
-        return adapter
-    from .lean import LeanCausalLM, lean_unsupported
-    from .lean_gemma import LeanGemma3CausalLM, lean_gemma_unsupported
-
-    # Llama-family and Gemma 3 decoders run through a lean forward (same logits, a fraction of the per-call
-    # cost); every other decoder through its own forward
-    if lean_unsupported(model) is None:
-        return LeanCausalLM(model, name="target")
-    if lean_gemma_unsupported(model) is None:
-        return LeanGemma3CausalLM(model, name="target")
-    return HFCausalLM(model, name="target")
-
-
-def registered_feeding_engine(model: Any) -> FeedingEngine | None:
-    """A registered target adapter for `model` that also feeds trees incrementally (e.g. a VLM adapter, so
-    a small VLM can draft with its images), else None."""
-    if getattr(model, "_is_stateful", False):
-        return None
-    adapter = registered(ADAPTERS, model)
-    return adapter if isinstance(adapter, FeedingEngine) else None
-
-
-def stateful_draft_engine(model: Any) -> Any | None:
-    """The registered feeding engine for a stateful draft model (None if the model is not stateful)."""
-    if not getattr(model, "_is_stateful", False):
-        return None
-    engine = registered(DRAFT_ENGINES, model)
-    if engine is None:
-        check_causal_lm(model, "draft_model")  # raises: a recurrent state no package handles
-    return engine
-
+from .registry import load_adapter_plugins, register_draft_engine, register_target_adapter, served_models
+from .resolve import as_target, registered_feeding_engine, stateful_draft_engine
 
 __all__ = ["NO_FEATURES", "FeatureRequest", "Features", "FeedingEngine", "GuidedTarget", "HFCausalLM", "PrefillOutput",
            "Target", "TargetOutput", "as_target", "check_causal_lm", "load_adapter_plugins", "register_draft_engine",

@@ -16,6 +16,7 @@ import torch
 
 from ..prompt import Prompt
 from .base import NO_FEATURES, FeatureRequest, FeedingEngine, PrefillOutput, Target, TargetOutput
+from .resolve import as_target
 
 
 def _both(t: torch.Tensor) -> torch.Tensor:
@@ -30,8 +31,6 @@ class GuidedTarget(Target, FeedingEngine):
     the pad id) provide `unconditional_prompt` and it is the default."""
 
     def __init__(self, inner: Any, scale: float, unconditional: Callable[[Prompt], Prompt] | None = None):
-        from . import as_target
-
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
             raise ValueError(f"guidance_scale: expected a positive number, got {scale!r}")
         self.inner = as_target(inner)

@@ -9,11 +9,20 @@ CLI: `multispec zoo list | path NAME | train NAME [--out DIR]`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from transformers import LlamaForCausalLM
+
+from ..drafters.eagle import EagleDrafter, EagleHead
+from ..targets import load_adapter_plugins
+from .bytes_lm import ByteTokenizer, eagle_train_config, train_target
+from .gemma import load_gemma
+from .gemma_recipe import train_gemma_eagle
+from .train_eagle import train_eagle
 
 WEIGHTS = Path(__file__).parent / "weights"
 
@@ -36,11 +45,6 @@ class ZooEntry:
 
 
 def _load_bytes(folder: Path) -> ZooPair:
-    from transformers import LlamaForCausalLM
-
-    from ..drafters.eagle import EagleDrafter, EagleHead
-    from .bytes_lm import ByteTokenizer
-
     if not (folder / "target" / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train stdlib-bytes`")
     target = LlamaForCausalLM.from_pretrained(folder / "target", dtype=torch.float32).eval()
@@ -48,11 +52,6 @@ def _load_bytes(folder: Path) -> ZooPair:
 
 
 def _train_bytes(folder: Path) -> dict:
-    from transformers import LlamaForCausalLM
-
-    from .bytes_lm import ByteTokenizer, eagle_train_config, train_target
-    from .train_eagle import train_eagle
-
     report = {"target": train_target(folder / "target")}
     target = LlamaForCausalLM.from_pretrained(folder / "target", dtype=torch.float32).eval()
     report["eagle"] = train_eagle(target, ByteTokenizer().encode, folder / "eagle", train_chars=600_000,
@@ -63,9 +62,6 @@ def _train_bytes(folder: Path) -> dict:
 
 
 def _load_gemma(folder: Path) -> ZooPair:
-    from ..drafters.eagle import EagleDrafter, EagleHead
-    from .gemma import load_gemma
-
     if not (folder / "eagle_config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained head; run `multispec zoo train gemma3-270m-eagle`")
     target, tokenizer = load_gemma()
@@ -73,9 +69,6 @@ def _load_gemma(folder: Path) -> ZooPair:
 
 
 def _train_gemma(folder: Path) -> dict:
-    from .gemma import load_gemma
-    from .gemma_recipe import train_gemma_eagle
-
     target, tokenizer = load_gemma()
     return train_gemma_eagle(target, tokenizer, folder)
 
@@ -96,19 +89,13 @@ def register_entry(new: ZooEntry) -> None:
     ENTRIES[new.name] = new
 
 
-def _load_plugins() -> None:
-    from ..targets import load_adapter_plugins
-
-    load_adapter_plugins()
-
-
 def names() -> list[str]:
-    _load_plugins()
+    load_adapter_plugins()
     return list(ENTRIES)
 
 
 def entry(name: str) -> ZooEntry:
-    _load_plugins()
+    load_adapter_plugins()
     if name not in ENTRIES:
         raise ValueError(f"name: unknown zoo entry {name!r}; available: {', '.join(ENTRIES)}")
     return ENTRIES[name]
@@ -127,8 +114,6 @@ def load(name: str, weights: str | Path | None = None) -> ZooPair:
 
 def train(name: str, out: str | Path | None = None) -> dict:
     """Retrain an entry from scratch with its fixed seeds; writes into `out` (default: the cache)."""
-    import os
-
     folder = Path(out) if out is not None else Path(os.environ.get("MULTISPEC_CACHE", Path.home() / ".cache" /
                                                                     "multispec")) / "zoo" / name
     folder.mkdir(parents=True, exist_ok=True)

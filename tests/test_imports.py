@@ -1,0 +1,209 @@
+"""The import structure: no function-local imports of the project's own modules, no import circles, and no
+package reaching into another package's private names.
+
+Read from the sources (AST), not by importing them, so a circle shows even where import order happens to
+let it pass today.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# folder -> the import name it is installed under (pyproject's package-dir)
+FOLDERS = {"multispec": "multispec", "vision": "multispec.vision", "image_ar": "multispec.image_ar",
+           "ssm": "multispec.ssm", "reasoning": "multispec.reasoning", "demos": "demos", "benchmarks": "benchmarks"}
+MODALITIES = ("vision", "image_ar", "ssm", "reasoning")
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    parts = [FOLDERS[rel.parts[0]], *rel.parts[1:]]
+    parts[-1] = parts[-1][:-3]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _sources() -> dict[str, tuple[Path, ast.Module, list[str]]]:
+    """module name -> (path, tree, source lines) for every project module."""
+    out = {}
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if any(part.startswith(".") or part == "__pycache__" for part in path.relative_to(ROOT).parts):
+                continue
+            text = path.read_text()
+            out[_module_name(path)] = (path, ast.parse(text, str(path)), text.splitlines())
+    return out
+
+
+SOURCES = _sources()
+PACKAGES = {name for name, (path, _, _) in SOURCES.items() if path.name == "__init__.py"}
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[tuple[str, list[str]]]:
+    """The project modules an import statement in `module` loads, each with the names it takes from it
+    (`from pkg import name` resolves to `pkg.name` when that is a submodule, else to `pkg`)."""
+    if isinstance(node, ast.Import):
+        found = []
+        for alias in node.names:
+            name = alias.name
+            while name and name not in SOURCES:
+                name = name.rpartition(".")[0]
+            if name:
+                found.append((name, [alias.name]))
+        return found
+    if node.level:
+        base = module if module in PACKAGES else module.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            base = base.rpartition(".")[0]
+        source = f"{base}.{node.module}" if node.module else base
+    else:
+        source = node.module or ""
+        if source.partition(".")[0] not in ("multispec", "demos", "benchmarks"):
+            return []
+    found = []
+    for alias in node.names:
+        sub = f"{source}.{alias.name}"
+        if sub in SOURCES:
+            found.append((sub, []))
+        elif source in SOURCES:
+            found.append((source, [alias.name]))
+    return found
+
+
+def _walk_module_level(body: list[ast.stmt]):
+    """Import statements that run when the module is imported (not inside functions, not TYPE_CHECKING)."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from _walk_module_level(node.orelse)
+        else:
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                yield from _walk_module_level(getattr(node, field, []) or [])
+
+
+def _function_imports(tree: ast.Module):
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    yield node
+
+
+def _top_package(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] == "multispec":
+        return parts[1] if len(parts) > 1 and parts[1] in MODALITIES else "core"
+    return parts[0]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_function_local_imports_of_project_modules():
+    bad = []
+    for module, (path, tree, lines) in SOURCES.items():
+        seen = set()
+        for node in _function_imports(tree):
+            if node.lineno in seen or not _targets(module, node):
+                continue
+            seen.add(node.lineno)
+            near = " ".join(lines[max(0, node.lineno - 2): node.end_lineno])
+            if "optional" not in near.lower():
+                bad.append(f"{_rel(path)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not bad, ("imports of project modules inside functions (move them to the module's top; an optional "
+                     "dependency's import says so in a comment containing 'optional'):\n" + "\n".join(bad))
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the project modules its module-level imports load. Importing `a.b.c` also runs the
+    `__init__` of `a` and `a.b`, so those are edges too, except for the importer's own ancestor packages
+    (already running when it is imported; counting them would make every package a circle with its
+    submodules). An explicit import of an ancestor package's own names (`from . import name`) is an edge."""
+    graph: dict[str, set[str]] = {m: set() for m in SOURCES}
+    for module, (_, tree, _) in SOURCES.items():
+        own = {module.rsplit(".", i)[0] for i in range(module.count(".") + 1)}
+        for node in _walk_module_level(tree.body):
+            for target, _ in _targets(module, node):
+                if target != module:
+                    graph[module].add(target)
+                parts = target.split(".")
+                for i in range(1, len(parts)):
+                    step = ".".join(parts[:i])
+                    if step in SOURCES and step not in own:
+                        graph[module].add(step)
+    return graph
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles():
+    cycle = _find_cycle(_graph())
+    assert cycle is None, "an import circle between project modules: " + " -> ".join(cycle)
+
+
+def test_the_cycle_check_finds_a_planted_cycle():
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_private_names_across_packages():
+    bad = []
+    for module, (path, tree, lines) in SOURCES.items():
+        mine = _top_package(module)
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for target, names in _targets(module, node):
+                if _top_package(target) == mine:
+                    continue
+                private = [n for n in names if _private(n.rpartition(".")[2])]
+                private += [p for p in target.split(".") if _private(p)]
+                if private:
+                    bad.append(f"{_rel(path)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not bad, "private names imported from another package:\n" + "\n".join(bad)
+
+
+def test_the_old_homes_reexport_the_rules():
+    from multispec import acceptance, continuous, judge, rules
+
+    for old in (acceptance, continuous, judge):
+        for name in old.__all__:
+            if hasattr(rules, name):
+                assert getattr(old, name) is getattr(rules, name), f"{old.__name__}.{name}"
+    assert acceptance.Exact is rules.Exact and judge.Judge is rules.Judge
+    assert continuous.DensityRatio is rules.DensityRatio
