@@ -10,13 +10,13 @@ import functools
 
 import torch
 
+from multispec.image_ar import generate_continuous, load_continuous_pair
+
 COLOURS = {"prefill": "#ddd", "draft": "#c8f7c5", "target": "#cfe3ff"}
 
 
 @functools.cache
 def _pair():
-    from multispec.image_ar import load_continuous_pair
-
     return load_continuous_pair()
 
 
@@ -38,8 +38,6 @@ def _picture(image: torch.Tensor, scale: int = 8):
 
 def run(label: int, seed: int = 0, k: int = 4, guidance_scale: float = 2.0, fewer_steps: int = 5):
     """Returns (summary markdown, [(image, caption)], origin grid HTML)."""
-    from multispec.image_ar import generate_continuous
-
     if isinstance(label, bool) or not isinstance(label, (int, float)) or not 0 <= int(label) <= 9:
         raise ValueError(f"label: expected a digit class 0-9, got {label!r}")
     if not 1 <= int(k) <= 16:

@@ -9,11 +9,11 @@ import functools
 
 import torch
 
+from multispec.image_ar import Relaxed, generate_images, image_drafter, load_image_pair
+
 
 @functools.cache
 def _pair():
-    from multispec.image_ar import Relaxed, load_image_pair
-
     pair = load_image_pair()
     table = Relaxed.from_codebook(pair.vqvae.codebook_latents(), 50, delta=0.0).neighbours
     return pair, table
@@ -41,8 +41,6 @@ def _picture(image: torch.Tensor, scale: int = 8):
 
 def run(label: int, seed: int = 0, delta: float = 0.2, guidance_scale: float = 2.0, top_k: int = 64):
     """Returns (summary markdown, [(image, caption)], token grids HTML)."""
-    from multispec.image_ar import Relaxed, generate_images, image_drafter
-
     if isinstance(label, bool) or not isinstance(label, (int, float)) or not 0 <= int(label) <= 9:
         raise ValueError(f"label: expected a digit class 0-9, got {label!r}")
     if not 0 <= float(delta) <= 1:

@@ -11,6 +11,16 @@ import functools
 import html
 import time
 
+import torch
+
+from multispec import speculative_generate
+from multispec.drafters import ModelDrafter
+from multispec.reasoning import (Settings, SpecReason, SpecReasonConfig, SpeculativeThinking, Writer, extract_answer,
+                                 load_pair)
+from multispec.reasoning.bench import zoo_thinking
+from multispec.reasoning.data import format_prompt, is_correct
+from multispec.rules import Judge
+
 COLOURS = {"small": "#c8f7c5", "base": "#cfe3ff", "large": "#cfe3ff", "prompt": "#eee"}
 # judge decoding's tokens: a draft the base would have chosen too, a draft only the judge approved, the base's own
 TOKEN_COLOURS = {"exact": "#c8f7c5", "judge": "#ffd59e", "base": "#cfe3ff"}
@@ -18,14 +28,10 @@ TOKEN_COLOURS = {"exact": "#c8f7c5", "judge": "#ffd59e", "base": "#cfe3ff"}
 
 @functools.cache
 def _pair():
-    from multispec.reasoning import load_pair
-
     return load_pair()
 
 
 def default_threshold() -> float:
-    from multispec.reasoning import Settings
-
     return Settings().threshold
 
 
@@ -79,14 +85,6 @@ def _problem(pair, problem: int, question: str):
 def run_judge(problem: int = 0, question: str = "", judge_threshold: float | None = None):
     """Token-level judge decoding with the styled drafter (chain of 4) beside exact decoding with it.
     Returns (results markdown, the judge's solution HTML coloured by who chose each token)."""
-    import torch
-
-    from multispec import speculative_generate
-    from multispec.drafters import ModelDrafter
-    from multispec.judge import Judge
-    from multispec.reasoning import Settings, extract_answer
-    from multispec.reasoning.data import format_prompt, is_correct
-
     pair = _pair()
     if pair.styled is None or pair.styled_judge is None:
         raise ValueError(f"the pair in {pair.folder} has no styled drafter and judge; retrain it")
@@ -117,11 +115,6 @@ def run_judge(problem: int = 0, question: str = "", judge_threshold: float | Non
 
 def run(problem: int = 0, question: str = "", threshold: float | None = None):
     """Returns (results markdown, SpecReason chain HTML, Speculative Thinking chain HTML)."""
-    from multispec.drafters import ModelDrafter
-    from multispec.reasoning import SpecReason, SpecReasonConfig, SpeculativeThinking, Writer, extract_answer
-    from multispec.reasoning.bench import zoo_thinking
-    from multispec.reasoning.data import format_prompt, is_correct
-
     pair = _pair()
     q, answer = _problem(pair, problem, question)
     threshold = default_threshold() if threshold is None else threshold

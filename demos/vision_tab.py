@@ -11,22 +11,21 @@ import time
 
 from multispec import DynamicTree, speculative_generate, zoo
 from multispec.trace import StepRecorder
+from multispec.vision.vqa_synth import KINDS, generate_vqa
+from multispec.vision.zoo_pair import NAME, load_drafters
+from multispec.vision.zoo_vlm import EOS, PAD
 
 DRAFTERS = ("eagle", "vispec", "specvlm")
 
 
 @functools.cache
 def _pair():
-    from multispec.vision.zoo_pair import NAME, load_drafters
-
     pair = zoo.load(NAME)
     return pair.target, pair.tokenizer, load_drafters(pair.target)
 
 
 def sample(kind: str = "bar", seed: int | None = None):
     """(image, question) from the procedural generator; a random long-answer question when seed is None."""
-    from multispec.vision.vqa_synth import KINDS, generate_vqa
-
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
     s = generate_vqa(1, seed=random.randrange(10**6) if seed is None else int(seed), kinds=(kind,),
@@ -47,8 +46,6 @@ def highlight(steps, decode) -> str:
 def run(image, question: str, max_new_tokens: int = 160, chain_k: int = 8, depth: int = 8, topk: int = 2,
         total: int = 16) -> tuple[str, str, str]:
     """Returns (summary markdown, plain answer, highlighted answer of the fastest drafter)."""
-    from multispec.vision.zoo_vlm import EOS, PAD
-
     if image is None:
         raise ValueError("image: pick a sample or upload an image")
     if not isinstance(question, str) or not question.strip():
@@ -87,8 +84,6 @@ def run(image, question: str, max_new_tokens: int = 160, chain_k: int = 8, depth
 
 def build() -> None:
     import gradio as gr
-
-    from multispec.vision.vqa_synth import KINDS
 
     gr.Markdown("Ask the zoo VLM (a Llava with a SigLIP tower, trained here on procedural charts, shapes and "
                 "tables) about an image. Every row decodes greedily and stops at end of answer; speeds are "

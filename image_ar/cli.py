@@ -6,7 +6,20 @@ import argparse
 import json
 from pathlib import Path
 
-from multispec.cli import register_command
+import numpy as np
+import torch
+
+from multispec.cli import parse_tree, register_command
+
+from . import continuous_pair, zoo_pair
+from .bench import NEIGHBOURS, run
+from .bench_continuous import K
+from .bench_continuous import run as run_continuous
+from .continuous_spec import generate_continuous
+from .data import DATASETS, load_digits_dataset
+from .generate import generate_images
+from .metrics import image_scores, inception_fid
+from .relaxed import Relaxed
 
 
 def _rounds(text: str) -> int:
@@ -43,11 +56,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from multispec.cli import _parse_tree
-
     if args.method == "continuous":
-        from .bench_continuous import K, run as run_continuous
-
         if args.top_k is not None or args.tree is not None:
             raise ValueError("--top-k / --tree: discrete-token options; --method continuous has neither")
         run_continuous(quick=args.quick, json_path=args.json, threads=args.threads, guidance_scale=args.guidance_scale,
@@ -55,12 +64,10 @@ def _bench(args: argparse.Namespace) -> int:
                        k=args.chain_k or K, steps=args.steps, prefill=args.prefill, weights=args.weights,
                        rounds=args.rounds)
         return 0
-    from .bench import run
-
     run(quick=args.quick, json_path=args.json, method=args.method, threads=args.threads,
         guidance_scale=args.guidance_scale, top_k=args.top_k, temperature=args.temperature,
         timing_images=args.timing_images, fid_images=args.fid_images, chain_k=args.chain_k or 6,
-        tree=_parse_tree(args.tree), weights=args.weights, rounds=args.rounds)
+        tree=parse_tree(args.tree), weights=args.weights, rounds=args.rounds)
     return 0
 
 
@@ -82,9 +89,6 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
 
 
 def _npz_images(path: str, name: str):
-    import numpy as np
-    import torch
-
     if not Path(path).exists():
         raise FileNotFoundError(f"{name}: {path} does not exist")
     data = np.load(path)
@@ -102,17 +106,12 @@ def _npz_images(path: str, name: str):
 
 def _generate_continuous(args: argparse.Namespace):
     """`--num` digits from mnist-patch-diffusion (classes in turn, batches of 10), with speed figures."""
-    import torch
-
-    from .bench_continuous import K
-    from .continuous_pair import CFG_SCALE, load_pair
-    from .continuous_spec import generate_continuous
-
-    pair = load_pair()
+    pair = continuous_pair.load_pair()
     draft = pair.draft if args.method == "continuous" else None
     chunks, secs, accepted, drafted, fallbacks = [], 0.0, 0, 0, 0
     for b in range(0, args.num, 10):
-        out = generate_continuous(pair.target, torch.arange(10), draft, k=K, guidance_scale=CFG_SCALE,
+        out = generate_continuous(pair.target, torch.arange(10), draft, k=K,
+                                  guidance_scale=continuous_pair.CFG_SCALE,
                                   generator=torch.Generator().manual_seed(args.seed + b))
         chunks.append(out.images[:, None])
         secs += out.seconds
@@ -124,13 +123,7 @@ def _generate_continuous(args: argparse.Namespace):
 
 
 def _eval(args: argparse.Namespace) -> int:
-    import torch
-
-    from .data import DATASETS, load_digits_dataset
-    from .metrics import image_scores, inception_fid
-    from .zoo_pair import CFG_SCALE, TOP_K, image_drafter, load_pair
-
-    pair = load_pair()
+    pair = zoo_pair.load_pair()
     if args.reference in DATASETS:
         reference, _ = load_digits_dataset(args.reference, "test")
     else:
@@ -144,20 +137,16 @@ def _eval(args: argparse.Namespace) -> int:
     if not args.images and args.method.startswith("continuous"):
         images, labels, speed = _generate_continuous(args)
     elif not args.images:
-        from .generate import generate_images
-        from .relaxed import Relaxed
-
-        from .bench import NEIGHBOURS
-
         kw = {}
         if args.method != "ar":
-            kw = dict(drafter=image_drafter(pair, "eagle"), tree=6)  # a 6-token chain, as the benchmark's main rows
+            # a 6-token chain, as the benchmark's main rows
+            kw = dict(drafter=zoo_pair.image_drafter(pair, "eagle"), tree=6)
         if args.method == "lantern":
             kw["rule"] = Relaxed.from_codebook(pair.vqvae.codebook_latents(), NEIGHBOURS, delta=args.delta)
         chunks, labels, secs, tvd = [], [], 0.0, 0.0
         for b in range(0, args.num, 10):
-            out = generate_images(pair.target, list(range(10)), guidance_scale=CFG_SCALE, top_k=TOP_K,
-                                  vqvae=pair.vqvae, generator=torch.Generator().manual_seed(args.seed + b), **kw)
+            out = generate_images(pair.target, list(range(10)), guidance_scale=zoo_pair.CFG_SCALE,
+                                  top_k=zoo_pair.TOP_K, vqvae=pair.vqvae, generator=torch.Generator().manual_seed(args.seed + b), **kw)
             chunks.append(out.images)
             labels += list(range(10))
             secs += out.seconds

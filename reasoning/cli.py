@@ -6,9 +6,16 @@ import argparse
 import json
 from pathlib import Path
 
+from multispec.bench.machine import save_results
+from multispec.bench.recorder import results
 from multispec.cli import register_command
+from multispec.rules import Judge, JudgeHead, train_judge_head
 
-from .bench import DRAFTERS
+from .bench import DRAFTERS, run, settings_record, zoo_models, zoo_thinking
+from .data import make_problems, read_problems
+from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
+from .judge_data import label_divergences
+from .zoo_pair import ByteTokenizer, load_pair
 
 
 def _rounds(text: str) -> int:
@@ -46,8 +53,6 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(args):
-    from .evaluate import Settings
-
     threshold = Settings.threshold if args.threshold is None else args.threshold
     return Settings(threshold=threshold, scorer=args.scorer, k=args.k, judge_threshold=args.judge_threshold,
                     judge_min_prob=Settings.judge_min_prob if args.judge_min_prob is None else args.judge_min_prob,
@@ -55,8 +60,6 @@ def _settings(args):
 
 
 def _methods(args):
-    from .evaluate import METHODS
-
     if args.methods is None:
         return METHODS
     chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -74,8 +77,6 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench import run
-
     run(quick=args.quick, json_path=args.json, threads=args.threads, problems=args.problems, methods=_methods(args),
         settings=_settings(args), weights=args.weights, drafter=args.drafter, rounds=args.rounds)
     return 0
@@ -97,10 +98,6 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
 def _user_models(args):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from multispec.judge import JudgeHead
-
-    from .evaluate import Models
-
     if args.small is None:
         raise ValueError("--small: give the small model with --base")
     load = lambda p: AutoModelForCausalLM.from_pretrained(p).eval()  # noqa: E731
@@ -114,13 +111,6 @@ def _user_models(args):
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from multispec.bench.machine import save_results
-    from multispec.bench.recorder import results
-
-    from .bench import settings_record, zoo_models, zoo_thinking
-    from .data import read_problems
-    from .evaluate import evaluate_table, markdown
-
     settings = _settings(args)
     if args.base is not None:
         if args.drafter != "small":
@@ -131,8 +121,6 @@ def _eval(args: argparse.Namespace) -> int:
         models, problems = zoo_models(drafter=args.drafter)
         settings.thinking = zoo_thinking(settings.max_new_tokens)
         if args.judge:
-            from multispec.judge import JudgeHead
-
             models.judge = JudgeHead.load(args.judge)
     if args.data is not None:
         problems = read_problems(args.data)
@@ -169,12 +157,6 @@ def _add_train_judge(p: argparse.ArgumentParser) -> None:
 
 
 def _train_judge(args: argparse.Namespace) -> int:
-    from multispec.judge import Judge, JudgeHead, train_judge_head
-
-    from .data import make_problems, read_problems
-    from .judge_data import label_divergences
-    from .zoo_pair import ByteTokenizer, load_pair
-
     if args.base is not None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

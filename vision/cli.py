@@ -6,16 +6,24 @@ import argparse
 import json
 from pathlib import Path
 
+from multispec import zoo
 from multispec.bench.recorder import LEGEND, format_table
-from multispec.cli import positive_int, register_command
+from multispec.cli import parse_tree, positive_int, register_command
+
+from .bench import run
+from .distill import DistillConfig, VisionDistiller
+from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
+from .evaluate import CHAIN_K, VQAItem, run_vqa, vqa_methods
+from .processing import HFVQAProcessor, answer_examples, collate_examples
+from .vqa_data import read_vqa
+from .zoo_pair import NAME, head_for, load_drafters
+from .zoo_vlm import EOS, IMAGE, PAD, VQAProcessor, load_vlm
 
 SHIPPED = Path(__file__).parent / "data" / "vqa_synth"
 
 
 def _tree(text: str | None):
-    from multispec.cli import _parse_tree
-
-    return _parse_tree(text)
+    return parse_tree(text)
 
 
 def _lengths(text: str) -> tuple[int, ...]:
@@ -31,16 +39,9 @@ def _lengths(text: str) -> tuple[int, ...]:
 def _load_target(path: str | None):
     """(model, processor, eos id, pad id): the zoo VLM by default, else a Llava / Qwen2-VL checkpoint folder
     with its processor (a checkpoint in the zoo's byte format needs none)."""
-    from .zoo_vlm import EOS, IMAGE, PAD, VQAProcessor, load_vlm
-
     if path is None:
-        from multispec import zoo
-
-        from .zoo_pair import NAME
         return load_vlm(zoo.path(NAME) / "target"), VQAProcessor(), EOS, PAD
     from transformers import AutoConfig, AutoModelForImageTextToText
-
-    from .processing import HFVQAProcessor
 
     if not Path(path, "config.json").exists():
         raise FileNotFoundError(f"--target: no config.json in {path}")
@@ -70,9 +71,6 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench import run
-    from .evaluate import CHAIN_K
-
     run(quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens, threads=args.threads,
         chain_k=args.chain_k or CHAIN_K, tree=_tree(args.tree), weights=args.weights, rounds=args.rounds)
     return 0
@@ -96,10 +94,6 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from PIL import Image
 
-    from .drafter import VisionEagleDrafter, VisionEagleHead
-    from .evaluate import VQAItem, run_vqa, vqa_methods
-    from .vqa_data import read_vqa
-
     data = args.data or str(SHIPPED / "jsonl" / "questions.jsonl")
     records = read_vqa(data, images=args.images, annotations=args.annotations)
     if args.limit is not None:
@@ -121,7 +115,6 @@ def _eval(args: argparse.Namespace) -> int:
                 head = VisionEagleHead.load(path)
                 drafters[f"{Path(path).name}"] = VisionEagleDrafter(head, model)
         elif args.target is None:
-            from .zoo_pair import load_drafters
             drafters = load_drafters(model)
     methods = vqa_methods(model, drafters, args.max_new_tokens, eos, pad, prompt_lookup=False)
     res = run_vqa(items, processor, methods, eos, desc="eval vqa")
@@ -155,12 +148,6 @@ def _add_train(p: argparse.ArgumentParser) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from PIL import Image
-
-    from .distill import DistillConfig, VisionDistiller
-    from .drafter import VisionDraftConfig
-    from .processing import answer_examples, collate_examples
-    from .vqa_data import read_vqa
-    from .zoo_pair import head_for
 
     # training needs questions and images only: the answers are the target's own
     records = read_vqa(args.data, images=args.images, annotations=args.annotations, require_answers=False)[:args.limit]

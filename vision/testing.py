@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import torch
 
+from multispec.drafters.eagle import EagleConfig
+
+from .drafter import VisionDraftConfig, VisionEagleHead
+from .processing import AnswerExample
+
 VOCAB = 128
 IMAGE_TOKEN = 3  # inside the text vocabulary, as in the released checkpoints
 VLM_KINDS = ("llava-clip", "llava-siglip", "qwen2-vl", "qwen2.5-vl")
@@ -125,8 +130,6 @@ def forbid_special_tokens(model) -> torch.nn.Module:
 def tiny_answer_examples(model, kind: str, count: int = 24, new_tokens: int = 20, seed: int = 5) -> list:
     """The model's own greedy answers to `count` random prompts with images (ragged text before and after
     the image), as drafter training examples (`multispec.vision.processing.AnswerExample`)."""
-    from .processing import AnswerExample
-
     out = []
     for i in range(0, count, 3):
         batch = vlm_prompts(kind, before=(1 + i % 3, 3, 2), after=(2, 1 + i % 2, 3), seed=seed + i)
@@ -141,10 +144,6 @@ def tiny_answer_examples(model, kind: str, count: int = 24, new_tokens: int = 20
 
 def tiny_head(model, mode: str, **vision):
     """A fresh `VisionEagleHead` for a `make_vlm` model."""
-    from multispec.drafters.eagle import EagleConfig
-
-    from .drafter import VisionDraftConfig, VisionEagleHead
-
     text = model.config.get_text_config()
     config = EagleConfig(hidden_size=text.hidden_size, draft_vocab_size=VOCAB, target_vocab_size=VOCAB,
                          intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)

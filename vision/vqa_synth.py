@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from PIL import Image, ImageDraw, ImageFont
 
+from .vqa_data import write_layouts
+
 SIZE = 64
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (230, 200, 30),
            "purple": (150, 60, 190), "orange": (240, 130, 20)}
@@ -219,7 +221,5 @@ EVAL_SEED = 77  # the shipped evaluation sets (training uses seeds from 1000 up,
 def write_eval_sets(folder, count: int = 40, seed: int = EVAL_SEED) -> dict:
     """The shipped procedural evaluation set (short-answer questions) in every layout `multispec eval vqa`
     reads (VQAv2, TextVQA, DocVQA, ChartQA, JSONL), under `folder`."""
-    from .vqa_data import write_layouts
-
     samples = generate_vqa(count, seed=seed, long_fraction=0.0)
     return write_layouts(((s.image, s.question, s.answers) for s in samples), folder)

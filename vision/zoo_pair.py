@@ -16,10 +16,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from multispec import zoo
 from multispec.drafters.eagle import EagleConfig
+from multispec.zoo import ZooEntry, ZooPair
 
 from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
+from .tower import pretrain_tower
 from .vqa_synth import VQASample, generate_vqa
 from .zoo_vlm import (EOS, IMAGE, NUM_IMAGE_TOKENS, PAD, VOCAB, VLMRecipe, VQAProcessor, load_vlm, train_vlm,
                       training_batch, vlm_config)
@@ -70,8 +73,6 @@ def collate(samples: list[VQASample]) -> tuple[dict[str, torch.Tensor], torch.Te
 
 def load_drafters(target, folder: str | Path | None = None,
                   modes: tuple[str, ...] = DRAFTERS) -> dict[str, VisionEagleDrafter]:
-    from multispec import zoo
-
     folder = Path(folder) if folder is not None else zoo.path(NAME)
     return {m: VisionEagleDrafter(VisionEagleHead.load(folder / m), target) for m in modes}
 
@@ -79,15 +80,11 @@ def load_drafters(target, folder: str | Path | None = None,
 def load_assistant(folder: str | Path | None = None):
     """The small Llava (2 layers, hidden 128, same vocabulary and image tokens) trained on the same data:
     the draft model for `transformers`' assisted generation and for `ModelDrafter`."""
-    from multispec import zoo
-
     folder = Path(folder) if folder is not None else zoo.path(NAME)
     return load_vlm(folder / "assistant")
 
 
 def load_pair(folder: Path):
-    from multispec.zoo import ZooPair
-
     target = load_vlm(folder / "target")
     drafter = VisionEagleDrafter(VisionEagleHead.load(folder / DEFAULT_DRAFTER), target)
     return ZooPair(target, drafter, VQAProcessor(), NAME)
@@ -114,8 +111,6 @@ def pretrained_tower(folder: Path, steps: int) -> tuple[dict[str, torch.Tensor],
     """The vision tower pretrained on scene labels (`multispec.vision.tower`), kept in `folder/tower.pt`
     until the pair is done (a resumed run reuses it)."""
     from transformers import SiglipVisionModel
-
-    from .tower import pretrain_tower
 
     path = folder / "tower.pt"
     if path.exists():
@@ -170,8 +165,6 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
 
 
 def zoo_entry():
-    from multispec.zoo import ZooEntry
-
     return ZooEntry(NAME, f"Llava (SigLIP tower, {NUM_IMAGE_TOKENS} image tokens, {TARGET.layers}-layer byte-level "
                     f"Llama, {VOCAB}-token vocabulary) trained on procedural chart/shape/table VQA + EAGLE, ViSpec "
                     "and SpecVLM drafters (multispec.vision)", None, load_pair, train_pair)

@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from multispec.zoo.training import train_steps
+from multispec.zoo.int8 import FILE, load_int8, save_int8
+from multispec.zoo.training import Checkpoint, train_steps
 
 from .vqa_synth import VQASample, generate_vqa
 
@@ -134,9 +135,6 @@ def train_vlm(out_dir: str | Path, recipe: VLMRecipe, tower_state: dict[str, tor
     and a finished one is read back, not retrained."""
     from transformers import LlavaForConditionalGeneration
 
-    from multispec.zoo.int8 import save_int8
-    from multispec.zoo.training import Checkpoint
-
     out_dir = Path(out_dir)
     report_file = out_dir / "training_report.json"
     if report_file.exists():
@@ -184,8 +182,6 @@ def train_vlm(out_dir: str | Path, recipe: VLMRecipe, tower_state: dict[str, tor
 def load_vlm(folder: str | Path, dtype: torch.dtype = torch.float32):
     """A zoo VLM folder: int8 storage (`multispec.zoo.int8`, loaded as fp32) or a `save_pretrained` checkpoint."""
     from transformers import LlavaForConditionalGeneration
-
-    from multispec.zoo.int8 import FILE, load_int8
 
     folder = Path(folder)
     if not (folder / "config.json").exists():

@@ -13,10 +13,10 @@ no node approved (threshold above 1, or a disabled judge) the rule is `Exact`, d
 
 `min_target_prob` ρ adds a floor: the judge may approve only a token the target itself gives probability at
 least ρ at that position (its softmax, before any sampling transform). Every emitted token is then the exact
-rule's or one the target rates at least ρ, a bound that holds whatever the head learned. It is for targets whose other plausible
-continuations (another phrasing) are safe while their improbable ones (a wrong digit) are not: a head trained
-on a few thousand labels is overconfident on new problems, and the floor removes the approvals the target
-itself rules out.
+rule's or one the target rates at least ρ, a bound that holds whatever the head learned. It is for targets
+whose other plausible continuations (another phrasing) are safe while their improbable ones (a wrong digit)
+are not: a head trained on a few thousand labels is overconfident on new problems, and the floor removes the
+approvals the target itself rules out.
 """
 
 from __future__ import annotations
