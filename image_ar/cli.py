@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from multispec.cli import parse_tree, register_command
+from multispec.cli import parse_tree, positive_int, register_command
 
 from . import continuous_pair, zoo_pair
 from .bench import NEIGHBOURS, run
@@ -22,17 +22,6 @@ from .metrics import image_scores, inception_fid
 from .relaxed import Relaxed
 
 
-def _rounds(text: str) -> int:
-    """--rounds: a positive int (the speed phase's images are split into that many rounds)."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
-
-
 def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=["lantern", "continuous"], default="lantern",
                    help="lantern: mnist-vq-gpt (discrete VQ tokens); continuous: mnist-patch-diffusion (diffusion head)")
@@ -42,7 +31,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--timing-images", type=int, default=None)
     p.add_argument("--fid-images", type=int, default=None)
-    p.add_argument("--rounds", type=_rounds, default=None,
+    p.add_argument("--rounds", type=positive_int, default=None,
                    help="the timed images split into N rounds, each ratio from one round (default 4; --quick: 2)")
     p.add_argument("--chain-k", type=int, default=None, help="drafts per step (default: 6 for lantern, "
                    "the continuous benchmark's K)")

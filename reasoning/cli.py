@@ -8,7 +8,7 @@ from pathlib import Path
 
 from multispec.bench.machine import save_results
 from multispec.bench.recorder import results
-from multispec.cli import register_command
+from multispec.cli import positive_int, register_command
 from multispec.rules import Judge, JudgeHead, train_judge_head
 
 from .bench import DRAFTERS, run, settings_record, zoo_models, zoo_thinking
@@ -16,17 +16,6 @@ from .data import make_problems, read_problems
 from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
 from .judge_data import label_divergences
 from .zoo_pair import ByteTokenizer, load_pair
-
-
-def _rounds(text: str) -> int:
-    """--rounds: a positive int (the problems are split into that many timed rounds)."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -46,7 +35,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="the zoo pair's drafter and judge for the token-level rows (exact, judge, assisted): the "
                    "small model (default) or the styled drafter, which phrases steps its own way")
     p.add_argument("--max-new-tokens", type=int, default=320)
-    p.add_argument("--rounds", type=_rounds, default=3, help="the problems split into N timed rounds, each "
+    p.add_argument("--rounds", type=positive_int, default=3, help="the problems split into N timed rounds, each "
                    "speedup from one round (default 3; fewer when there are fewer problems)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, metavar="PATH")

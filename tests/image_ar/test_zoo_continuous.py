@@ -3,13 +3,13 @@ drafts and emits digits of the requested class; the CLI benchmark and `eval imag
 continuous` run; the training pipeline runs (a smoke run in a temporary folder, then resumed)."""
 
 import json
-import statistics
 
 import pytest
 import torch
 
 from multispec.image_ar import generate_continuous, load_continuous_pair
 from multispec.image_ar.continuous_pair import CFG_SCALE, load_pair, train_pair
+from speed_table import check_speed_table
 
 
 @pytest.fixture(scope="module")
@@ -41,25 +41,6 @@ def test_origins_account_for_every_token(pair):
     assert origins.count("target") >= 1
     with pytest.raises(ValueError, match="batch 1"):
         generate_continuous(pair.target, torch.tensor([3, 4]), pair.draft, k=2).origins()
-
-
-def check_speed_table(res: dict, names: set[str], rounds: int) -> dict:
-    """The image bench's recorder table: every method timed in every round, one image per timed call,
-    each speedup inside its own spread; returns its rows."""
-    assert res["schema"] == "multispec.bench/1" and res["benchmark"] == "image-ar" and res["machine"]["git_commit"]
-    table = res["tables"]["sampling"]
-    assert table["baseline"] == "ar" and table["unit"] == "images" and table["round_inputs"] == "partition"
-    assert table["rounds"] == rounds and sum(table["inputs_per_round"]) == res["settings"]["timing_images"]
-    rows = table["methods"]
-    assert names <= set(rows)
-    assert rows["ar"]["speedup"] == 1.0 and rows["ar"]["speedup_spread"] == [1.0, 1.0]
-    for name, row in rows.items():
-        assert row["images"] == res["settings"]["timing_images"] and row["images_per_s"] > 0, name
-        assert len(row["speedup_rounds"]) == rounds
-        lo, hi = row["speedup_spread"]
-        assert lo <= row["speedup"] <= hi
-        assert row["speedup"] == pytest.approx(statistics.median(row["speedup_rounds"]), abs=1e-3)
-    return rows
 
 
 def test_cli_bench_and_eval(tmp_path):

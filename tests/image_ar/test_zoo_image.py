@@ -4,7 +4,6 @@ reporting TVD <= delta, the CLI benchmark and image evaluation run, and the trai
 run in a temporary folder, resumed)."""
 
 import json
-import statistics
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ import torch
 from multispec import DynamicTree
 from multispec.image_ar import Relaxed, generate_ar, generate_images, image_drafter, load_image_pair
 from multispec.image_ar.zoo_pair import CFG_SCALE, TOP_K
+from speed_table import check_speed_table
 
 
 @pytest.fixture(scope="module")
@@ -41,25 +41,6 @@ def test_lantern_accepts_more_than_exact_within_its_budget(pair):
     assert lantern.stats.mean_accepted_length > 1.4 * exact.stats.mean_accepted_length
     # the images stay digits of the requested class
     assert float((pair.classifier.logits(lantern.images).argmax(-1) == torch.tensor(labels)).float().mean()) >= 0.8
-
-
-def check_speed_table(res: dict, names: set[str], rounds: int) -> dict:
-    """The image bench's recorder table: every method timed in every round, one image per timed call,
-    each speedup inside its own spread; returns its rows."""
-    assert res["schema"] == "multispec.bench/1" and res["benchmark"] == "image-ar" and res["machine"]["git_commit"]
-    table = res["tables"]["sampling"]
-    assert table["baseline"] == "ar" and table["unit"] == "images" and table["round_inputs"] == "partition"
-    assert table["rounds"] == rounds and sum(table["inputs_per_round"]) == res["settings"]["timing_images"]
-    rows = table["methods"]
-    assert names <= set(rows)
-    assert rows["ar"]["speedup"] == 1.0 and rows["ar"]["speedup_spread"] == [1.0, 1.0]
-    for name, row in rows.items():
-        assert row["images"] == res["settings"]["timing_images"] and row["images_per_s"] > 0, name
-        assert len(row["speedup_rounds"]) == rounds
-        lo, hi = row["speedup_spread"]
-        assert lo <= row["speedup"] <= hi
-        assert row["speedup"] == pytest.approx(statistics.median(row["speedup_rounds"]), abs=1e-3)
-    return rows
 
 
 def test_cli_bench_and_eval(tmp_path, capsys, pair):
