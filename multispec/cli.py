@@ -21,7 +21,7 @@ PLUGIN_COMMANDS: dict[tuple[str, str], tuple[str, Callable, Callable]] = {}
 
 def register_command(group: str, name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None],
                      run: Callable[[argparse.Namespace], int]) -> None:
-    """Add `multispec GROUP NAME ...` (e.g. `multispec bench vision`), parsed by `add_arguments`."""
+    """Add `multispec GROUP NAME ...` (e.g. a modality's `multispec bench NAME`), parsed by `add_arguments`."""
     if group not in ("bench", "eval", "train"):
         raise ValueError(f"group: expected bench, eval or train, got {group!r}")
     PLUGIN_COMMANDS[(group, name)] = (help, add_arguments, run)

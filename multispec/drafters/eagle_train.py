@@ -4,7 +4,7 @@ Loss per position (EAGLE-1/2): SmoothL1 between the predicted and the target's n
 cross-entropy to the target's next-token distribution restricted to the draft vocabulary. A second,
 unrolled pass feeds the head its own predicted features (as it will see them while drafting) and
 adds the same losses one step further ("training-time test", as in EAGLE-3 / ViSpec's rollout).
-Subclasses (vision, image_ar) override `target_features` or `head_inputs` to add their modality.
+A modality's subclass overrides `target_features` or `head_inputs` to add what its inputs carry.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class EagleTrainer:
 
     def teacher_logits(self, next_features: torch.Tensor) -> torch.Tensor:
         """The distribution the head learns to predict, as logits, at the positions of `next_features`
-        (the target's own by default; image_ar's guided trainer mixes in the unconditional half)."""
+        (the target's own by default; a guided trainer may mix in the unconditional half)."""
         return self.target_logits(next_features)
 
     @torch.no_grad()
