@@ -1,0 +1,427 @@
+"""A static-shape model step for the lean engine, so the per-step launch and Python overhead can be
+compiled away (`torch.compile`) and, on CUDA, replayed from a captured CUDA graph.
+
+`StaticLeanCausalLM` is `LeanCausalLM` (same bookkeeping, same prefill) whose tree-feeding calls run one
+function of fixed shapes, `static_step`:
+
+- the K/V cache is one buffer per layer of `capacity` columns, allocated once per batch size and engine
+  (reused across generations: a captured graph keeps reading the same addresses);
+- the new nodes are padded to a node budget (the smallest of `node_budget`'s sizes that holds them), with
+  position 0 and a mask row that attends to column 0 only; their K/V land in the spare columns after the
+  real nodes, which the bookkeeping never reads;
+- positions, the additive mask over all `capacity` columns and the cache columns to write are tensors,
+  so nothing about the step's state is baked into the graph.
+
+One compiled function (or captured graph) then serves every step of a given (batch size, budget, input
+kind, feature request): the number of graphs does not grow with the number of steps (tests check it).
+The prefill (one per generation, of the prompt's length) stays eager.
+
+Opt in per engine: `StaticLeanCausalLM(model, capacity=..., node_budget=..., compile=...)`, or for a
+target/drafter pair `static_pair(target, drafter, ...)` (the drafter's lean engine, e.g. an EAGLE head's,
+is swapped for a static one). On CUDA the step is captured in CUDA graphs by default (`cuda_graphs`),
+around the compiled function when `compile` is set. `time_static_step` times eager against static.
+
+Host synchronisation: the static call itself has none; the bookkeeping it sits under (`HFCausalLM.feed`'s
+parent check, the loop's per-row Python) still synchronises a few times per step.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+
+from ..generate import speculative_generate
+from .base import FeatureRequest, Features
+from .lean import LeanCausalLM, _BufferedLayer, _UsedColumns
+
+
+def static_step(inp: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor,
+                rope: torch.Tensor, kv: tuple, weights: tuple, embed: torch.Tensor, final_norm: tuple, head: tuple,
+                layers_wanted: tuple[int, ...], want_hidden: bool):
+    """One decoder pass over N padded nodes, writing their K/V into the cache in place.
+
+    `inp`: token ids [B, N] (long) or input embeddings [B, N, H]; `positions` [B, N]; `mask` [B, 1, N, C]
+    additive over all C cache columns (the new nodes' own columns included); `cols` [N]: the cache column
+    each node's K/V goes to; `rope` [2, P, D] (cos, sin by position); `kv`: per layer (keys, values)
+    [B, KVH, C, D]; `weights`: per layer the packed tuple of `_layer_weights`; `final_norm` (weight, eps);
+    `head` (weight, bias). Returns (float32 logits [B, N, V], final normed hidden [B, N, H] or None,
+    residual stream entering each of `layers_wanted`)."""
+    x = F.embedding(inp, embed) if inp.dim() == 2 else inp
+    b, n, _ = x.shape
+    table = rope[:, positions]  # [2, B, N, D]
+    cos, sin = table[0, :, None], table[1, :, None]
+    captured = []
+    for i, ((keys, values), w) in enumerate(zip(kv, weights)):
+        (ln1, eps1, qkv_w, qkv_b, o_w, o_b, scaling, heads, kv_heads, head_dim, ln2, eps2, gu_w, gu_b, down_w,
+         down_b) = w
+        if i in layers_wanted:
+            captured.append(x)
+        h = F.rms_norm(x, (x.shape[-1],), ln1, eps1)
+        n_qk = heads + kv_heads
+        qkv = F.linear(h, qkv_w, qkv_b).view(b, n, 2 * n_qk + kv_heads, head_dim).transpose(1, 2)
+        qk = qkv[:, :n_qk] * cos + qkv[:, n_qk + kv_heads:] * sin  # rotary: x cos + rotate_half(x) sin
+        keys.index_copy_(2, cols, qk[:, heads:])
+        values.index_copy_(2, cols, qkv[:, n_qk: n_qk + kv_heads])
+        attn = F.scaled_dot_product_attention(qk[:, :heads], keys, values, attn_mask=mask, scale=scaling,
+                                              enable_gqa=heads != kv_heads)
+        x = x + F.linear(attn.transpose(1, 2).reshape(b, n, -1), o_w, o_b)
+        h = F.rms_norm(x, (x.shape[-1],), ln2, eps2)
+        gate, up = F.linear(h, gu_w, gu_b).chunk(2, dim=-1)
+        x = x + F.linear(F.silu(gate) * up, down_w, down_b)
+    if len(weights) in layers_wanted:
+        captured.append(x)
+    x = F.rms_norm(x, (x.shape[-1],), final_norm[0], final_norm[1])
+    logits = F.linear(x, head[0], head[1]).float()
+    return logits, (x if want_hidden else None), tuple(captured)
+
+
+def _layer_weights(p) -> tuple:
+    return (p.ln1, p.eps1, p.qkv, p.qkv_bias, p.o, p.o_bias, p.scaling, p.heads, p.kv_heads, p.head_dim, p.ln2,
+            p.eps2, p.gate_up, p.gate_up_bias, p.down, p.down_bias)
+
+
+def node_buckets(node_budget: int | Sequence[int]) -> tuple[int, ...]:
+    """The padded widths a step may take: an int n gives 1, 2, 4, ... below n, and n; a sequence is taken
+    as given (sorted)."""
+    if isinstance(node_budget, int) and not isinstance(node_budget, bool):
+        if node_budget < 1:
+            raise ValueError(f"node_budget: expected a positive int, got {node_budget}")
+        sizes, s = [], 1
+        while s < node_budget:
+            sizes.append(s)
+            s *= 2
+        return tuple(sizes + [node_budget])
+    sizes = tuple(sorted(set(int(s) for s in node_budget)))
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"node_budget: expected positive sizes, got {node_budget!r}")
+    return sizes
+
+
+def _padded(t: torch.Tensor, n: int) -> torch.Tensor:
+    """`t` [B, M, ...] in a new contiguous [B, n, ...] tensor, zeros after M."""
+    out = t.new_zeros(t.shape[0], n, *t.shape[2:])
+    out[:, : t.shape[1]] = t
+    return out
+
+
+class _PooledColumns(_UsedColumns):
+    """As `_UsedColumns`, but an assignment that is not a crop copies into the engine's fixed buffer."""
+
+    def __set__(self, layer, value: torch.Tensor) -> None:
+        buf, layer.used = layer.adopt(self.slot, value)
+        setattr(layer, self.slot, buf)
+
+
+class _StaticLayer(_BufferedLayer):
+    """One layer's K/V in a buffer of the engine's fixed capacity (one buffer per batch size, reused)."""
+
+    keys = _PooledColumns()
+    values = _PooledColumns()
+
+    def __init__(self, engine: "StaticLeanCausalLM", index: int) -> None:
+        super().__init__()
+        self.engine, self.index = engine, index
+
+    def adopt(self, slot: str, value: torch.Tensor) -> tuple[torch.Tensor, int]:
+        buf = getattr(self, slot)
+        if buf is not None and value.data_ptr() == buf.data_ptr() and value.stride() == buf.stride():
+            return buf, value.shape[2]  # a crop: same storage, fewer columns
+        self.engine.check_capacity(value.shape[2])
+        dest = self.engine.kv_buffer(value.shape[0], self.index, slot)
+        if value.untyped_storage().data_ptr() == dest.untyped_storage().data_ptr():
+            value = value.clone()  # e.g. the dead leading columns trimmed after `select`: overlapping copy
+        dest[:, :, : value.shape[2]] = value
+        return dest, value.shape[2]
+
+    def ensure(self, batch: int) -> None:
+        """Point at the engine's buffers for `batch` rows (nothing used yet)."""
+        if self._keys is None or self._keys.shape[0] != batch:
+            if self.used:
+                raise RuntimeError("static cache: the batch size changed without `select`")
+            self._keys = self.engine.kv_buffer(batch, self.index, "_keys")
+            self._values = self.engine.kv_buffer(batch, self.index, "_values")
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n, m = self.used, k.shape[2]
+        self.engine.check_capacity(n + m)
+        self.ensure(k.shape[0])
+        self._keys[:, :, n: n + m] = k
+        self._values[:, :, n: n + m] = v
+        self.used = n + m
+        return self._keys[:, :, : n + m], self._values[:, :, : n + m]
+
+
+class _StaticCache:
+    def __init__(self, engine: "StaticLeanCausalLM", num_layers: int) -> None:
+        self.layers = [_StaticLayer(engine, i) for i in range(num_layers)]
+
+
+@dataclass
+class _Graph:
+    """One captured CUDA graph: the per-call inputs it reads, the outputs it writes."""
+
+    graph: torch.cuda.CUDAGraph
+    inputs: tuple[torch.Tensor, ...]
+    outputs: tuple
+
+
+class StaticLeanCausalLM(LeanCausalLM):
+    """`LeanCausalLM` whose tree-feeding calls run the fixed-shape `static_step` (see the module docstring)."""
+
+    def __init__(self, model: PreTrainedModel, name: str = "target", window: int | None = None, *,
+                 capacity: int | None = None, node_budget: int | Sequence[int] = 16,
+                 compile: bool | str | Callable = False, compile_mode: str | None = None,
+                 cuda_graphs: bool | None = None):
+        """`capacity`: cache columns per row (prompt + generated tokens + one step's nodes + the padding of
+        the largest budget); default: the model's `max_position_embeddings` plus the largest budget.
+        `node_budget`: the padded widths of a step (`node_buckets`); a call with more nodes runs eagerly.
+        `compile`: False (the static function as it is), True (`torch.compile`, inductor), or a backend
+        name / callable for `torch.compile` (tests count graphs with one). `compile_mode`: passed to
+        `torch.compile` (e.g. "reduce-overhead" with `cuda_graphs=False`: torch's own CUDA graphs).
+        `cuda_graphs`: capture each static shape in a CUDA graph and replay it (default: on CUDA)."""
+        super().__init__(model, name, window)
+        self.buckets = node_buckets(node_budget)
+        if capacity is None:
+            capacity = int(getattr(model.config, "max_position_embeddings", 2048)) + self.buckets[-1]
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity <= self.buckets[-1]:
+            raise ValueError(f"capacity: expected an int above the largest node budget ({self.buckets[-1]}), "
+                             f"got {capacity!r}")
+        # a multiple of 16: the mask's rows stay aligned for the fused CUDA attention kernels
+        self.capacity = -(-capacity // 16) * 16
+        self.cuda_graphs = self.device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
+        if self.cuda_graphs and self.device.type != "cuda":
+            raise ValueError("cuda_graphs: the model is not on a CUDA device")
+        self.compiled = compile is not False
+        # a code object of its own per engine: dynamo's cache and recompile limit are per code object, so a
+        # target and a drafter do not share (or exhaust) one
+        fn = types.FunctionType(static_step.__code__.replace(co_name=f"static_step_{name}"), static_step.__globals__,
+                                f"static_step_{name}")
+        if compile is False:
+            self._step = fn
+        else:
+            options = dict(fullgraph=True, dynamic=False)
+            if compile is not True:
+                options["backend"] = compile
+            if compile_mode is not None:
+                options["mode"] = compile_mode
+            self._step = torch.compile(fn, **options)
+            # one graph per (batch size, budget, input kind, request): allow that many per code object
+            limit = 8 * len(self.buckets)
+            if torch._dynamo.config.recompile_limit < limit:
+                torch._dynamo.config.recompile_limit = limit
+        self._kv: dict[tuple, torch.Tensor] = {}
+        self._graphs: dict[tuple, _Graph] = {}
+        self._graph_pool = None
+        self._static_rope: torch.Tensor | None = None
+        self._weights: tuple | None = None
+        self._weights_key = None
+        self.static_calls = 0  # feeding calls that ran the static step (the rest ran eagerly)
+
+    # ---- buffers --------------------------------------------------------------------------------------
+    def _new_cache(self) -> _StaticCache:
+        self._pack()  # once per generation, as the lean engine does
+        self._static_weights()
+        return _StaticCache(self, len(self.model.model.layers))
+
+    def check_capacity(self, columns: int) -> None:
+        if columns > self.capacity:
+            raise ValueError(f"capacity: {self.name} needs {columns} cache columns, more than its capacity "
+                             f"({self.capacity}); build it with a larger `capacity`")
+
+    def kv_buffer(self, batch: int, layer: int, slot: str) -> torch.Tensor:
+        """The engine's fixed K or V buffer for `batch` rows (zeros when new: masked columns must stay finite)."""
+        key = (batch, layer, slot)
+        if key not in self._kv:
+            attn = self.model.model.layers[layer].self_attn
+            kv_heads = attn.k_proj.weight.shape[0] // attn.head_dim
+            buf = torch.zeros(batch, kv_heads, self.capacity, attn.head_dim, dtype=self.dtype, device=self.device)
+            if self.device.type == "cuda":
+                torch._dynamo.mark_static_address(buf)
+            self._kv[key] = buf
+        return self._kv[key]
+
+    def _static_weights(self) -> tuple:
+        """(per-layer weights, rope table, embedding, final norm, head), rebuilt when the packing changes."""
+        if self._weights is not None and self._weights_key is self._packed_key:
+            return self._weights
+        packed = self._packed
+        rope = self.model.model.rotary_emb
+        freqs = torch.arange(self.capacity, device=self.device, dtype=torch.float32)[:, None] * rope.inv_freq.float()
+        emb = torch.cat([freqs, freqs], dim=-1)
+        table = torch.stack([emb.cos(), emb.sin()]).mul(rope.attention_scaling).to(self.dtype)
+        decoder, head = self.model.model, self.model.get_output_embeddings()
+        weights = (tuple(_layer_weights(p) for p in packed), table, decoder.embed_tokens.weight,
+                   (decoder.norm.weight, decoder.norm.variance_epsilon), (head.weight, head.bias))
+        if self.device.type == "cuda":  # read in place by captured graphs (never copied in)
+            layer_tensors = [t for w in weights[0] for t in w if isinstance(t, torch.Tensor)]
+            for t in [*layer_tensors, table, decoder.embed_tokens.weight, decoder.norm.weight, head.weight, head.bias]:
+                if t is not None:
+                    torch._dynamo.mark_static_address(t)
+        self._weights, self._weights_key = weights, self._packed_key
+        self._graphs.clear()  # captured graphs read the old weights
+        return weights
+
+    # ---- the static call --------------------------------------------------------------------------------
+    def _score(self, inputs: dict, masks, positions: torch.Tensor, cache_position: torch.Tensor,
+               request: FeatureRequest, parents: torch.Tensor) -> tuple[torch.Tensor, Features | None]:
+        tokens = inputs.get("input_ids")
+        inp = tokens if tokens is not None else inputs["inputs_embeds"]
+        b, m = inp.shape[:2]
+        n = next((s for s in self.buckets if s >= m), None)
+        if n is None or isinstance(masks, dict) or m == 0 or request.image_embeds:
+            return super()._score(inputs, masks, positions, cache_position, request, parents)
+        layer0 = self.cache.layers[0]
+        used, lo = layer0.used, self._lo
+        self.check_capacity(used + n)
+        for layer in self.cache.layers:
+            layer.ensure(b)
+        # padded to the budget, in fresh tensors: dynamo guards on strides, size-1 dimensions' included, and
+        # the bookkeeping hands over slices of wider tensors
+        inp, positions = _padded(inp, n), _padded(positions, n)
+        full = masks.new_full((b, 1, n, self.capacity), torch.finfo(masks.dtype).min)
+        full[:, :, :m, lo: used + m] = masks
+        full[:, :, m:, 0] = 0  # padding nodes read column 0 (finite), never a row of nothing
+        cols = torch.arange(used, used + n, device=self.device)
+        logits, hidden, layers = self._call(inp, positions, full, cols, tuple(request.layers), request.hidden)
+        for layer in self.cache.layers:
+            layer.used = used + m
+        self.static_calls += 1
+        copy_out = self.cuda_graphs or self.compiled and self.device.type == "cuda"  # graph outputs get reused
+        keep = (lambda t: t[:, :m].clone()) if copy_out else (lambda t: t[:, :m])  # noqa: E731
+        features = None
+        if request.hidden or request.layers:
+            features = Features(keep(hidden) if request.hidden else None,
+                                {i: keep(t) for i, t in zip(request.layers, layers)})
+        return keep(logits), features
+
+    def _call(self, inp, positions, mask, cols, layers_wanted: tuple[int, ...], want_hidden: bool):
+        weights, rope, embed, final_norm, head = self._static_weights()
+        kv = tuple((layer._keys, layer._values) for layer in self.cache.layers)
+        rest = (rope, kv, weights, embed, final_norm, head, layers_wanted, want_hidden)
+        if not self.cuda_graphs:
+            return self._step(inp, positions, mask, cols, *rest)
+        key = (inp.shape, inp.dtype, layers_wanted, want_hidden, tuple(t.data_ptr() for pair in kv for t in pair))
+        graph = self._graphs.get(key)
+        if graph is None:
+            graph = self._capture((inp, positions, mask, cols), rest)
+            self._graphs[key] = graph
+        else:
+            for static, new in zip(graph.inputs, (inp, positions, mask, cols)):
+                static.copy_(new)
+            graph.graph.replay()
+        return graph.outputs
+
+    def _capture(self, dynamic: tuple, rest: tuple) -> _Graph:
+        """Warm up (and compile) on a side stream, then capture the step; the capture's own run is this call's
+        result (the K/V it writes go to this call's columns)."""
+        inputs = tuple(t.clone() for t in dynamic)
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._step(*inputs, *rest)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        if self._graph_pool is None:
+            self._graph_pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._graph_pool):
+            outputs = self._step(*inputs, *rest)
+        graph.replay()
+        return _Graph(graph, inputs, outputs)
+
+
+# ---- opting a pair in ---------------------------------------------------------------------------------------
+def static_pair(target, drafter, *, capacity: int | None = None, node_budget: int | Sequence[int] = 16,
+                compile: bool | str | Callable = False, compile_mode: str | None = None,
+                cuda_graphs: bool | None = None):
+    """(target, drafter) with their lean engines on the static step: `target` a Llama-family `transformers`
+    model (or a `LeanCausalLM` around one), `drafter` a drafter whose `lm` is a `LeanCausalLM` (an
+    `EagleDrafter`'s head, a lean `ModelDrafter`): a shallow copy of it gets a static engine over the same
+    model (other drafters come back unchanged). Both get `capacity` columns (default: the target's
+    `max_position_embeddings` plus the largest budget). Pass the pair to `speculative_generate`."""
+    model = target.model if isinstance(target, LeanCausalLM) else target
+    options = dict(node_budget=node_budget, compile=compile, compile_mode=compile_mode, cuda_graphs=cuda_graphs)
+    static_target = StaticLeanCausalLM(model, name="target", capacity=capacity, **options)
+    lm = getattr(drafter, "lm", None)
+    if type(lm) is LeanCausalLM:
+        drafter = copy.copy(drafter)
+        drafter.lm = StaticLeanCausalLM(lm.model, name=lm.name, window=lm.window, capacity=static_target.capacity,
+                                        **options)
+    return static_target, drafter
+
+
+def capacity_for(prompt_length: int, max_new_tokens: int, node_budget: int | Sequence[int] = 16,
+                 draft_nodes: int = 16) -> int:
+    """Cache columns that one generation needs at most: the prompt, the new tokens, and a step's pending
+    nodes (a drafter's catch-up chain and its tree, `draft_nodes` at most) plus the padding of the largest
+    budget."""
+    return prompt_length + max_new_tokens + draft_nodes + 2 * node_buckets(node_budget)[-1]
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_static_step(target, drafter, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                     max_new_tokens: int = 128, tree=4, rounds: int = 3, plain: bool = True,
+                     capacity: int | None = None, node_budget: int | Sequence[int] = 8,
+                     compile: bool | str | Callable = True, compile_mode: str | None = None,
+                     cuda_graphs: bool | None = None) -> dict:
+    """Tokens/s of speculative decoding with the eager lean engines and with the static step (and of the
+    target's own greedy `generate`, if `plain`), greedy, `rounds` interleaved rounds after one warm-up run
+    each (compilation and graph capture happen there and are reported apart). `target` is a Llama-family
+    `transformers` model, `drafter` e.g. its `EagleDrafter`; for a GPU benchmark pass CUDA models and ids.
+    `capacity` defaults to `capacity_for` the prompt. Returns a dict: tok/s per path (best round and mean),
+    each path's warm-up seconds, whether the outputs were equal token for token, the mean accepted length
+    and how many calls ran the static step."""
+    ids = input_ids.to(next(target.parameters()).device)
+    mask = None if attention_mask is None else attention_mask.to(ids.device)
+    if capacity is None:
+        capacity = capacity_for(ids.shape[1], max_new_tokens, node_budget)
+    s_target, s_drafter = static_pair(target, drafter, capacity=capacity, node_budget=node_budget, compile=compile,
+                                      compile_mode=compile_mode, cuda_graphs=cuda_graphs)
+    kwargs = dict(max_new_tokens=max_new_tokens, tree=tree, eos_token_id=[], pad_token_id=0)
+    runs = {"eager": lambda: speculative_generate(target, drafter, ids, mask, **kwargs),
+            "static": lambda: speculative_generate(s_target, s_drafter, ids, mask, **kwargs)}
+    if plain:
+        runs["plain"] = lambda: target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                                do_sample=False, pad_token_id=0, eos_token_id=None,
+                                                min_new_tokens=max_new_tokens)
+    outputs, warmup = {}, {}
+    for name, run in runs.items():
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            outputs[name] = run()
+        _synchronize(ids.device)
+        warmup[name] = time.perf_counter() - t0
+    static_calls = {"target": s_target.static_calls, "drafter": getattr(s_drafter.lm, "static_calls", 0)}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            _synchronize(ids.device)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                run()
+            _synchronize(ids.device)
+            times[name].append(time.perf_counter() - t0)
+    new_tokens = ids.shape[0] * max_new_tokens
+    result = {"device": str(ids.device), "new_tokens_per_run": new_tokens, "warmup_s": warmup,
+              "tok_per_s_best": {k: new_tokens / min(v) for k, v in times.items()},
+              "tok_per_s_mean": {k: new_tokens * len(v) / sum(v) for k, v in times.items()},
+              "static_equals_eager": bool(torch.equal(outputs["static"].sequences, outputs["eager"].sequences)),
+              "mean_accepted_length": outputs["static"].stats.mean_accepted_length,
+              "steps_per_run": len(outputs["static"].stats.steps), "static_calls_per_run": static_calls}
+    best = result["tok_per_s_best"]
+    result["speedup_static_over_eager"] = best["static"] / best["eager"]
+    if plain:
+        result["speedup_static_over_plain"] = best["static"] / best["plain"]
+        result["speedup_eager_over_plain"] = best["eager"] / best["plain"]
+    return result
