@@ -38,7 +38,9 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from ..generate import speculative_generate
-from .base import FeatureRequest, Features
+from ..tree import ancestor_mask_from_parents
+from .base import NO_FEATURES, FeatureRequest, Features, TargetOutput
+from .hf import _Pending
 from .lean import LeanCausalLM, _BufferedLayer, _UsedColumns
 
 
@@ -48,13 +50,15 @@ def static_step(inp: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, 
     """One decoder pass over N padded nodes, writing their K/V into the cache in place.
 
     `inp`: token ids [B, N] (long) or input embeddings [B, N, H]; `positions` [B, N]; `mask` [B, 1, N, C]
-    additive over all C cache columns (the new nodes' own columns included); `cols` [N]: the cache column
+    over all C cache columns (the new nodes' own columns included), additive float or bool (True = attend); `cols` [N]: the cache column
     each node's K/V goes to; `rope` [2, P, D] (cos, sin by position); `kv`: per layer (keys, values)
     [B, KVH, C, D]; `weights`: per layer the packed tuple of `_layer_weights`; `final_norm` (weight, eps);
     `head` (weight, bias). Returns (float32 logits [B, N, V], final normed hidden [B, N, H] or None,
     residual stream entering each of `layers_wanted`)."""
     x = F.embedding(inp, embed) if inp.dim() == 2 else inp
     b, n, _ = x.shape
+    if mask.dtype == torch.bool:  # allowed entries: the additive float mask the eager engines use
+        mask = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill(~mask, torch.finfo(x.dtype).min)
     table = rope[:, positions]  # [2, B, N, D]
     cos, sin = table[0, :, None], table[1, :, None]
     captured = []
@@ -219,7 +223,6 @@ class StaticLeanCausalLM(LeanCausalLM):
         self._kv: dict[tuple, torch.Tensor] = {}
         self._graphs: dict[tuple, _Graph] = {}
         self._graph_pool = None
-        self._static_rope: torch.Tensor | None = None
         self._weights: tuple | None = None
         self._weights_key = None
         self.static_calls = 0  # feeding calls that ran the static step (the rest ran eagerly)
@@ -269,27 +272,74 @@ class StaticLeanCausalLM(LeanCausalLM):
         return weights
 
     # ---- the static call --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def feed(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None, *,
+             inputs_embeds: torch.Tensor | None = None, request: FeatureRequest = NO_FEATURES) -> TargetOutput:
+        """`HFCausalLM.feed` without host synchronisation on CUDA: the pending forest's ancestry is always
+        rebuilt from its parents (no branch on the parents' values), the attention window's first column
+        is a tensor, and the mask is built at once in the static layout ([B, N, capacity], bool)."""
+        b, m = tokens.shape
+        n = next((s for s in self.buckets if s >= m), None)
+        mixed = self.sliding_window is not None and set(self.layer_types) != {"sliding_attention"}
+        if n is None or m == 0 or mixed or parents.shape != (b, m) or b != self.batch_size or request.image_embeds:
+            return super().feed(tokens, parents, valid, inputs_embeds=inputs_embeds, request=request)
+        device = self.device
+        tokens, parents = tokens.to(device), parents.to(device)
+        valid = torch.ones(b, m, dtype=torch.bool, device=device) if valid is None else valid.to(device)
+        p0, width = self.num_pending, self.width
+        if device.type != "cuda" and bool((parents >= p0 + torch.arange(m, device=device)).any()):
+            raise ValueError("parents: a node's parent must be fed before it")  # (a sync on CUDA: not checked)
+        has_parent = (parents >= 0) & valid
+        kept_parents = torch.cat([self.pending.parents, torch.where(has_parent, parents, -1)], 1)
+        anc = ancestor_mask_from_parents(kept_parents)  # [B, P0+M, P0+M]
+        pos = (self.length - self.start_col)[:, None] + anc.sum(dim=-1) - 1  # a pending root sits at the length
+        new_pos = pos[:, p0:]
+        col = torch.arange(self.capacity, device=device)
+        prefix = (col >= self.start_col[:, None]) & (col < self.length[:, None])  # [B, C]: committed, own row
+        if self.window is not None:  # every row still sees at least its last `window` committed tokens
+            prefix &= col >= (self.length.min() - self.window).clamp(min=0)
+        allowed = torch.zeros(b, n, self.capacity, dtype=torch.bool, device=device)
+        allowed[:, :m] = prefix[:, None, :] & valid[:, :, None]
+        allowed[:, :m, width: width + p0 + m] = anc[:, p0:]
+        if self.sliding_window is not None:
+            key_pos = (col - self.start_col[:, None])
+            key_pos[:, width: width + p0 + m] = pos
+            allowed[:, :m] &= (new_pos[:, :, None] - key_pos[:, None, :]) < self.sliding_window
+        allowed[:, m:, 0] = True  # padding nodes read column 0 (finite), never a row of nothing
+        inp = tokens if inputs_embeds is None else inputs_embeds.to(device)
+        logits, features = self._static(inp, new_pos, allowed[:, None], request, m, n)
+        self.pending = _Pending(kept_parents, pos, anc)
+        return TargetOutput(logits, features)
+
     def _score(self, inputs: dict, masks, positions: torch.Tensor, cache_position: torch.Tensor,
                request: FeatureRequest, parents: torch.Tensor) -> tuple[torch.Tensor, Features | None]:
+        """The inherited `feed`'s model call (where `feed` above hands over to it), on the static step when the
+        nodes fit a budget."""
         tokens = inputs.get("input_ids")
         inp = tokens if tokens is not None else inputs["inputs_embeds"]
         b, m = inp.shape[:2]
         n = next((s for s in self.buckets if s >= m), None)
         if n is None or isinstance(masks, dict) or m == 0 or request.image_embeds:
             return super()._score(inputs, masks, positions, cache_position, request, parents)
-        layer0 = self.cache.layers[0]
-        used, lo = layer0.used, self._lo
+        used, lo = self.cache.layers[0].used, self._lo
+        full = masks.new_full((b, 1, n, self.capacity), torch.finfo(masks.dtype).min)
+        full[:, :, :m, lo: used + m] = masks
+        full[:, :, m:, 0] = 0  # padding nodes read column 0 (finite), never a row of nothing
+        return self._static(inp, positions, full, request, m, n)
+
+    def _static(self, inp: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, request: FeatureRequest,
+                m: int, n: int) -> tuple[torch.Tensor, Features | None]:
+        """Run `m` nodes padded to `n` through the static step; their K/V land after the used columns."""
+        b = inp.shape[0]
+        used = self.cache.layers[0].used
         self.check_capacity(used + n)
         for layer in self.cache.layers:
             layer.ensure(b)
         # padded to the budget, in fresh tensors: dynamo guards on strides, size-1 dimensions' included, and
         # the bookkeeping hands over slices of wider tensors
         inp, positions = _padded(inp, n), _padded(positions, n)
-        full = masks.new_full((b, 1, n, self.capacity), torch.finfo(masks.dtype).min)
-        full[:, :, :m, lo: used + m] = masks
-        full[:, :, m:, 0] = 0  # padding nodes read column 0 (finite), never a row of nothing
         cols = torch.arange(used, used + n, device=self.device)
-        logits, hidden, layers = self._call(inp, positions, full, cols, tuple(request.layers), request.hidden)
+        logits, hidden, layers = self._call(inp, positions, mask, cols, tuple(request.layers), request.hidden)
         for layer in self.cache.layers:
             layer.used = used + m
         self.static_calls += 1

@@ -10,6 +10,7 @@ import torch
 from multispec import Session, StaticTree, speculative_generate, zoo
 from multispec.drafters.eagle import EagleDrafter
 from multispec.drafters.model import ModelDrafter
+from multispec.targets.lean import LeanCausalLM
 from multispec.targets.static_step import StaticLeanCausalLM, node_buckets, static_pair
 from multispec.testing import make_perturbed_copy, make_target, ragged_prompts, source_prompts
 
@@ -31,7 +32,7 @@ class CountingBackend:
 def byte_pair():
     """The zoo's byte-level pair, a source-code prompt, and the target's own greedy continuation."""
     pair = zoo.load("stdlib-bytes")
-    ids, mask = source_prompts((120,))
+    ids, mask = source_prompts((160,))  # longer than the head's attention window (128)
     expected = pair.target.generate(ids, attention_mask=mask, max_new_tokens=32, do_sample=False, pad_token_id=0,
                                     eos_token_id=None)
     return pair, ids, mask, expected
@@ -42,12 +43,44 @@ def _spec(target, drafter, ids, mask, n, tree, **kw):
                                 pad_token_id=0, **kw)
 
 
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_static_feed_logits_equal_lean(kind):
+    """Feeding trees node by node: parents fed earlier and within the call, invalid nodes, a call wider
+    than the budget (eager fallback), commits, a row dropped."""
+    model = make_target(kind, seed=1)
+    ids, mask = ragged_prompts(3, seed=7)
+    a, b = LeanCausalLM(model), StaticLeanCausalLM(model, capacity=64, node_budget=(2, 4))
+    assert torch.equal(a.start(ids, mask).roots, b.start(ids, mask).roots)
+    g = torch.Generator().manual_seed(0)
+    valid = torch.ones(3, 3, dtype=torch.bool)
+    valid[-1, 2] = False
+    calls = [(torch.tensor([[-1, 0, 0, 1, 3]] * 3), None), (torch.tensor([[1, 2, 6]] * 3), valid),
+             (torch.tensor([[3, 6]] * 3), None)]
+    for _ in range(2):
+        for par, ok in calls:
+            toks = torch.randint(3, 128, par.shape, generator=g)
+            x, y = a.feed(toks, par, ok).logits, b.feed(toks, par, ok).logits
+            keep = torch.ones_like(par, dtype=torch.bool) if ok is None else ok
+            assert (x[keep] - y[keep]).abs().max() < 1e-4
+        path = torch.tensor([[0, 1, 3, 8], [0, 2, -1, -1], [0, 1, 5, 6]])
+        a.commit(path)
+        b.commit(path)
+    assert b.static_calls == 4  # the 5-node calls ran eagerly (wider than the budget)
+    keep = torch.tensor([0, 2])
+    a.select(keep)
+    b.select(keep)
+    toks = torch.randint(3, 128, (2, 2), generator=g)
+    par = torch.tensor([[-1, 0]] * 2)
+    assert (a.feed(toks, par).logits - b.feed(toks, par).logits).abs().max() < 1e-4
+    assert b.static_calls == 5
+
+
 @pytest.mark.parametrize("tree", list(TREES))
 def test_static_eagle_greedy_equals_eager_and_generate(byte_pair, tree):
     pair, ids, mask, expected = byte_pair
     eager = _spec(pair.target, pair.drafter, ids, mask, 32, TREES[tree])
     backend = CountingBackend()
-    target, drafter = static_pair(pair.target, pair.drafter, capacity=192, node_budget=8, compile=backend)
+    target, drafter = static_pair(pair.target, pair.drafter, capacity=256, node_budget=8, compile=backend)
     out = _spec(target, drafter, ids, mask, 32, TREES[tree])
     assert torch.equal(eager.sequences, expected)
     assert torch.equal(out.sequences, expected)
@@ -63,7 +96,7 @@ def test_static_eagle_greedy_equals_eager_and_generate(byte_pair, tree):
 def test_graphs_do_not_grow_with_steps(byte_pair):
     pair, ids, mask, _ = byte_pair
     backend = CountingBackend()
-    target, drafter = static_pair(pair.target, pair.drafter, capacity=192, node_budget=8, compile=backend)
+    target, drafter = static_pair(pair.target, pair.drafter, capacity=256, node_budget=8, compile=backend)
     _spec(target, drafter, ids, mask, 16, 4)
     graphs, calls = backend.graphs, target.static_calls + drafter.lm.static_calls
     out = _spec(target, drafter, ids, mask, 60, 4)  # a new generation, many more steps
@@ -74,7 +107,7 @@ def test_graphs_do_not_grow_with_steps(byte_pair):
 
 def test_static_sampling_equals_eager(byte_pair):
     pair, ids, mask, _ = byte_pair
-    target, drafter = static_pair(pair.target, pair.drafter, capacity=192, node_budget=8)
+    target, drafter = static_pair(pair.target, pair.drafter, capacity=256, node_budget=8)
     kw = dict(do_sample=True, temperature=0.8, top_p=0.95)
     eager = _spec(pair.target, pair.drafter, ids, mask, 32, TREES["tree"],
                   generator=torch.Generator().manual_seed(3), **kw)
@@ -84,9 +117,10 @@ def test_static_sampling_equals_eager(byte_pair):
 
 
 def test_static_model_drafter_ragged_rows_that_stop():
-    """A batch of ragged rows through a static target and a static draft model; rows stop at an EOS at
-    different steps and leave the batch (the fixed buffers of the smaller batch take over)."""
-    model = make_target("llama", seed=1)
+    """A batch of ragged rows through a static target and a static draft model (sliding-window attention
+    in every layer, a window shorter than the rows); rows stop at an EOS at different steps and leave the
+    batch (the fixed buffers of the smaller batch take over)."""
+    model = make_target("mistral", seed=1)
     draft = ModelDrafter(make_perturbed_copy(model, noise=0.05))
     ids, mask = ragged_prompts(3, seed=2)
     free = model.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0,
@@ -169,7 +203,7 @@ def test_cuda_graphs_equal_eager(byte_pair, compile, tree):
                               eos_token_id=None)
     eager = _spec(model, drafter, ids, mask, 32, TREES[tree])
     assert torch.equal(eager.sequences, expected)
-    target, static_drafter = static_pair(model, drafter, capacity=192, node_budget=8, compile=compile)
+    target, static_drafter = static_pair(model, drafter, capacity=256, node_budget=8, compile=compile)
     assert target.cuda_graphs and static_drafter.lm.cuda_graphs
     for _ in range(2):  # the second generation replays the graphs the first one captured
         out = _spec(target, static_drafter, ids, mask, 32, TREES[tree])
