@@ -9,8 +9,8 @@ function of fixed shapes, `static_step`:
 - the new nodes are padded to a node budget (the smallest of `node_budget`'s sizes that holds them), with
   position 0 and a mask row that attends to column 0 only; their K/V land in the spare columns after the
   real nodes, which the bookkeeping never reads;
-- positions, the additive mask over all `capacity` columns and the cache columns to write are tensors,
-  so nothing about the step's state is baked into the graph.
+- positions, the mask over all `capacity` columns (bool, made additive inside the graph) and the cache
+  columns to write are tensors, so nothing about the step's state is baked into the graph.
 
 One compiled function (or captured graph) then serves every step of a given (batch size, budget, input
 kind, feature request): the number of graphs does not grow with the number of steps (tests check it).
@@ -21,8 +21,9 @@ target/drafter pair `static_pair(target, drafter, ...)` (the drafter's lean engi
 is swapped for a static one). On CUDA the step is captured in CUDA graphs by default (`cuda_graphs`),
 around the compiled function when `compile` is set. `time_static_step` times eager against static.
 
-Host synchronisation: the static call itself has none; the bookkeeping it sits under (`HFCausalLM.feed`'s
-parent check, the loop's per-row Python) still synchronises a few times per step.
+Host synchronisation: on CUDA, `StaticLeanCausalLM.feed` (bookkeeping and call) has none; the callers
+still synchronise several times per step (the drafters' `int(ids.max())` per tree depth, `DraftTree.trimmed`,
+the acceptance rule, the session's per-row Python over the verdict).
 """
 
 from __future__ import annotations
