@@ -312,22 +312,6 @@ class StaticLeanCausalLM(LeanCausalLM):
         self.pending = _Pending(kept_parents, pos, anc)
         return TargetOutput(logits, features)
 
-    def _score(self, inputs: dict, masks, positions: torch.Tensor, cache_position: torch.Tensor,
-               request: FeatureRequest, parents: torch.Tensor) -> tuple[torch.Tensor, Features | None]:
-        """The inherited `feed`'s model call (where `feed` above hands over to it), on the static step when the
-        nodes fit a budget."""
-        tokens = inputs.get("input_ids")
-        inp = tokens if tokens is not None else inputs["inputs_embeds"]
-        b, m = inp.shape[:2]
-        n = next((s for s in self.buckets if s >= m), None)
-        if n is None or isinstance(masks, dict) or m == 0 or request.image_embeds:
-            return super()._score(inputs, masks, positions, cache_position, request, parents)
-        used, lo = self.cache.layers[0].used, self._lo
-        full = masks.new_full((b, 1, n, self.capacity), torch.finfo(masks.dtype).min)
-        full[:, :, :m, lo: used + m] = masks
-        full[:, :, m:, 0] = 0  # padding nodes read column 0 (finite), never a row of nothing
-        return self._static(inp, positions, full, request, m, n)
-
     def _static(self, inp: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, request: FeatureRequest,
                 m: int, n: int) -> tuple[torch.Tensor, Features | None]:
         """Run `m` nodes padded to `n` through the static step; their K/V land after the used columns."""
@@ -358,7 +342,8 @@ class StaticLeanCausalLM(LeanCausalLM):
         rest = (rope, kv, weights, embed, final_norm, head, layers_wanted, want_hidden)
         if not self.cuda_graphs:
             return self._step(inp, positions, mask, cols, *rest)
-        key = (inp.shape, inp.dtype, layers_wanted, want_hidden, tuple(t.data_ptr() for pair in kv for t in pair))
+        key = (inp.shape, inp.dtype, mask.dtype, layers_wanted, want_hidden,
+               tuple(t.data_ptr() for pair in kv for t in pair))
         graph = self._graphs.get(key)
         if graph is None:
             graph = self._capture((inp, positions, mask, cols), rest)
