@@ -7,8 +7,9 @@ zoo pairs' decoding speed on CUDA.
 Kernels: `triton.testing.do_bench` (median ms over its repetitions) of the kernel and of the reference on the
 same inputs, at the sizes of a real model (the tree scan and conv at Mamba-2 2.7B / 8B-like widths), each
 checked equal first. End to end: the recorder (warm-up, methods interleaved per prompt, rounds, the spread),
-every call ending in `torch.cuda.synchronize()`, greedy outputs compared with plain decoding. The static,
-graph-captured step of issue 32 is not built yet: the end-to-end rows are the eager step.
+every call ending in `torch.cuda.synchronize()`, greedy outputs compared with plain decoding; on the byte pair
+the EAGLE chain also runs through the static-shape step (`multispec.targets.static_step`: CUDA graphs, with
+and without `torch.compile`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from multispec.ssm.kernels import tree_conv1d_dispatch, tree_ssd_dispatch, tree_
 from multispec.ssm.tree_scan import conv_sources
 from multispec.ssm.mamba2 import Mamba2Target
 from multispec.ssm.zoo_pair import DRAFT_WINDOW
+from multispec.targets.static_step import capacity_for, static_pair
 from multispec.tree import DraftTree, ancestor_mask_from_parents
 
 CUDA = torch.device("cuda")
@@ -226,7 +228,7 @@ def _cuda_pairs() -> dict:
     return pairs
 
 
-def time_pairs(quick: bool, rounds: int) -> dict:
+def time_pairs(quick: bool, rounds: int, static: bool = True) -> dict:
     tables = {}
     n = 64 if quick else 128
     for name, (model, drafters, tok, adapter) in _cuda_pairs().items():
@@ -244,10 +246,21 @@ def time_pairs(quick: bool, rounds: int) -> dict:
         methods["ngram_chain_k4"] = spec(NGramDrafter(), 4)
         for row, drafter in drafters.items():
             methods[f"{row}_chain_k4"] = spec(drafter, 4)
+        if name == "stdlib-bytes" and static:
+            # the same EAGLE chain through the static-shape step: CUDA graphs around the plain static function,
+            # and around its torch.compile'd form (captured and compiled on the warm-up input)
+            budget = 8
+            capacity = capacity_for(max(ids.shape[1] for ids in inputs), n, budget)
+            for label, comp in (("graphs", False), ("compiled_graphs", True)):
+                t_s, d_s = static_pair(model, drafters["eagle"], capacity=capacity, node_budget=budget, compile=comp,
+                                       cuda_graphs=True)
+                methods[f"eagle_chain_k4_static_{label}"] = _synced(
+                    lambda ids, t_s=t_s, d_s=d_s: speculative_generate(t_s, d_s, ids, max_new_tokens=n, tree=4,
+                                                                       **no_eos))
         compare = lambda ref, out, ids, m=model: classify(m, sequences(ref), sequences(out))  # noqa: E731
         tables[name] = Recorder(methods, "plain", compare=compare, also_against=["ar_adapter"]).run(
             repeat(inputs, rounds), desc=f"gpu {name}")
-        print(format_table(f"{name} (CUDA, eager step, batch 1, greedy)", tables[name]), flush=True)
+        print(format_table(f"{name} (CUDA, batch 1, greedy)", tables[name]), flush=True)
     return tables
 
 
@@ -258,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-e2e", action="store_true", help="kernels only")
     ap.add_argument("--no-sweep", action="store_true", help="skip the tree-scan tile sweep")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-static", action="store_true", help="skip the static-step rows (CUDA graphs, compile)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/gpu.py needs a CUDA GPU", file=sys.stderr)
@@ -265,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"kernels": time_kernels(args.quick)}
     if not args.no_sweep:
         out["scan_sweep"] = sweep_scan()
-    tables = {} if args.no_e2e else time_pairs(args.quick, args.rounds)
+    tables = {} if args.no_e2e else time_pairs(args.quick, args.rounds, static=not args.no_static)
     res = results("gpu", {"quick": args.quick, "rounds": args.rounds, "device": torch.cuda.get_device_name(0)},
                   tables, outputs_identical=outputs_identical(tables), **out)
     if args.json:

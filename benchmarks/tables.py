@@ -55,6 +55,17 @@ def render(path: Path) -> str:
     lines = [f"<!-- {path}: {machine.get('cpu')}, {machine.get('torch_threads')} threads, "
              f"{machine.get('date_utc')} UTC, commit {machine.get('git_commit')} -->"]
     if data.get("schema") == SCHEMA:  # every bench since the one recorder
+        if machine.get("gpu"):
+            lines[0] = lines[0].replace(f"{machine.get('cpu')},", f"{machine['gpu']} ({machine.get('cpu')}),")
+        if "kernels" in data:  # benchmarks/gpu.py
+            lines += ["", "| kernel | size | Triton ms | reference ms | Triton speedup | equal |",
+                      "| --- | --- | --- | --- | --- | --- |"]
+            lines += [f"| {r['kernel']} | {r['size']} | {r['triton_ms']:.4f} | {r['reference_ms']:.4f} | "
+                      f"{r['speedup']:.2f}x | {'yes' if r['equal'] else 'NO'} |" for r in data["kernels"]]
+        if data.get("scan_sweep"):
+            lines += ["", "| tree scan size | BT | BP | BN | warps | ms | equal |", "| --- | --- | --- | --- | --- | --- | --- |"]
+            lines += [f"| {r['size']} | {r['block_t']} | {r['block_p']} | {r['block_n']} | {r['num_warps']} | "
+                      f"{r['ms']:.4f} | {r['equal']} |" for r in data["scan_sweep"]]
         for name, table in data["tables"].items():
             columns = sorted({k for r in table["methods"].values() for k in r.get("quality", {})})
             lines += ["", f"{name}:", "", markdown_table(table, [(k, k.replace("_", " ")) for k in columns])]
