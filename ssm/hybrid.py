@@ -18,6 +18,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
 from multispec.tree import ancestor_mask_from_parents
+from multispec.versions import SSM_TRANSFORMERS, require
 
 from .mamba2 import _Mamba2Step, mamba2_commit_layers, mamba2_prefill_mix, mamba2_tree_mix
 from .target import accepted_nodes, mamba_ssm_prefill, rms_norm
@@ -80,6 +81,7 @@ class BambaTarget(HFCausalLM):
     def __init__(self, model: PreTrainedModel):
         if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) == self.model_type):
             raise TypeError(f"model: expected a transformers {self.model_type} causal LM, got {type(model).__name__}")
+        require(SSM_TRANSFORMERS, "multispec.ssm")
         super().__init__(model, name="model")
         self.decoder = model.model
         self.mamba_layers = [i for i, kind in enumerate(model.config.layers_block_type) if kind == MAMBA]

@@ -22,6 +22,7 @@ from transformers import PreTrainedModel
 from multispec.prompt import Prompt
 from multispec.targets.base import NO_FEATURES, FeatureRequest, PrefillOutput, Target, TargetOutput
 from multispec.tree import ancestor_mask_from_parents
+from multispec.versions import SSM_TRANSFORMERS, require
 
 from .tree_scan import conv_sources, gather_windows
 
@@ -76,6 +77,7 @@ class SSMTarget(Target):
         states (one more pass over the layers, without the LM head) instead of using the closed form."""
         if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) == self.model_type):
             raise TypeError(f"model: expected a transformers {self.model_type} causal LM, got {type(model).__name__}")
+        require(SSM_TRANSFORMERS, "multispec.ssm")
         if model.get_output_embeddings() is None:
             raise TypeError(f"model: {type(model).__name__} has no language-model head")
         self.model = model.eval()
@@ -133,7 +135,8 @@ class SSMTarget(Target):
     def _prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         """Run the prompt from zero states and keep every layer's final states (default: the model's own
         forward; mixer families may bring a faster scan)."""
-        cache = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=True).cache_params
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=True)
+        cache = out["cache"] if "cache" in out else out.cache_params  # `cache_params` before transformers 5.24
         for i in range(len(self.backbone.layers)):
             self.conv[i] = cache.get_conv_state(i).clone()
             self.ssm[i] = cache.get_recurrent_state(i).float().clone()

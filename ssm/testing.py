@@ -54,7 +54,7 @@ def make_bamba(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int =
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(head_scale)
         for layer in model.model.layers:
-            if layer.block_type == "linear_attention":
+            if hasattr(layer, "mamba"):  # a Mamba-2 layer (its `block_type`, `layer_type` before transformers 5.13)
                 layer.mamba.A_log.uniform_(-2.0, 1.0)
                 layer.mamba.dt_bias.uniform_(-3.0, 0.5)
     return model.eval()
