@@ -34,6 +34,7 @@ import torch
 from multispec.continuous import continuous_generate
 from multispec.metrics import SpeculativeStats
 from multispec.rules import ContinuousVerdict, DensityRatio
+from multispec.sampling import uniform
 
 from .continuous_eagle import PatchEagle, PatchEagleDrafter, check_eagle
 from .diffusion_head import Trajectory
@@ -111,8 +112,8 @@ class PatchARTarget:
 
     def commit(self, kept: torch.Tensor) -> None:
         b, n = kept.shape[:2]
-        rows = torch.arange(b).repeat_interleave(n)
-        nodes = torch.arange(n).repeat(b)
+        rows = torch.arange(b, device=kept.device).repeat_interleave(n)
+        nodes = torch.arange(n, device=kept.device).repeat(b)
         last = kept[..., -self.sampler.dim:].reshape(b * n, -1)
         self.readouts.append(self.sampler.readout(self._nodes.node(rows, nodes), last).view(b, n, -1))
         self.runner.cache.commit(n)
@@ -175,8 +176,8 @@ class TrajectoryRatio(DensityRatio):
         b, k = draft.payload.shape[:2]
         sampler = target.sampler
         states = draft.payload.reshape(b * k, sampler.steps, sampler.dim)
-        rows = torch.arange(b).repeat_interleave(k)
-        nodes = torch.arange(k).repeat(b)
+        rows = torch.arange(b, device=states.device).repeat_interleave(k)
+        nodes = torch.arange(k, device=states.device).repeat(b)
         mean_p, _ = sampler.means(target.node(rows, nodes), states)
         mean_q = draft.means.reshape(b * k, sampler.steps - 1, sampler.dim)
         return trajectory_log_ratio(states[:, 1:], mean_p, mean_q, sampler.std, backend=self.backend).view(b, k)
@@ -187,19 +188,19 @@ class TrajectoryRatio(DensityRatio):
             return super().accept(draft, target, generator)
         x = draft.payload
         b, k, _ = x.shape
+        device = x.device
         log_ratio = self.log_ratios(draft, target)
         ratio = (log_ratio / self.relax ** 2).clamp(max=0).exp()
-        u = torch.rand(b, k, generator=generator)
-        rejected = u >= ratio
-        first = torch.where(rejected.any(1), rejected.float().argmax(1), torch.full((b,), k)).long()
+        rejected = uniform((b, k), generator, device) >= ratio
+        first = torch.where(rejected.any(1), rejected.float().argmax(1), torch.full((b,), k, device=device)).long()
         out = torch.cat([x, torch.zeros_like(x[:, :1])], 1)
         correction, fallbacks = self.residual(draft, target, first, generator)
-        out[torch.arange(b), first] = correction
+        out[torch.arange(b, device=device), first] = correction
         verdict = ContinuousVerdict(out, first, fallbacks, bonus=self.bonus)
         if not self.lossless:
             # TV of a relaxed token from the target's: the extra acceptance probability, taken from the
             # region p < q and given back nowhere else (the residual keeps the exact rule's shape)
-            judged = torch.arange(k)[None] <= first[:, None]
+            judged = torch.arange(k, device=device)[None] <= first[:, None]
             verdict.tv_sum = float(((ratio - log_ratio.clamp(max=0).exp()) * judged).sum())
             verdict.judged = int(judged.sum())
         return verdict
@@ -211,14 +212,16 @@ class TrajectoryRatio(DensityRatio):
         Proposals run `proposals` per row at a time."""
         b, k = draft.payload.shape[:2]
         p, q = target.sampler, draft.draft_dists.sampler
-        rows = torch.arange(b)
+        device = draft.payload.device
+        rows = torch.arange(b, device=device)
         done = first == k
         if not self.bonus and bool(done.all()):
-            return torch.zeros(b, p.steps * p.dim), 0
+            return draft.payload.new_zeros(b, p.steps * p.dim), 0
         m = 1 if bool(done.all()) else self.proposals  # bonus draws alone need one proposal per row
-        cond_p = target.node(rows, first).take(torch.arange(b).repeat_interleave(m))
+        each = rows.repeat_interleave(m)
+        cond_p = target.node(rows, first).take(each)
         # the draft's conditions at node first (any node for bonus rows: their proposals are not tested)
-        cond_q = draft.draft_dists.node(rows, first.clamp(max=k - 1)).take(torch.arange(b).repeat_interleave(m))
+        cond_q = draft.draft_dists.node(rows, first.clamp(max=k - 1)).take(each)
         tries = 0
         while True:
             states, mean_p = p.sample(cond_p, p.noise(b * m, generator))
@@ -229,7 +232,7 @@ class TrajectoryRatio(DensityRatio):
                 break
             mean_q, _ = q.means(cond_q, states)
             log_pq = trajectory_log_ratio(states[:, 1:], mean_p, mean_q, p.std, backend=self.backend).view(b, m)
-            keep = torch.rand(b, m, generator=generator) < (1 - (-log_pq).exp()).clamp(min=0)
+            keep = uniform((b, m), generator, device) < (1 - (-log_pq).exp()).clamp(min=0)
             keep &= ~done[:, None]
             hit = keep.any(1)
             pick = keep.float().argmax(1)
@@ -313,7 +316,7 @@ def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | 
     t0 = time.perf_counter()
     if draft is None:
         trajs, reads = _plain(target, labels, sampler, c.tokens, generator)
-        out = ContinuousImageOutput(torch.zeros(0), reads, trajs, 0.0, prefilled=c.tokens)
+        out = ContinuousImageOutput(reads.new_zeros(0), reads, trajs, 0.0, prefilled=c.tokens)
     else:
         eagle = isinstance(draft, PatchEagle)
         if eagle:
@@ -335,10 +338,10 @@ def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | 
             trajs = spec.values
             reads = torch.cat([reads, *adapter.readouts], 1)[:, : c.tokens]  # the last step may overshoot
             stats = spec.stats
-            out = ContinuousImageOutput(torch.zeros(0), reads, trajs, 0.0, stats.accepted, stats.drafted,
+            out = ContinuousImageOutput(reads.new_zeros(0), reads, trajs, 0.0, stats.accepted, stats.drafted,
                                         spec.residual_fallbacks, stats, m, spec.tv_per_token)
         else:
-            out = ContinuousImageOutput(torch.zeros(0), reads, trajs, 0.0, prefilled=m)
+            out = ContinuousImageOutput(reads.new_zeros(0), reads, trajs, 0.0, prefilled=m)
     out.seconds = time.perf_counter() - t0
     out.trajectories = out.trajectories.reshape(len(labels), c.tokens, trajectory.steps, c.token_dim)
     out.images = (unpatchify(out.tokens.clamp(-1, 1), c.patch) + 1) / 2

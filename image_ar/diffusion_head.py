@@ -59,7 +59,7 @@ class Trajectory:
         if not temperature > 0:
             raise ValueError(f"temperature: expected > 0, got {temperature!r}")
         scheduler = schedule_scheduler(train_steps)
-        grid = torch.linspace(train_steps * (steps - 1) / steps, stop, steps).round().long()
+        grid = torch.linspace(train_steps * (steps - 1) / steps, stop, steps, device="cpu").round().long()
         scheduler.set_timesteps(timesteps=grid.tolist())  # validates the grid as the scheduler sees it
         ac = scheduler.alphas_cumprod.double()
         a_t, a_prev = ac[grid[:-1]], ac[grid[1:]]

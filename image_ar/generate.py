@@ -42,8 +42,9 @@ class ImageGenerationOutput:
     stats: SpeculativeStats | None = None
 
 
-def _labels(labels) -> torch.Tensor:
-    t = torch.as_tensor(labels, dtype=torch.long)
+def _labels(labels, model) -> torch.Tensor:
+    """Class ids [N] on `model`'s device (the API boundary: prompts are built where the model runs)."""
+    t = torch.as_tensor(labels, dtype=torch.long, device=model.device)
     if t.dim() != 1 or t.numel() == 0:
         raise ValueError(f"labels: expected a non-empty list of class ids, got {labels!r}")
     return t
@@ -80,7 +81,7 @@ def generate_images(target, labels, *, drafter=None, rule=None, tree=None, guida
     top-k and top-p apply identically to target and draft."""
     if not isinstance(target, ClassConditionalGPT):
         raise TypeError(f"target: expected a ClassConditionalGPT, got {type(target).__name__}")
-    labels = _labels(labels)
+    labels = _labels(labels, target)
     prompt = target.class_tokens(labels)
     n = target.config.num_image_tokens
     plain = drafter is None
@@ -94,7 +95,7 @@ def generate_images(target, labels, *, drafter=None, rule=None, tree=None, guida
     codes = out.sequences[:, prompt.shape[1]:]
     if codes.shape[1] != n:
         raise RuntimeError(f"generated {codes.shape[1]} tokens per image, expected {n}")
-    accepted = torch.tensor([f[:n] for f in trace.flags], dtype=torch.bool)
+    accepted = torch.tensor([f[:n] for f in trace.flags], dtype=torch.bool, device=codes.device)
     return ImageGenerationOutput(codes, _decoded(vqvae, codes), accepted, trace.max_tvd, seconds, out.stats)
 
 
@@ -107,7 +108,7 @@ def generate_ar(model: ClassConditionalGPT, labels, *, guidance_scale: float | N
 
     if not isinstance(model, ClassConditionalGPT):
         raise TypeError(f"model: expected a ClassConditionalGPT, got {type(model).__name__}")
-    labels = _labels(labels)
+    labels = _labels(labels, model)
     b = len(labels)
     sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
     ids = model.class_tokens(labels)

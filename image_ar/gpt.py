@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from multispec.sampling import uniform
+
 
 class ImageGPTConfig(LlamaConfig):
     """`LlamaConfig` plus the image layout: `codebook_size` codes, `num_classes` classes (+ a null class),
@@ -55,7 +57,9 @@ class ClassConditionalGPT(LlamaForCausalLM):
     def class_tokens(self, labels: torch.Tensor | list[int]) -> torch.Tensor:
         """Prompt ids [N, 2] (class token, begin-image) for class labels (None or -1: the null class, i.e.
         unconditional)."""
-        labels = torch.as_tensor([-1 if v is None else int(v) for v in labels] if isinstance(labels, list) else labels)
+        if isinstance(labels, (list, tuple)):
+            labels = [-1 if v is None else int(v) for v in labels]
+        labels = torch.as_tensor(labels, device=self.device)  # on the model's device, as its prompt must be
         c = self.config
         if labels.dim() != 1 or ((labels < -1) | (labels >= c.num_classes)).any():
             raise ValueError(f"labels: expected class ids in [0, {c.num_classes}) (or -1 for unconditional), got "
@@ -75,7 +79,7 @@ class ClassConditionalGPT(LlamaForCausalLM):
         fraction of rows is shown the null class (so the model also learns the unconditional law)."""
         prompt = self.class_tokens(labels)
         if class_dropout > 0:
-            drop = torch.rand(len(labels), generator=generator) < class_dropout
+            drop = uniform((len(labels),), generator, prompt.device) < class_dropout
             prompt = torch.where(drop[:, None], self.unconditional_tokens(prompt), prompt)
         ids = torch.cat([prompt, codes.long()], dim=1)
         logits = self(input_ids=ids[:, :-1]).logits[:, prompt.shape[1] - 1:]

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from multispec.sampling import normal
+
 from .diffusion_head import Trajectory
 
 
@@ -125,4 +127,5 @@ class HeadSampler:
         return start + steps.sum(-1)
 
     def noise(self, n: int, generator: torch.Generator | None) -> torch.Tensor:
-        return torch.randn(n, self.steps, self.dim, generator=generator).to(self.model.pos.device)
+        """[n, S, D] standard normal draws from `generator` (made on its device) on the model's device."""
+        return normal((n, self.steps, self.dim), generator, self.model.pos.device)

@@ -33,8 +33,8 @@ def latent_neighbours(latents: torch.Tensor, k: int) -> torch.Tensor:
     out = []
     for start in range(0, v, 1024):
         d = torch.cdist(lat[start:start + 1024], lat)  # [b, V]
-        rows = torch.arange(start, min(start + 1024, v))
-        d[torch.arange(len(rows)), rows] = float("inf")
+        rows = torch.arange(start, min(start + 1024, v), device=d.device)
+        d[torch.arange(len(rows), device=d.device), rows] = float("inf")
         # stable sort: equal distances keep index order
         out.append(torch.sort(d, dim=1, stable=True).indices[:, :k])
     return torch.cat(out).to(latents.device)

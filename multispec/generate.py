@@ -83,8 +83,8 @@ def speculative_generate(
     session.append(prompt.input_ids, prompt.attention_mask, **prompt.inputs)
     new = session.generate(max_new_tokens, progress=progress, on_step=on_step)
     width = max(len(t) for t in new.values())
-    tail = torch.full((b, width), session.pad_token_id, dtype=torch.long)
+    tail = torch.full((b, width), session.pad_token_id, dtype=torch.long, device="cpu")  # host: one copy below
     for r, toks in new.items():
-        tail[r, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+        tail[r, : len(toks)] = torch.tensor(toks, dtype=torch.long, device="cpu")
     sequences = torch.cat([prompt.input_ids, tail.to(prompt.input_ids.device)], dim=1)
     return SpeculativeOutput(sequences, session.stats, [len(new[r]) for r in range(b)])

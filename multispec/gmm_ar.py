@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from .rules import ContinuousDraft
+from .sampling import normal
 
 
 @dataclass
@@ -29,10 +30,11 @@ class MixtureNodes:
 
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
         b, t, k, d = self.means.shape
-        which = torch.multinomial(self.log_weights.exp().expand(b * t, k), 1, generator=generator).view(b, t)
+        weights = self.log_weights.exp().expand(b * t, k)
+        where = weights.device if generator is None else generator.device  # draw where the generator is
+        which = torch.multinomial(weights.to(where), 1, generator=generator).to(self.means.device).view(b, t)
         mean = self.means.gather(2, which[..., None, None].expand(b, t, 1, d))[:, :, 0]
-        noise = torch.randn(b, t, d, generator=generator, dtype=mean.dtype)
-        return mean + self.scale * noise
+        return mean + self.scale * normal((b, t, d), generator, mean.device, mean.dtype)
 
 
 class GaussianMixtureAR:
@@ -56,6 +58,14 @@ class GaussianMixtureAR:
         jitter = lambda t: t + noise * t.abs().mean() * torch.randn(t.shape, generator=g)  # noqa: E731
         return GaussianMixtureAR(self.log_weights.exp() * (1 + noise * torch.rand(len(self.log_weights), generator=g)),
                                  jitter(self.matrices), jitter(self.offsets), self.scale * (1 + noise))
+
+    def to(self, device) -> "GaussianMixtureAR":
+        """The same model with its parameters on `device`."""
+        out = GaussianMixtureAR.__new__(GaussianMixtureAR)
+        out.log_weights, out.matrices, out.offsets = (t.to(device) for t in (self.log_weights, self.matrices,
+                                                                             self.offsets))
+        out.scale = self.scale
+        return out
 
     def conditionals(self, previous: torch.Tensor) -> MixtureNodes:
         """The distribution of the vector after each of `previous` [B, T, D]."""

@@ -64,6 +64,11 @@ class Prompt:
         inputs = {k: v for k, v in inputs.items() if v is not None}
         return Prompt(input_ids, attention_mask, inputs)
 
+    def to(self, device: torch.device | str) -> "Prompt":
+        """The same prompt with its ids, mask and tensor inputs on `device` (tensors already there are kept)."""
+        moved = lambda v: v.to(device) if isinstance(v, torch.Tensor) else v  # noqa: E731
+        return Prompt(moved(self.input_ids), moved(self.attention_mask), {k: moved(v) for k, v in self.inputs.items()})
+
     def text_only(self) -> "Prompt":
         """The same tokens without the model inputs (what a token-level drafter reads)."""
         return Prompt(self.input_ids, self.attention_mask)

@@ -89,6 +89,13 @@ def uniform(shape: tuple[int, ...], generator: torch.Generator | None, device: t
     return torch.rand(shape, generator=generator, device=generator.device).to(device)
 
 
+def normal(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str,
+           dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """N(0, 1) draws from `generator` (on its device), returned on `device`."""
+    where = device if generator is None else generator.device
+    return torch.randn(shape, generator=generator, device=where, dtype=dtype).to(device)
+
+
 def exponential(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str) -> torch.Tensor:
     """Exp(1) draws from `generator` (on its device), returned on `device`."""
     where = device if generator is None else generator.device

@@ -193,8 +193,8 @@ class Session:
         calls append the same number of tokens [rows, n] to every active row (text written elsewhere),
         through one target pass and without a new prefill, and return the target's scores of the appended
         tokens (as `score`, without `next_logits`), which that pass computes anyway."""
-        if not self.started:
-            self._prefill(Prompt.build(input_ids, attention_mask, **model_inputs))
+        if not self.started:  # the API boundary: the prompt moves to the target's device
+            self._prefill(Prompt.build(input_ids, attention_mask, **model_inputs).to(self.target.device))
             return None
         self._require_started("append")
         if attention_mask is not None or model_inputs:
@@ -332,12 +332,12 @@ class Session:
             self.tokens[row].extend(toks[:c])
             if self._features:
                 kept = verdict.path[i: i + 1, :c]  # the root and the accepted nodes: now fed and committed
-                self._features[row].append(scored.features.select(torch.tensor([i])).gather(kept))
+                self._features[row].append(scored.features.select(torch.tensor([i], device=kept.device)).gather(kept))
 
     def _retire(self, positions: list[int]) -> None:
         """Drop the rows at these batch positions (they stopped while others go on)."""
         keep = [i for i in range(len(self.active)) if i not in set(positions)]
-        index = torch.tensor(keep, dtype=torch.long)
+        index = torch.tensor(keep, dtype=torch.long, device=self.target.device)
         self.active = [self.active[i] for i in keep]
         if keep:
             self.target.select(index)
@@ -396,17 +396,18 @@ class Session:
         inputs such as `mm_token_type_ids` extended with text type 0)."""
         rows = [self.tokens[r] for r in self.active]
         width = max(len(t) for t in rows)
-        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        # laid out on the host (one copy to the prompt's device at the end, not one per row)
+        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long, device="cpu")
+        mask = torch.zeros(len(rows), width, dtype=torch.long, device="cpu")
         for i, t in enumerate(rows):
-            ids[i, width - len(t):] = torch.tensor(t, dtype=torch.long)
+            ids[i, width - len(t):] = torch.tensor(t, dtype=torch.long, device="cpu")
             mask[i, width - len(t):] = 1
         inputs = {}
         first = self._prompt
         per_token = getattr(self.target, "per_token_inputs", frozenset())
         for name, value in first.inputs.items():
             if name in per_token:  # one value per token (e.g. mm_token_type_ids): text appended is type 0
-                laid = torch.zeros(len(rows), width, dtype=value.dtype)
+                laid = torch.zeros(len(rows), width, dtype=value.dtype, device="cpu")
                 for i, r in enumerate(self.active):
                     real = value[r][first.attention_mask[r].bool()].cpu()
                     laid[i, width - len(rows[i]): width - len(rows[i]) + len(real)] = real
@@ -439,11 +440,12 @@ def _cut(verdict: Verdict, keep: list[int]) -> Verdict:
 def _countable(draft: DraftTree, verdict: Verdict, reach: list[int]) -> tuple[int, int]:
     """(drafted, accepted) counting only drafts that could have been emitted: a node deeper than its row's
     reach (the tokens left before `max_new_tokens`, or up to an emitted stop) never could."""
-    accepted = int(verdict.num_accepted.cpu().clamp(max=torch.tensor(reach)).sum())
+    reach_t = torch.tensor(reach, device="cpu")
+    accepted = int(verdict.num_accepted.cpu().clamp(max=reach_t).sum())
     if draft.num_nodes == 0 or min(reach) >= draft.num_nodes:  # no row is cut short: every node counts
         return int(draft.valid.sum()), accepted
     depth = draft.depths()[:, 1:].cpu()
-    drafted = int((draft.valid.cpu() & (depth <= torch.tensor(reach)[:, None])).sum())
+    drafted = int((draft.valid.cpu() & (depth <= reach_t[:, None])).sum())
     return drafted, accepted
 
 

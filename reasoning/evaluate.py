@@ -107,7 +107,7 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
         r = SpeculativeVerdict(experts, verdict, k=min(s.verdict_k, len(experts))).run(question)
         return {"text": r.text, "answer": r.answer, "tokens": 0, "counts": {"chosen": r.chosen}}
     if method in ("generate", "assisted"):
-        ids = torch.tensor([prompt])
+        ids = torch.tensor([prompt], device=models.base.device)
         extra = {"assistant_model": models.drafter_model} if method == "assisted" else {}
         with torch.no_grad():
             seq = models.base.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=s.max_new_tokens,
@@ -118,7 +118,7 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
     if method in ("exact", "judge"):
         rule = None if method == "exact" else Judge(models.judge, s.judge_threshold, s.judge_min_prob)
         tally = JudgeStats()
-        ids = torch.tensor([prompt])
+        ids = torch.tensor([prompt], device=models.base.device)
         out = speculative_generate(models.base, ModelDrafter(models.drafter_model), ids,
                                    max_new_tokens=s.max_new_tokens, tree=s.k, rule=rule, eos_token_id=eos,
                                    on_step=tally)

@@ -71,7 +71,8 @@ class PromptScorer(StepScorer):
             raise ValueError(f"method: expected 'greedy' or 'expected', got {method!r}")
         if len(digits) != 10 or len(set(digits)) != 10:
             raise ValueError(f"digits: expected the 10 distinct token ids of '0'..'9', got {list(digits)!r}")
-        self.suffix, self.digits, self.method = suffix, torch.tensor(list(digits)), method
+        # on the host; `from_logits` moves them to the logits' device
+        self.suffix, self.digits, self.method = suffix, torch.tensor(list(digits), device="cpu"), method
 
     @staticmethod
     def digit_ids(tokenizer) -> list[int]:

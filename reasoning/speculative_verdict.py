@@ -66,9 +66,9 @@ class TextExpert:
         context, tokens = self._ids(self.prompt(question)), self._ids(span)
         if not tokens:
             return 0.0
-        ids = torch.tensor([context + tokens])
+        ids = torch.tensor([context + tokens], device=_device(self.model))
         logits = self.model(ids).logits[0, len(context) - 1: -1].float()
-        logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+        logp = torch.log_softmax(logits, -1).gather(1, ids[0, len(context):, None])[:, 0]
         return float(-logp.mean())
 
 
@@ -93,7 +93,7 @@ class VisionExpert:
     def answer(self, question: str, image=None) -> ExpertAnswer:
         if image is None:
             raise ValueError("image: a vision expert answers questions about an image")
-        inputs = self.processor(image, question)
+        inputs = _on_device(self.processor(image, question), _device(self.model))
         seq = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False,
                                   eos_token_id=self.eos, pad_token_id=getattr(self.processor, "pad_token_id", 0) or 0)
         text = self.processor.decode(seq[0, inputs["input_ids"].shape[1]:])
@@ -106,19 +106,29 @@ class VisionExpert:
     def log_ppl(self, question: str, span: str, image=None) -> float:
         if image is None:
             raise ValueError("image: a vision expert scores answers about an image")
-        inputs = self.processor(image, question)
+        device = _device(self.model)
+        inputs = _on_device(self.processor(image, question), device)
         tokens = self._encode(span)
         if not tokens:
             return 0.0
         n = inputs["input_ids"].shape[1]
-        ids = torch.cat([inputs["input_ids"], torch.tensor([tokens])], 1)
+        span_ids = torch.tensor([tokens], dtype=inputs["input_ids"].dtype, device=device)
+        ids = torch.cat([inputs["input_ids"], span_ids], 1)
         extra = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
         if "mm_token_type_ids" in extra:  # per-token inputs: the span is text
-            extra["mm_token_type_ids"] = torch.cat([extra["mm_token_type_ids"],
-                                                    torch.zeros(1, len(tokens), dtype=torch.long)], 1)
+            extra["mm_token_type_ids"] = torch.cat([extra["mm_token_type_ids"], torch.zeros_like(span_ids)], 1)
         logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra).logits[0, n - 1: -1].float()
-        logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+        logp = torch.log_softmax(logits, -1).gather(1, span_ids[0, :, None])[:, 0]
         return float(-logp.mean())
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _on_device(inputs, device) -> dict:
+    """A processor's model inputs with every tensor on the model's `device`."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
 @dataclass

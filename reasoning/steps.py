@@ -70,7 +70,7 @@ class SessionWriter(Writer):
         self.tokens_written = 0
 
     def start(self, prompt: list[int]) -> None:
-        self.session.append(torch.tensor([prompt]))
+        self.session.append(torch.tensor([prompt], device=self.session.target.device))
 
     @property
     def text(self) -> list[int]:
@@ -84,10 +84,10 @@ class SessionWriter(Writer):
         return out
 
     def append(self, tokens: list[int]) -> SpanScore | None:
-        return self.session.append(torch.tensor([tokens])) if tokens else None
+        return self.session.append(torch.tensor([tokens], device=self.session.target.device)) if tokens else None
 
     def score(self, tokens: list[int]) -> SpanScore:
-        return self.session.score(torch.tensor([tokens]))
+        return self.session.score(torch.tensor([tokens], device=self.session.target.device))
 
     def checkpoint(self):
         return self.session.checkpoint()

@@ -46,10 +46,10 @@ class NGramDrafter(Drafter):
             raise TypeError(f"tree: the n-gram drafter proposes chains only, got {type(spec).__name__}")
         k = spec.k
         drafts = [self._lookup(seq, k) for seq in self.history]
-        tokens = torch.zeros(len(drafts), k, dtype=torch.long)
+        tokens = torch.zeros(len(drafts), k, dtype=torch.long, device="cpu")  # laid out on the host, then one copy
         for b, d in enumerate(drafts):
-            tokens[b, : len(d)] = torch.tensor(d, dtype=torch.long)
-        lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long)
+            tokens[b, : len(d)] = torch.tensor(d, dtype=torch.long, device="cpu")
+        lengths = torch.tensor([len(d) for d in drafts], dtype=torch.long, device="cpu")
         return DraftTree.chain(tokens.to(self.device), lengths.to(self.device))
 
     def commit(self, draft: DraftTree, verdict: Verdict, features=None) -> None:

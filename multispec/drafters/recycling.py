@@ -78,8 +78,9 @@ class TokenRecyclingDrafter(Drafter):
             raise ValueError(f"k: expected a positive int, got {k!r}")
         self.k = k
         self.seed_from_prompt = bool(seed_from_prompt)
-        self.matrix = torch.full((0, k), -1, dtype=torch.long)  # rows grow to the vocabulary on demand
-        self._templates: dict[StaticTree, tuple[torch.Tensor, torch.Tensor]] = {}
+        # rows grow to the vocabulary on demand, on the device of the prompt (`_ensure`)
+        self.matrix = torch.full((0, k), -1, dtype=torch.long, device="cpu")
+        self._templates: dict[tuple[StaticTree, torch.device], tuple[torch.Tensor, list]] = {}
 
     def _ensure(self, rows: int, device: torch.device) -> None:
         m = self.matrix
@@ -121,19 +122,20 @@ class TokenRecyclingDrafter(Drafter):
 
     def _template(self, tree: StaticTree, device: torch.device):
         """(parents [N], per depth: (node indices, their parents' token columns, their ranks))."""
-        if tree not in self._templates:
+        key = (tree, torch.device(device))
+        if key not in self._templates:
             index = {c: i for i, c in enumerate(tree.choices)}
             if max(c[-1] for c in tree.choices) >= self.k:
                 raise ValueError(f"tree: a rank of {max(c[-1] for c in tree.choices)} needs more than the k={self.k} "
                                  "candidates this drafter keeps per token")
-            parents = torch.tensor([index[c[:-1]] if len(c) > 1 else -1 for c in tree.choices])
+            parent_list = [index[c[:-1]] if len(c) > 1 else -1 for c in tree.choices]
             levels = []
             for depth in range(1, max(len(c) for c in tree.choices) + 1):
                 nodes = [i for i, c in enumerate(tree.choices) if len(c) == depth]
-                levels.append((torch.tensor(nodes), parents[nodes] + 1, torch.tensor([tree.choices[i][-1] for i in nodes])))
-            self._templates[tree] = (parents, levels)
-        parents, levels = self._templates[tree]
-        return parents.to(device), [tuple(t.to(device) for t in level) for level in levels]
+                levels.append(tuple(torch.tensor(x, dtype=torch.long, device=device) for x in
+                                    (nodes, [parent_list[i] + 1 for i in nodes], [tree.choices[i][-1] for i in nodes])))
+            self._templates[key] = (torch.tensor(parent_list, dtype=torch.long, device=device), levels)
+        return self._templates[key]
 
     def observe(self, tokens: torch.Tensor, target_logits: torch.Tensor, valid: torch.Tensor) -> None:
         """Overwrite the row of every valid node's token with the target's top-k after it (a token that

@@ -323,13 +323,14 @@ class SuffixDecodingDrafter(Drafter):
                           if cap else Speculation())
         width = max([len(d.tokens) for d in drafts] + [0])
         b = len(drafts)
-        tokens = torch.zeros(b, width, dtype=torch.long)
-        parents = torch.full((b, width), -1, dtype=torch.long)
-        valid = torch.zeros(b, width, dtype=torch.bool)
+        # laid out on the host, then one copy to the drafter's device
+        tokens = torch.zeros(b, width, dtype=torch.long, device="cpu")
+        parents = torch.full((b, width), -1, dtype=torch.long, device="cpu")
+        valid = torch.zeros(b, width, dtype=torch.bool, device="cpu")
         for r, d in enumerate(drafts):
             n = len(d.tokens)
-            tokens[r, :n] = torch.tensor(d.tokens, dtype=torch.long)
-            parents[r, :n] = torch.tensor(d.parents, dtype=torch.long)
+            tokens[r, :n] = torch.tensor(d.tokens, dtype=torch.long, device="cpu")
+            parents[r, :n] = torch.tensor(d.parents, dtype=torch.long, device="cpu")
             valid[r, :n] = True
         self.last_scores = [d.score for d in drafts]
         return DraftTree(tokens.to(self.device), parents.to(self.device), valid.to(self.device),

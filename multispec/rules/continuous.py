@@ -19,6 +19,9 @@ from typing import Protocol
 
 import torch
 
+from ..sampling import uniform
+
+
 class NodeDistributions(Protocol):
     """The target's (or draft's) conditional distribution at every node of a chain, [B, T]."""
 
@@ -75,7 +78,7 @@ class DensityRatio:
         device = x.device
         logp = target.log_prob(torch.cat([x, x[:, -1:]], 1))[:, :k]  # nodes 0..k-1 predict drafts 1..k
         ratio = (logp - draft.draft_logdensity).clamp(max=0).exp()
-        u = torch.rand(b, k, generator=generator, device=generator.device if generator is not None else "cpu").to(device)
+        u = uniform((b, k), generator, device)
         rejected = u >= ratio
         # accepted prefix length: index of the first rejection (k when none)
         first = torch.where(rejected.any(1), rejected.float().argmax(1), torch.full((b,), k, device=device)).long()
@@ -107,8 +110,7 @@ class DensityRatio:
             logp = target.log_prob(probe)[rows, first]
             logq = draft.draft_dists.log_prob(probe[:, :k])[rows, first.clamp(max=k - 1)]
             keep_prob = (1 - (logq - logp).exp()).clamp(min=0)
-            u = torch.rand(b, generator=generator, device=generator.device if generator is not None else "cpu")
-            take = ~done & (u.to(keep_prob.device) < keep_prob)
+            take = ~done & (uniform((b,), generator, keep_prob.device) < keep_prob)
             result[take] = pick[take]
             done = done | take
         fallbacks = int((~done).sum())  # these rows keep their plain target draw

@@ -59,7 +59,7 @@ class GuidedTarget(Target, FeedingEngine):
     def _guide(self, out: TargetOutput) -> TargetOutput:
         b = out.logits.shape[0] // 2
         cond, uncond = out.logits[:b], out.logits[b:]
-        features = None if out.features is None else out.features.select(torch.arange(b))
+        features = None if out.features is None else out.features.select(torch.arange(b, device=self.device))
         return TargetOutput(uncond + self.scale * (cond - uncond), features, out.extras)
 
     def _pair(self, prompt: Prompt) -> Prompt:
@@ -83,7 +83,7 @@ class GuidedTarget(Target, FeedingEngine):
     def prefill(self, prompt: Prompt, request: FeatureRequest = NO_FEATURES) -> PrefillOutput:
         out = self.inner.prefill(self._pair(prompt), request)
         b = prompt.batch_size
-        features = None if out.features is None else out.features.select(torch.arange(b))
+        features = None if out.features is None else out.features.select(torch.arange(b, device=self.device))
         return PrefillOutput(out.roots[:b], features, out.extras)
 
     def score(self, tokens, parents, valid=None, request: FeatureRequest = NO_FEATURES) -> TargetOutput:
