@@ -1,10 +1,10 @@
 """The lowest dependency versions multispec works with, and the check that names them.
 
 `pyproject.toml` declares the floors of the whole package (`FLOORS`) and, as extras, those of paths that
-need a newer release (`SSM_TRANSFORMERS`: the state-space adapters read `transformers` APIs that arrived
-after the rest of the code's). Such a path calls `require` where it is used (when an adapter is built),
-not at import time: `import multispec.ssm` and the CLI still work with an older release, and the user
-gets one error naming the version instead of an AttributeError deep inside a forward.
+need a newer release (a modality declares its own `Requirement`, e.g. the state-space adapters read
+`transformers` APIs that arrived after the rest of the code's). Such a path calls `require` where it is
+used (when an adapter is built), not at import time: the package and the CLI still import with an older
+release, and the user gets one error naming the version instead of an AttributeError deep inside a forward.
 tests/test_versions.py checks that these constants and pyproject.toml agree.
 """
 
@@ -40,12 +40,6 @@ FLOORS = {
     # (CPU) from 3.4 (3.3's lacks ops they use; with numpy>=2.4 the interpreter needs 3.7)
     "triton": Requirement("triton", "3.4", "the Triton interpreter running the kernels"),
 }
-
-# multispec.ssm (pyproject.toml's `ssm` extra): DynamicCache.get_conv_state / get_recurrent_state (5.21.0),
-# the Mamba-2 / Bamba gated norm's `group_size` (5.23.0)
-SSM_TRANSFORMERS = Requirement("transformers", "5.23",
-                               "Mamba-2 gated norm group_size, DynamicCache.get_conv_state")
-
 
 class DependencyVersionError(ImportError):
     """An installed dependency is older than a multispec feature needs."""

@@ -18,11 +18,12 @@ from transformers import DynamicCache, PreTrainedModel
 
 from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
 from multispec.tree import ancestor_mask_from_parents
-from multispec.versions import SSM_TRANSFORMERS, require
+from multispec.versions import require
 
 from .mamba2 import _Mamba2Step, mamba2_commit_layers, mamba2_prefill_mix, mamba2_tree_mix
 from .target import accepted_nodes, mamba_ssm_prefill, rms_norm
 from .tree_scan import conv_sources
+from .versions import SSM_TRANSFORMERS
 
 MAMBA = "linear_attention"  # Bamba's name for its Mamba-2 layers in config.layers_block_type
 

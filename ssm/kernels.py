@@ -117,7 +117,7 @@ def tree_ssd_triton(x, dt, A, B, C, D, ancestors, initial_state, *, block_t: int
     if b == 0 or t == 0:
         return y
     anc = ancestors if ancestors.dtype == torch.int8 else ancestors.to(torch.int8)
-    bt, bp, bn = block_t or _block(t, 32), block_p or _block(p, 64), block_n or _block(n, 64)
+    bt, bp, bn = block_t or _block(t, 64), block_p or _block(p, 64), block_n or _block(n, 64)
     p_blocks = triton.cdiv(p, bp)
     d = D if D is not None else A
     tree_ssd_chunk_kernel[(b, heads, triton.cdiv(t, bt) * p_blocks)](

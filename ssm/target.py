@@ -22,9 +22,10 @@ from transformers import PreTrainedModel
 from multispec.prompt import Prompt
 from multispec.targets.base import NO_FEATURES, FeatureRequest, PrefillOutput, Target, TargetOutput
 from multispec.tree import ancestor_mask_from_parents
-from multispec.versions import SSM_TRANSFORMERS, require
+from multispec.versions import require
 
 from .tree_scan import conv_sources, gather_windows
+from .versions import SSM_TRANSFORMERS
 
 
 def mamba_ssm_prefill(device: torch.device) -> bool:

@@ -13,7 +13,8 @@ from packaging.requirements import Requirement as PipRequirement
 from multispec import versions
 from multispec.ssm.testing import make_bamba, make_mamba, make_mamba2  # importing needs no recent transformers
 from multispec.targets import as_target, stateful_draft_engine
-from multispec.versions import FLOORS, SSM_TRANSFORMERS, DependencyVersionError, require
+from multispec.ssm.versions import SSM_TRANSFORMERS
+from multispec.versions import FLOORS, DependencyVersionError, require
 
 PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
 

@@ -137,12 +137,12 @@ CASES = [
     # ---- ssm.kernels (tree_ssd_triton, tree_conv1d_triton): the kernels change often; keep these in step.
     # x, dt, B, C, D (and the conv's xbc, state, weight, bias) come in the model's dtype: bf16 for the model-sized
     # cases, fp32 for the small ones (the test and zoo models); h0 and y are fp32, the ancestor mask int8.
-    # tree_ssd_chunk_kernel: BT = _block(nodes, 32), BP = _block(head_dim, 64), BN = _block(state, 64) (powers of
+    # tree_ssd_chunk_kernel: BT = _block(nodes, 64), BP = _block(head_dim, 64), BN = _block(state, 64) (powers of
     # two >= 16); Mamba-2 checkpoints have head_dim 64 and state 128, the zoo 32 and 32. p_blocks = cdiv(head_dim,
     # BP) is 1 for both. PRECISION: ssm.kernels.SCAN_PRECISION. The last stride of each tensor is 1.
-    Case("tree_ssd-D-bf16-32x64x64", SSM, "tree_ssd_chunk_kernel",
+    Case("tree_ssd-D-bf16-64x64x64", SSM, "tree_ssd_chunk_kernel",
          {**_ptrs("bf16", "x_ptr dt_ptr b_ptr c_ptr d_ptr"), **_ptrs("fp32", "a_ptr h0_ptr y_ptr"), "anc_ptr": "i8"},
-         dict(HAS_D=True, BT=32, BP=64, BN=64, PRECISION="tf32x3"),
+         dict(HAS_D=True, BT=64, BP=64, BN=64, PRECISION="tf32x3"),
          ones=("p_blocks", "sxp", "sdh", "sbn", "scn", "sas", "shn", "syp")),
     Case("tree_ssd-noD-fp32-16x32x32", SSM, "tree_ssd_chunk_kernel",
          {**_ptrs("fp32", "x_ptr dt_ptr a_ptr b_ptr c_ptr d_ptr h0_ptr y_ptr"), "anc_ptr": "i8"},
