@@ -47,7 +47,8 @@ def test_bench_text_on_the_byte_pair(tmp_path):
 @pytest.mark.parametrize("pair", ["stdlib-mamba2", "stdlib-bamba"])
 def test_bench_ssm_on_the_ssm_pairs(tmp_path, pair):
     path = tmp_path / "ssm.json"
-    assert main(["bench", "ssm", "--pair", pair, "--quick", "--max-new-tokens", "12", "--rounds", "2",
+    # one round: the CLI's plumbing (the recorder's rounds are tested on a fake clock in test_recorder.py)
+    assert main(["bench", "ssm", "--pair", pair, "--quick", "--max-new-tokens", "10", "--rounds", "1",
                  "--json", str(path)]) == 0
     res = json.loads(path.read_text())
     _check_results(res, "ssm")
@@ -56,8 +57,8 @@ def test_bench_ssm_on_the_ssm_pairs(tmp_path, pair):
              "hybrid_stree_dynamic"}
     if pair == "stdlib-mamba2":
         names.add("chain_replay_k4")
-    greedy = _check_table(res["tables"]["greedy"], names)
-    _check_table(res["tables"]["sampling"], {"plain", "chain_k4", "stree_dynamic", "hybrid_stree_dynamic"})
+    greedy = _check_table(res["tables"]["greedy"], names, rounds=1)
+    _check_table(res["tables"]["sampling"], {"plain", "chain_k4", "stree_dynamic", "hybrid_stree_dynamic"}, rounds=1)
     assert greedy["stree_dynamic"]["mean_accepted_length"] > 1.5
 
 

@@ -47,7 +47,7 @@ def test_cli_bench_and_eval(tmp_path, capsys, pair):
     from multispec.cli import main
 
     out = tmp_path / "bench.json"
-    assert main(["bench", "image-ar", "--timing-images", "2", "--fid-images", "20", "--rounds", "2",
+    assert main(["bench", "image-ar", "--timing-images", "2", "--fid-images", "10", "--rounds", "2",
                  "--json", str(out)]) == 0
     assert "vs AR [spread]" in capsys.readouterr().out
     res = json.loads(out.read_text())
