@@ -9,6 +9,7 @@ import torch
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
+from .drafters.eagle import EagleConfig, EagleHead
 from .zoo.data import read_source, stdlib_files
 
 VOCAB = 128
@@ -40,6 +41,15 @@ def make_target(kind: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: 
     return model.eval()
 
 
+def make_eagle_head(d2t: torch.Tensor | None = None, hidden: int = 64, vocab: int = VOCAB,
+                    draft_vocab: int = 96) -> EagleHead:
+    """An untrained EAGLE head for `make_target`'s models, with a reduced draft vocabulary: `d2t` maps its
+    ids to the target's (default: the first `draft_vocab` ids)."""
+    config = EagleConfig(hidden_size=hidden, draft_vocab_size=draft_vocab, target_vocab_size=vocab,
+                         intermediate_size=2 * hidden, num_attention_heads=4, num_key_value_heads=2)
+    return EagleHead(config, torch.arange(draft_vocab) if d2t is None else d2t)
+
+
 def make_layer_skip_draft(target: torch.nn.Module, layers: int = 1) -> torch.nn.Module:
     """A draft sharing the target's embeddings, first `layers` blocks and head (so it often agrees)."""
     config = copy.deepcopy(target.config)
@@ -50,6 +60,13 @@ def make_layer_skip_draft(target: torch.nn.Module, layers: int = 1) -> torch.nn.
     draft.load_state_dict(target.state_dict(), strict=False)
     draft.config._attn_implementation = target.config._attn_implementation
     return draft.eval()
+
+
+def make_text_models() -> dict[str, torch.nn.Module]:
+    """A tiny Llama and Gemma 3 target, each with a layer-skip draft, and an EAGLE head for them."""
+    target, gemma = make_target("llama"), make_target("gemma3")
+    return dict(target=target, draft=make_layer_skip_draft(target), gemma=gemma,
+                gemma_draft=make_layer_skip_draft(gemma), head=make_eagle_head())
 
 
 def make_perturbed_copy(model: torch.nn.Module, noise: float = 0.02, seed: int = 0) -> torch.nn.Module:

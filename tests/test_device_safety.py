@@ -34,24 +34,14 @@ from multispec.reasoning import (LikelihoodVerdict, SpecReason, SpecReasonConfig
 from multispec.rules import Judge
 from multispec.rules.judge_head import JudgeHead
 from multispec.sampling import exponential, normal, uniform
+from multispec.ssm import testing as ssm_testing
 from multispec.targets import GuidedTarget, HFCausalLM
-from multispec.testing import make_layer_skip_draft, make_perturbed_copy, make_target, ragged_prompts
+from multispec.testing import make_text_models, make_perturbed_copy, make_target, ragged_prompts
 from multispec.vision import VisionEagleDrafter
 from multispec.vision.testing import make_vlm, tiny_head, vlm_prompts
 from multispec.zoo.bytes_lm import ByteTokenizer
 
 HERE = str(Path(__file__).resolve())
-
-
-def _ssm_testing():
-    """`multispec.ssm.testing`, or a skip when `multispec.ssm` refuses this transformers version."""
-    try:
-        from multispec.ssm import testing  # noqa: PLC0415 - the import itself is what may refuse
-    except (ImportError, RuntimeError) as e:
-        if "transformers" in str(e):
-            pytest.skip(f"multispec.ssm refuses this transformers version: {e}")
-        raise
-    return testing
 
 
 def _guarded(run, generator) -> DeviceGuard:
@@ -131,13 +121,7 @@ def test_draws_are_made_on_the_generator_device_and_moved_to_the_data():
 
 @pytest.fixture(scope="module")
 def text():
-    target = make_target("llama")
-    draft = make_layer_skip_draft(target)
-    gemma = make_target("gemma3")
-    head = EagleHead(EagleConfig(hidden_size=64, draft_vocab_size=96, target_vocab_size=128, intermediate_size=128,
-                                 num_attention_heads=4, num_key_value_heads=2), torch.arange(96))
-    return dict(target=target, draft=draft, gemma=gemma, gemma_draft=make_layer_skip_draft(gemma), head=head,
-                judge=JudgeHead(64), prompts=ragged_prompts(2))
+    return make_text_models() | dict(judge=JudgeHead(64), prompts=ragged_prompts(2))
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +157,7 @@ def continuous():
 
 @pytest.fixture(scope="module")
 def ssm():
-    testing = _ssm_testing()
+    testing = ssm_testing
     return [(model, make_perturbed_copy(model, noise=0.1, seed=3))
             for model in (testing.make_mamba2(seed=1), testing.make_mamba(seed=1), testing.make_bamba(seed=1))]
 

@@ -6,7 +6,7 @@ import torch
 from multispec import DynamicTree, Features, Prompt, SamplingConfig, StaticTree, speculative_generate
 from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
 from multispec.drafters.eagle_train import EagleTrainConfig, EagleTrainer, chunk_tokens, top_token_map
-from multispec.testing import make_target, ragged_prompts, source_prompts
+from multispec.testing import make_eagle_head, make_target, ragged_prompts, source_prompts
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +19,7 @@ def trained():
                                pad_token_id=0, eos_token_id=None)
     chunks = chunk_tokens(text.flatten(), 64)
     d2t = top_token_map(chunks, 96, 128)  # a reduced draft vocabulary
-    head = EagleHead(EagleConfig(hidden_size=64, draft_vocab_size=96, target_vocab_size=128, intermediate_size=128,
-                                 num_attention_heads=4, num_key_value_heads=2), d2t)
+    head = make_eagle_head(d2t)
     history = EagleTrainer(target, head, EagleTrainConfig(epochs=25, batch_size=8, warmup_steps=5, lr=2e-3)).fit(chunks)
     return target, head, history
 

@@ -19,17 +19,20 @@ from multispec import DynamicTree, HybridDrafter, Session, StaticTree, SuffixDec
 from multispec import speculative_generate
 from multispec.continuous import continuous_generate
 from multispec.drafters import ModelDrafter
-from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
+from multispec.drafters.eagle import EagleDrafter
 from multispec.gmm_ar import GaussianMixtureAR, GMMDrafter, GMMTarget
 from multispec.image_ar import (PatchAR, PatchARConfig, PatchEagle, PatchEagleConfig, Relaxed, TrajectoryRatio,
                                 generate_ar, generate_continuous, generate_images, latent_neighbours)
 from multispec.image_ar.testing import NUM_IMAGE_TOKENS, janus_prompts, make_image_gpt, make_janus
 from multispec.reasoning import (LikelihoodVerdict, SpecReason, SpecReasonConfig, SpeculativeThinking,
                                  SpeculativeThinkingConfig, SpeculativeVerdict, TextExpert, Triggers, Writer)
+from multispec.ssm import testing as ssm_testing
+from multispec.ssm.versions import SSM_TRANSFORMERS
 from multispec.targets import GuidedTarget
-from multispec.testing import greedy_rows_alone, make_layer_skip_draft, make_perturbed_copy, make_target, ragged_prompts
+from multispec.testing import make_text_models, greedy_rows_alone, make_perturbed_copy, make_target, ragged_prompts
 from multispec.vision import VisionEagleDrafter
 from multispec.vision.testing import forbid_special_tokens, make_vlm, row_of, tiny_head, vlm_prompts
+from multispec.versions import installed_version, satisfies
 from multispec.zoo.bytes_lm import ByteTokenizer
 
 DEVICE = torch.device(os.environ.get("MULTISPEC_GPU_TEST_DEVICE", "cuda"))
@@ -58,14 +61,12 @@ def exact_matmuls():
 
 
 def _ssm_testing():
-    """`multispec.ssm.testing`, or a skip when `multispec.ssm` refuses this transformers version."""
-    try:
-        from multispec.ssm import testing  # noqa: PLC0415 - the import itself is what may refuse
-    except (ImportError, RuntimeError) as e:
-        if "transformers" in str(e):
-            pytest.skip(f"multispec.ssm refuses this transformers version: {e}")
-        raise
-    return testing
+    """`multispec.ssm.testing`, or a skip where the GPU machine's transformers is older than the SSM path needs
+    (its adapters would refuse with `DependencyVersionError`, tested on the CPU in tests/test_versions.py)."""
+    found = installed_version("transformers")
+    if not satisfies(found, SSM_TRANSFORMERS.minimum):
+        pytest.skip(f"the SSM path needs transformers>={SSM_TRANSFORMERS.minimum}, found {found}")
+    return ssm_testing
 
 
 # ---- text ---------------------------------------------------------------------------------------------------
@@ -73,13 +74,7 @@ def _ssm_testing():
 
 @pytest.fixture(scope="module")
 def text():
-    target = make_target("llama")
-    draft = make_layer_skip_draft(target)
-    gemma = make_target("gemma3")
-    head = EagleHead(EagleConfig(hidden_size=64, draft_vocab_size=96, target_vocab_size=128, intermediate_size=128,
-                                 num_attention_heads=4, num_key_value_heads=2), torch.arange(96))
-    return dict(target=_on(target), draft=_on(draft), gemma=_on(gemma), gemma_draft=_on(make_layer_skip_draft(gemma)),
-                head=head.to(DEVICE))
+    return {name: _on(model) for name, model in make_text_models().items()}
 
 
 @pytest.mark.parametrize("kind", ["llama", "gemma"])
