@@ -32,7 +32,7 @@ from multispec.targets import GuidedTarget
 from multispec.testing import make_text_models, greedy_rows_alone, make_perturbed_copy, make_target, ragged_prompts
 from multispec.vision import VisionEagleDrafter
 from multispec.vision.testing import forbid_special_tokens, make_vlm, row_of, tiny_head, vlm_prompts
-from multispec.versions import installed_version, satisfies
+from multispec.versions import DependencyVersionError, installed_version, satisfies
 from multispec.zoo.bytes_lm import ByteTokenizer
 
 DEVICE = torch.device(os.environ.get("MULTISPEC_GPU_TEST_DEVICE", "cuda"))
@@ -58,15 +58,6 @@ def exact_matmuls():
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     yield
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
-
-
-def _ssm_testing():
-    """`multispec.ssm.testing`, or a skip where the GPU machine's transformers is older than the SSM path needs
-    (its adapters would refuse with `DependencyVersionError`, tested on the CPU in tests/test_versions.py)."""
-    found = installed_version("transformers")
-    if not satisfies(found, SSM_TRANSFORMERS.minimum):
-        pytest.skip(f"the SSM path needs transformers>={SSM_TRANSFORMERS.minimum}, found {found}")
-    return ssm_testing
 
 
 # ---- text ---------------------------------------------------------------------------------------------------
@@ -270,7 +261,7 @@ def test_continuous_speculation(continuous, generator):
 
 @pytest.fixture(scope="module")
 def ssm():
-    testing = _ssm_testing()
+    testing = ssm_testing
     return {name: _on(make(seed=1)) for name, make in (("mamba2", testing.make_mamba2), ("mamba", testing.make_mamba),
                                                         ("bamba", testing.make_bamba))}
 
@@ -280,11 +271,17 @@ def test_ssm_greedy_equals_generate_and_samples(ssm, kind):
     model = ssm[kind]
     draft = _on(make_perturbed_copy(model, noise=0.05, seed=3))
     ids, mask = ragged_prompts(2, seed=7)
+    if not satisfies(installed_version("transformers"), SSM_TRANSFORMERS.minimum):
+        # a GPU image with an older transformers: the SSM path must refuse clearly, naming the version
+        with pytest.raises(DependencyVersionError, match=f"transformers>={SSM_TRANSFORMERS.minimum}"):
+            speculative_generate(model, draft, ids, mask, max_new_tokens=2, tree=3, eos_token_id=[], pad_token_id=0)
+        return
     want = greedy_rows_alone(model, ids.to(DEVICE), mask.to(DEVICE), 10).cpu()
     for tree in (3, DynamicTree(2, 3, 6)):
         out = speculative_generate(model, draft, ids, mask, max_new_tokens=10, tree=tree, eos_token_id=[],
                                    pad_token_id=0)
         assert torch.equal(out.sequences[:, -10:].cpu(), want), (kind, tree)
+        assert out.stats.mean_accepted_length > 1.5, (kind, tree)  # a close draft: drafts were accepted
     for generator in GENERATORS:
         out = speculative_generate(model, draft, ids, mask, max_new_tokens=5, tree=DynamicTree(2, 3, 6),
                                    do_sample=True, generator=_generator(generator), eos_token_id=[], pad_token_id=0)
