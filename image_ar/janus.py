@@ -12,6 +12,7 @@ does (every token except BOS and BOI replaced by the pad id).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 import torch
@@ -57,8 +58,8 @@ class JanusImageTarget(HFCausalLM):
         self._text_roots = True  # the first root is the prompt's last (text) token
         return out
 
-    def commit(self, path: torch.Tensor) -> None:
-        super().commit(path)
+    def commit(self, path: torch.Tensor, counts: Sequence[int] | None = None) -> None:
+        super().commit(path, counts)
         self._text_roots = False  # every later root is an image token
 
     def checkpoint(self) -> tuple:

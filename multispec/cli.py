@@ -80,7 +80,7 @@ def _bench_core(args: argparse.Namespace) -> int:
 def _bench_text(args: argparse.Namespace) -> int:
     bench_text.run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
                    temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
-                   rounds=args.rounds)
+                   rounds=args.rounds, compile=args.compile)
     return 0
 
 
@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     core.set_defaults(func=_bench_core)
     text = suites.add_parser("text", help="a zoo text pair")
     add_speed_options(text, pair="gemma3-270m-eagle", temperature=0.8, tree="4/4/15")
+    text.add_argument("--compile", action="store_true",
+                      help="also the EAGLE rows on the compiled static step (Llama-family targets, e.g. stdlib-bytes)")
     text.set_defaults(func=_bench_text)
     groups = {"bench": suites,
               "eval": sub.add_parser("eval", help="task evaluation (accuracy and speed per method)")

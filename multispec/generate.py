@@ -7,12 +7,14 @@ from dataclasses import dataclass
 
 import torch
 
+from .drafters import as_drafter
 from .metrics import SpeculativeStats
 from .prompt import Prompt
 from .rules import AcceptanceRule, Verdict
 from .sampling import SamplingConfig
 from .session import Session, check_max_new_tokens
-from .tree import DraftTree, TreeSpec
+from .targets.static_step import static_engines
+from .tree import DraftTree, TreeSpec, as_tree_spec
 
 
 @dataclass
@@ -44,6 +46,7 @@ def speculative_generate(
     progress: bool = False,
     on_step: Callable[[DraftTree, Verdict, list[int]], None] | None = None,
     guidance_scale: float | None = None,
+    step: str = "eager",
     **model_inputs,
 ) -> SpeculativeOutput:
     """Generate with speculative decoding; lossless with the default rules.
@@ -64,6 +67,10 @@ def speculative_generate(
             rows they cover (e.g. `multispec.trace.StepRecorder`, which the demos render).
         guidance_scale: classifier-free guidance, for targets that build their own unconditional prompt
             (Janus image generation), as their `generate` takes it; `GuidedTarget` for any other.
+        step: "eager" (default), "static" (the fixed-shape step: preallocated caches, a padded node
+            budget, replayed from CUDA graphs on CUDA) or "compiled" (that step under `torch.compile`), for
+            Llama-family targets and their EAGLE heads / lean draft models; the engines are built on the
+            first call and kept on the models (`multispec.targets.static_step`).
         **model_inputs: the target's other prefill inputs, by the model's own names, as `generate` takes
             them (`pixel_values`, `image_grid_thw`, `mm_token_type_ids`, ...); one the target does not take
             raises a TypeError naming it.
@@ -72,6 +79,9 @@ def speculative_generate(
     """
     prompt = Prompt.build(input_ids, attention_mask, **model_inputs)
     check_max_new_tokens(max_new_tokens)
+    if step != "eager":
+        target, drafter = static_engines(target, as_drafter(drafter), step, prompt.input_ids.shape[1],
+                                         max_new_tokens, as_tree_spec(tree).max_nodes)
     session = Session(target, drafter, tree=tree, rule=rule, sampling=sampling, do_sample=do_sample,
                       temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
                       eos_token_id=eos_token_id, pad_token_id=pad_token_id, guidance_scale=guidance_scale,

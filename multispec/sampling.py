@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .host import require
+
 LogitsHook = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -112,16 +114,19 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator | None = None) -
 def check_logits_finite(logits: torch.Tensor, who: str) -> None:
     """Raise a ValueError naming `who` (e.g. "target (LlamaForCausalLM)") when its logits hold NaN or +inf,
     or a row that is -inf everywhere (no token possible). Greedy argmax and sampling would otherwise turn
-    them into arbitrary tokens silently. One reduction in the common all-finite case."""
-    if bool(torch.isfinite(logits.sum())):
-        return
+    them into arbitrary tokens silently. One reduction (a row's max is NaN if it holds a NaN, +inf if it
+    holds +inf, -inf if every entry is -inf); inside a step on CUDA its flag joins the step's one host read
+    (`multispec.host`)."""
+    require(torch.isfinite(logits.amax(dim=-1)).all(), lambda: _unusable(logits, who))
+
+
+def _unusable(logits: torch.Tensor, who: str) -> ValueError:
     nan, pos_inf = int(torch.isnan(logits).sum()), int(torch.isposinf(logits).sum())
     dead = int((logits == float("-inf")).all(dim=-1).sum())
-    if nan or pos_inf or dead:
-        raise ValueError(
-            f"{who}: the model returned unusable logits ({nan} NaN, {pos_inf} +inf entries, {dead} rows that are "
-            f"-inf everywhere, of {logits.numel()} entries in shape {tuple(logits.shape)}); check its weights and "
-            "dtype (fp16 overflow?) and its inputs")
+    return ValueError(
+        f"{who}: the model returned unusable logits ({nan} NaN, {pos_inf} +inf entries, {dead} rows that are "
+        f"-inf everywhere, of {logits.numel()} entries in shape {tuple(logits.shape)}); check its weights and "
+        "dtype (fp16 overflow?) and its inputs")
 
 
 def nan_safe_argmax(x: torch.Tensor) -> torch.Tensor:

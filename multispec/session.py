@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -29,7 +29,9 @@ from .drafters import Drafter, as_drafter
 from .metrics import SpeculativeStats, StepStats
 from .prompt import Prompt
 from .rules import AcceptanceRule, Verdict, resolve_rule
+from .host import deferred_checks
 from .sampling import SamplingConfig, check_logits_finite
+from .step_read import StepClock, read_step
 from .targets import GuidedTarget, Target, as_target
 from .targets.base import Features
 from .tree import DraftTree, TreeSpec, as_tree_spec
@@ -265,27 +267,31 @@ class Session:
             return new
         device = self.target.device
         bar = tqdm(total=max_new_tokens * len(self.active), disable=not progress, desc="speculative", unit="tok")
+        clock = StepClock(device)
+        steps: list[StepStats] = []
         while True:
-            t0 = time.perf_counter()
-            draft = self.drafter.propose(self.roots, self.spec, self.sampling, self.generator).trimmed()
-            _sync(device)
-            t1 = time.perf_counter()
-            full = torch.cat([self.roots[:, None], draft.tokens.to(device)], dim=1)
-            scored = self.target.score(full, draft.full_parents(), draft.full_valid(), self._score_request)
-            check_logits_finite(scored.logits, self._who)
-            if self._rule_reads_features:
-                verdict = self.rule.accept(draft, scored.logits, self.sampling, self.generator, features=scored.features)
-            else:
-                verdict = self.rule.accept(draft, scored.logits, self.sampling, self.generator)
-            _sync(device)
-            t2 = time.perf_counter()
+            clock.mark(new_step=True)
+            # the step reads the device once (`read_step`); checks that would read it wait for that read
+            with deferred_checks() as checks:
+                draft = self.drafter.propose(self.roots, self.spec, self.sampling, self.generator).trimmed()
+                clock.mark()
+                full = torch.cat([self.roots[:, None], draft.tokens.to(device)], dim=1)
+                scored = self.target.score(full, draft.full_parents(), draft.full_valid(), self._score_request)
+                check_logits_finite(scored.logits, self._who)
+                if self._rule_reads_features:
+                    verdict = self.rule.accept(draft, scored.logits, self.sampling, self.generator,
+                                               features=scored.features)
+                else:
+                    verdict = self.rule.accept(draft, scored.logits, self.sampling, self.generator)
+            clock.mark()
+            read = read_step(draft, verdict, checks, device)
             if on_step is not None:
                 on_step(draft, verdict, list(self.active))
             # each row's emitted tokens, cut after a stop or at its budget; the commit follows the cut
             emitted, done, reach = [], [], []
-            for i, (row, toks) in enumerate(zip(self.active, verdict.tokens.tolist())):
+            for row, toks, n_acc in zip(self.active, read.tokens, read.num_accepted):
                 room = max_new_tokens - len(new[row])
-                toks = toks[: min(int(verdict.num_accepted[i]) + 1, room)]
+                toks = toks[: min(n_acc + 1, room)]
                 cut = _first_stop(new[row], toks, stops)
                 if cut is not None:
                     toks = toks[:cut]
@@ -293,9 +299,9 @@ class Session:
                 emitted.append(toks)
                 new[row].extend(toks)
                 done.append(cut is not None or len(new[row]) >= max_new_tokens)
-            drafted, accepted = _countable(draft, verdict, reach)  # before the cut: a kept draft was accepted
-            verdict = _cut(verdict, [len(t) for t in emitted])
-            self._commit(draft, verdict, full, scored, drafted_here=True)
+            drafted, accepted = read.countable(reach)  # before the cut: a kept draft was accepted
+            verdict = _cut(verdict, [len(t) for t in emitted], read.num_accepted)
+            self._commit(draft, verdict, full, scored, drafted_here=True, emitted=emitted)
             committed = sum(len(t) for t in emitted)
             if all(done):
                 finished = []
@@ -303,33 +309,43 @@ class Session:
                 finished = [i for i, d in enumerate(done) if d]
             if finished:
                 self._retire(finished)
-            _sync(device)
-            t3 = time.perf_counter()
-            self.stats.steps.append(StepStats(rows=len(emitted), drafted=drafted, accepted=accepted,
-                                              committed=committed, draft_s=t1 - t0, verify_s=t2 - t1,
-                                              commit_s=t3 - t2))
+            clock.mark()
+            steps.append(StepStats(rows=len(emitted), drafted=drafted, accepted=accepted, committed=committed,
+                                   draft_s=0.0, verify_s=0.0, commit_s=0.0))
             bar.update(committed)
             if all(done):
                 break
         bar.close()
+        for step, (draft_s, verify_s, commit_s) in zip(steps, clock.phases()):
+            step.draft_s, step.verify_s, step.commit_s = draft_s, verify_s, commit_s
+        self.stats.steps.extend(steps)
         return new
 
-    def _commit(self, draft: DraftTree, verdict: Verdict, full: torch.Tensor, scored, drafted_here: bool) -> None:
-        """Commit the verdict's path in the target and the drafter; its last token becomes the new root."""
+    def _commit(self, draft: DraftTree, verdict: Verdict, full: torch.Tensor, scored, drafted_here: bool,
+                emitted: list[list[int]] | None = None) -> None:
+        """Commit the verdict's path in the target and the drafter; its last token becomes the new root.
+        `emitted`: each row's committed tokens, when the host has read them already (`verdict.host_counts`
+        is then set: the engines commit without reading the device)."""
         if self.drafter.observes_target:  # the drafter learns from the target's verdict on every node
             self.drafter.observe(full, scored.logits, draft.full_valid())
-        self.target.commit(verdict.path)
+        if verdict.host_counts is not None and getattr(self.target, "accepts_host_counts", False):
+            self.target.commit(verdict.path, counts=verdict.host_counts)
+        else:
+            self.target.commit(verdict.path)
         if not drafted_here:
             if not self.drafter.supports_skipped_steps:
                 raise TypeError(f"drafter: {type(self.drafter).__name__} cannot take text it did not draft "
                                 "(supports_skipped_steps); use another drafter for sessions that append")
             self.drafter.skip(self.roots)
         self.drafter.commit(draft, verdict, features=scored.features)
-        counts = verdict.num_accepted + 1
         self.roots = verdict.tokens.gather(1, verdict.num_accepted[:, None].to(verdict.tokens.device))[:, 0]
         self.roots = self.roots.to(self.target.device)
-        for i, (row, toks, c) in enumerate(zip(self.active, verdict.tokens.tolist(), counts.tolist())):
-            self.tokens[row].extend(toks[:c])
+        if emitted is None:
+            counts = (verdict.num_accepted + 1).tolist()
+            emitted = [toks[:c] for toks, c in zip(verdict.tokens.tolist(), counts)]
+        for i, (row, toks) in enumerate(zip(self.active, emitted)):
+            c = len(toks)
+            self.tokens[row].extend(toks)
             if self._features:
                 kept = verdict.path[i: i + 1, :c]  # the root and the accepted nodes: now fed and committed
                 self._features[row].append(scored.features.select(torch.tensor([i], device=kept.device)).gather(kept))
@@ -427,26 +443,16 @@ def _first_stop(before: list[int], toks: list[int], stops: list[tuple[int, ...]]
     return None
 
 
-def _cut(verdict: Verdict, keep: list[int]) -> Verdict:
-    """The verdict shortened to `keep[b]` emitted tokens per row (a stop or the budget inside it)."""
-    keep_t = torch.tensor(keep, dtype=torch.long, device=verdict.num_accepted.device)
-    if bool((keep_t == verdict.num_accepted + 1).all()):
-        return verdict
+def _cut(verdict: Verdict, keep: list[int], num_accepted: list[int]) -> Verdict:
+    """The verdict shortened to `keep[b]` emitted tokens per row (a stop or the budget inside it), with the
+    host's counts (`num_accepted`: as read with the step)."""
+    if all(k == n + 1 for k, n in zip(keep, num_accepted)):
+        return replace(verdict, host_counts=tuple(keep))
+    keep_t = torch.tensor(keep, dtype=torch.long, device=verdict.path.device)
     idx = torch.arange(verdict.path.shape[1], device=verdict.path.device)[None]
-    path = torch.where(idx < keep_t[:, None].to(verdict.path.device), verdict.path, -1)
-    return Verdict(verdict.tokens, (keep_t - 1).clamp(min=0), path)
-
-
-def _countable(draft: DraftTree, verdict: Verdict, reach: list[int]) -> tuple[int, int]:
-    """(drafted, accepted) counting only drafts that could have been emitted: a node deeper than its row's
-    reach (the tokens left before `max_new_tokens`, or up to an emitted stop) never could."""
-    reach_t = torch.tensor(reach, device="cpu")
-    accepted = int(verdict.num_accepted.cpu().clamp(max=reach_t).sum())
-    if draft.num_nodes == 0 or min(reach) >= draft.num_nodes:  # no row is cut short: every node counts
-        return int(draft.valid.sum()), accepted
-    depth = draft.depths()[:, 1:].cpu()
-    drafted = int((draft.valid.cpu() & (depth <= reach_t[:, None])).sum())
-    return drafted, accepted
+    path = torch.where(idx < keep_t[:, None], verdict.path, -1)
+    return Verdict(verdict.tokens, (keep_t - 1).clamp(min=0).to(verdict.num_accepted.device), path,
+                   host_counts=tuple(keep))
 
 
 def _row_features(features: Features, row: int, start: int, end: int) -> Features:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .host import require
 from .sampling import SamplingConfig, check_logits_finite, uniform
 
 
@@ -35,6 +36,9 @@ class DraftTree:
     # ids the nodes had while the drafter grew the tree (its `feed` callback saw these); lets a drafter
     # find its own cache entries for accepted nodes after reranking. None = the node index itself.
     feed_ids: torch.Tensor | None = None
+    # every node is valid in every row, known on the host (a full chain, a static tree): `trimmed` needs
+    # no read of `valid` then
+    dense: bool = False
 
     def __post_init__(self) -> None:
         if self.tokens.dim() != 2:
@@ -44,10 +48,10 @@ class DraftTree:
         if self.valid.shape != self.tokens.shape:
             raise ValueError(f"valid: shape {tuple(self.valid.shape)} != tokens {tuple(self.tokens.shape)}")
         n = self.tokens.shape[1]
-        if n and (self.parents >= torch.arange(n, device=self.parents.device)).any():
-            raise ValueError("parents: every node's parent must precede it (parents[b, i] < i)")
-        if n and (self.parents < -1).any():
-            raise ValueError("parents: entries must be >= -1")
+        if n:  # one check (deferred to the step's read on CUDA, see multispec.host)
+            index = torch.arange(n, device=self.parents.device)
+            require(((self.parents < index) & (self.parents >= -1)).all(), lambda: ValueError(
+                "parents: entries must be >= -1 and every node's parent must precede it (parents[b, i] < i)"))
         if self.draft_probs is not None and self.draft_probs.shape[:2] != self.tokens.shape:
             raise ValueError(
                 f"draft_probs: shape {tuple(self.draft_probs.shape)} must start with {tuple(self.tokens.shape)}"
@@ -64,7 +68,7 @@ class DraftTree:
     @staticmethod
     def empty(batch_size: int, device: torch.device | str = "cpu") -> "DraftTree":
         z = torch.zeros(batch_size, 0, dtype=torch.long, device=device)
-        return DraftTree(z, z.clone(), z.bool(), None, is_chain=True)
+        return DraftTree(z, z.clone(), z.bool(), None, is_chain=True, dense=True)
 
     @staticmethod
     def chain(tokens: torch.Tensor, lengths: torch.Tensor | None = None,
@@ -75,6 +79,7 @@ class DraftTree:
         parents = (idx - 1).expand(b, k).clone()
         if lengths is None:
             valid = torch.ones(b, k, dtype=torch.bool, device=tokens.device)
+            return DraftTree(tokens.long(), parents, valid, draft_probs, is_chain=True, dense=True)
         else:
             if lengths.shape != (b,):
                 raise ValueError(f"lengths: expected shape ({b},), got {tuple(lengths.shape)}")
@@ -85,7 +90,9 @@ class DraftTree:
         """This tree without its trailing nodes that are invalid in every row (node indices unchanged).
 
         Drafters pad rows to a common width (a lookup that found 2 of k tokens, a row with no match);
-        verifying the padding would cost target compute for nothing."""
+        verifying the padding would cost target compute for nothing. A host read, unless `dense`."""
+        if self.dense:
+            return self
         used = self.valid.any(dim=0).nonzero()
         n = int(used.max()) + 1 if used.numel() else 0
         if n == self.num_nodes:
@@ -203,6 +210,11 @@ class Chain:
     def max_nodes(self) -> int:
         return self.k
 
+    @property
+    def feed_ids_bound(self) -> int:
+        """Every node id a grower passes to `feed` is below this."""
+        return self.k
+
 
 @dataclass(frozen=True)
 class StaticTree:
@@ -226,6 +238,11 @@ class StaticTree:
 
     @property
     def max_nodes(self) -> int:
+        return len(self.choices)
+
+    @property
+    def feed_ids_bound(self) -> int:
+        """Every node id a grower passes to `feed` is below this."""
         return len(self.choices)
 
     @staticmethod
@@ -271,6 +288,11 @@ class DynamicTree:
     @property
     def max_nodes(self) -> int:
         return self.total
+
+    @property
+    def feed_ids_bound(self) -> int:
+        """Every node id a grower passes to `feed` is below this (ids name candidates of the pool)."""
+        return self.topk + (self.depth - 1) * self.topk * self.topk
 
 
 TreeSpec = Chain | StaticTree | DynamicTree
@@ -357,13 +379,15 @@ def _grow_chain(spec: Chain, logits: torch.Tensor, feed: FeedFn, sampling: Sampl
         elif spec.min_prob is not None:
             path_prob = (q if q is not None else sampling.probs(logits)).gather(-1, tok[:, None])[:, 0]
         length = torch.where(alive, i + 1, length)
-        if not bool(alive.any()):
+        if spec.min_prob is not None and not bool(alive.any()):  # (a host read: only an adaptive chain stops)
             break
         if i + 1 < spec.k:
             ids = torch.full((b, 1), i, dtype=torch.long, device=logits.device)
             logits = feed(ids, tok[:, None], ids - 1)[:, 0]
     q = torch.stack(probs, dim=1) if sampling.do_sample else None
-    return DraftTree.chain(torch.stack(tokens, dim=1), lengths=length, draft_probs=q)
+    # a fixed chain keeps all k nodes in every row: built dense, so no step reads its lengths back
+    return DraftTree.chain(torch.stack(tokens, dim=1), lengths=None if spec.min_prob is None else length,
+                           draft_probs=q)
 
 
 def _grow_static(spec: StaticTree, root_logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,
@@ -397,7 +421,7 @@ def _grow_static(spec: StaticTree, root_logits: torch.Tensor, feed: FeedFn, samp
                 node_logits[i] = out[:, j]
     parents = torch.tensor(parent_of, device=device).expand(b, n).contiguous()
     valid = torch.ones(b, n, dtype=torch.bool, device=device)
-    return DraftTree(tokens, parents, valid, q_all)
+    return DraftTree(tokens, parents, valid, q_all, dense=True)
 
 
 def _sampled_rank_key(own: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
@@ -484,8 +508,8 @@ def _grow_dynamic_sampled(spec: DynamicTree, root_logits: torch.Tensor, feed: Fe
     new_index.scatter_(1, keep, torch.arange(spec.total, device=device).expand(b, -1).contiguous())
     kept_parents = parents.gather(1, keep)
     mapped = torch.where(kept_parents >= 0, new_index.gather(1, kept_parents.clamp(min=0)), -1)
-    if (mapped[kept_parents >= 0] < 0).any():
-        raise RuntimeError("dynamic tree: a kept node lost its parent (non-finite draft scores?)")
+    require(~((mapped < 0) & (kept_parents >= 0)).any(),
+            lambda: RuntimeError("dynamic tree: a kept node lost its parent (non-finite draft scores?)"))
     base = torch.cat(dists, 1)  # [B, n_dists, V]
     base = base.gather(1, torch.cat(pool_dist, 1).gather(1, keep)[..., None].expand(-1, -1, base.shape[-1]))
     draws = torch.cat(pool_draws, 1).gather(1, keep[..., None].expand(-1, -1, k))
@@ -530,7 +554,8 @@ def _grow_dynamic(spec: DynamicTree, root_logits: torch.Tensor, feed: FeedFn,
     new_index.scatter_(1, keep, torch.arange(spec.total, device=device).expand(b, -1).contiguous())
     kept_parents = parents.gather(1, keep)
     mapped = torch.where(kept_parents >= 0, new_index.gather(1, kept_parents.clamp(min=0)), -1)
-    if (mapped[kept_parents >= 0] < 0).any():  # cannot happen with finite scores; guard against NaN drafts
-        raise RuntimeError("dynamic tree: a kept node lost its parent (non-finite draft scores?)")
+    # cannot fail with finite scores; guards against NaN drafts
+    require(~((mapped < 0) & (kept_parents >= 0)).any(),
+            lambda: RuntimeError("dynamic tree: a kept node lost its parent (non-finite draft scores?)"))
     valid = torch.ones(b, spec.total, dtype=torch.bool, device=device)
-    return DraftTree(tokens.gather(1, keep), mapped, valid, None, feed_ids=keep)
+    return DraftTree(tokens.gather(1, keep), mapped, valid, None, feed_ids=keep, dense=True)

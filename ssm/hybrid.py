@@ -11,6 +11,7 @@ gathered into place, SSM states set in closed form and conv states to the last a
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -162,7 +163,7 @@ class BambaTarget(HFCausalLM):
         return self.model.lm_head(hidden).float(), (Features(hidden) if request.hidden else None)
 
     @torch.no_grad()
-    def commit(self, path: torch.Tensor) -> None:
+    def commit(self, path: torch.Tensor, counts: Sequence[int] | None = None) -> None:
         if self._step is None:
             raise RuntimeError("commit: no tree was scored since the last commit")
         path = path.to(self.device)
@@ -173,7 +174,7 @@ class BambaTarget(HFCausalLM):
                                            [self.ssm[i] for i in layers], self._sources, on_path, has, last)
         self.conv.update(zip(layers, convs))
         self.ssm.update(zip(layers, ssms))
-        super().commit(path)  # the attention layers' KV entries of the same path
+        super().commit(path, counts)  # the attention layers' KV entries of the same path
         self._step = None
 
     def discard(self) -> None:

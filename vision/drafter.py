@@ -224,6 +224,7 @@ class VisionEagleDrafter(EagleDrafter):
         self.lm.start(seq.mask.new_zeros(seq.mask.shape), seq.mask, inputs_embeds=seq.embeds)
         self._pending_tokens = input_ids[:, -1:]
         self._pending_features = feats[:, -1:]
+        self._pending_counts = [1] * b
         self._proposed = False
 
     def select(self, rows: torch.Tensor) -> None:

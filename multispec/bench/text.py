@@ -18,6 +18,7 @@ from .. import (Chain, DynamicTree, HybridDrafter, NGramDrafter, SuffixDecodingD
                  TokenRecyclingDrafter, speculative_generate)
 from .. import zoo
 from ..zoo.data import read_source, stdlib_files
+from ..targets.lean import lean_unsupported
 from ..targets.lm_head import fast_head_applies, tall_lm_head
 from ..drafters.recycling import cpu_tree
 from .machine import describe, save_results
@@ -78,11 +79,16 @@ def _corpus(tokenizer, chars: int) -> list[list[int]]:
 def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: str | None = None,
         max_new_tokens: int | None = None, temperature: float = 0.8, threads: int | None = None,
         chain_k: int = 4, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
-        rounds: int = 3) -> dict:
+        rounds: int = 3, compile: bool = False) -> dict:
+    """`compile`: also the EAGLE rows with `step="compiled"` (the static step under `torch.compile`), for
+    pairs whose target the lean engine runs."""
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
     target, eagle, tok = pair.target, pair.drafter, pair.tokenizer
+    if compile and lean_unsupported(target) is not None:
+        raise ValueError(f"--compile: the compiled step runs Llama-family targets; {pair_name}'s target "
+                         f"cannot ({lean_unsupported(target)})")
     # 16 verified nodes: on CPUs the LM-head GEMM costs about the same for 16 rows as for 8
     tree = tree or DynamicTree(depth=4, topk=4, total=15)
     n = max_new_tokens or 128  # --quick: fewer prompts, not fewer tokens (short runs measure the prefill)
@@ -132,10 +138,15 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
         "suffix_tree": fresh(suffix, DynamicTree(depth=4, topk=4, total=16)),
         f"hybrid_suffix_eagle_k{chain_k}": fresh(lambda: HybridDrafter(eagle, lookup=suffix(), lookup_k=8), chain_k),
     }
+    if compile:
+        greedy[f"eagle_chain_k{chain_k}_compiled"] = ours(eagle, chain_k, step="compiled")
+        greedy["eagle_dynamic_tree_compiled"] = ours(eagle, tree, step="compiled")
     inputs = [ids for _, ids in ps]
+    # warm up on the longest prompt: the compiled step's buffers are sized there, so no timed call rebuilds them
+    warmup = [max(inputs, key=lambda ids: ids.shape[1])]
     compare = lambda ref, out, ids: classify(target, sequences(ref), sequences(out))  # noqa: E731
     tables = {"greedy": Recorder(greedy, "plain", compare=compare, also_against=["hf_prompt_lookup"])
-              .run(repeat(inputs, rounds), desc="greedy")}
+              .run(repeat(inputs, rounds), warmup=warmup, desc="greedy")}
 
     g = torch.Generator().manual_seed(0)
     sample = dict(do_sample=True, temperature=temperature, generator=g)
@@ -147,11 +158,14 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
         f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k, **sample),
         "suffix_tree": fresh(suffix, DynamicTree(depth=4, topk=4, total=16), **sample),
     }
+    if compile:
+        sampling[f"eagle_chain_k{chain_k}_compiled"] = ours(eagle, chain_k, step="compiled", **sample)
     torch.manual_seed(0)
-    tables["sampling"] = Recorder(sampling, "plain").run(repeat(inputs, rounds), desc="sampling")
+    tables["sampling"] = Recorder(sampling, "plain").run(repeat(inputs, rounds), warmup=warmup, desc="sampling")
     settings = {"pair": pair_name, "quick": quick, "max_new_tokens": n, "temperature": temperature,
                 "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
-                "dynamic_tree": [tree.depth, tree.topk, tree.total], "corpus_chars": corpus_chars, "rounds": rounds}
+                "dynamic_tree": [tree.depth, tree.topk, tree.total], "corpus_chars": corpus_chars, "rounds": rounds,
+                "compile": compile}
     out = results("text", settings, tables, outputs_identical=outputs_identical(tables))
     _print(out)
     return save_results(out, json_path)

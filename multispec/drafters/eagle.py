@@ -174,6 +174,7 @@ class EagleDrafter(Drafter):
             self.lm.start(input_ids[:, :0].new_zeros(b, 1), attention_mask.new_zeros(b, 1) + 1)
             self._pending_features = torch.zeros(b, 1, self.head.config.hidden_size, device=self.device)
         self._pending_tokens = input_ids[:, -1:].to(self.device)
+        self._pending_counts = [1] * b  # real entries of `_pending_tokens` per row, on the host (None: unknown)
         self._proposed = False
 
     @torch.no_grad()
@@ -195,13 +196,10 @@ class EagleDrafter(Drafter):
         self._chain_valid = valid
         node_hidden = [hidden]  # predicted features by pending index
         root_pending = last
-        fed = torch.full((b, 0), -1, dtype=torch.long, device=device)
+        # pending index of each fed node id (sized by the spec's bound: no host read of the ids)
+        fed = torch.full((b, spec.feed_ids_bound), -1, dtype=torch.long, device=device)
 
         def feed(ids: torch.Tensor, toks: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
-            nonlocal fed
-            need = int(ids.max()) + 1
-            if need > fed.shape[1]:
-                fed = torch.cat([fed, torch.full((b, need - fed.shape[1]), -1, dtype=torch.long, device=device)], 1)
             parent_pending = torch.where(parent_ids >= 0, fed.gather(1, parent_ids.clamp(min=0)), root_pending[:, None])
             all_hidden = torch.cat(node_hidden, dim=1)
             parent_feat = all_hidden.gather(1, parent_pending[..., None].expand(-1, -1, all_hidden.shape[-1]))
@@ -238,15 +236,21 @@ class EagleDrafter(Drafter):
             order = order[:, :width]
             self._pending_tokens = tokens.gather(1, order)
             self._pending_features = feats.gather(1, order[..., None].expand(-1, -1, feats.shape[-1]))
+            self._pending_counts = (None if self._pending_counts is None or verdict.host_counts is None
+                                    else [a + c for a, c in zip(self._pending_counts, verdict.host_counts)])
             return
         width = self._chain_valid.shape[1]
         # keep the catch-up entries (built from true features); drop every tree node (predicted features)
-        self.lm.commit(torch.where(self._chain_valid, torch.arange(width, device=device), -1))
+        self.lm.commit(torch.where(self._chain_valid, torch.arange(width, device=device), -1),
+                       counts=self._pending_counts)
         # next step re-feeds the accepted tokens and the new root, each with the true feature before it
         self._pending_features, self._pending_tokens = feats, tokens
+        self._pending_counts = None if verdict.host_counts is None else list(verdict.host_counts)
         self._proposed = False
 
     def select(self, rows: torch.Tensor) -> None:
         self.lm.select(rows)
+        if self._pending_counts is not None:
+            self._pending_counts = [self._pending_counts[i] for i in rows.tolist()]
         rows = rows.to(self.device)
         self._pending_tokens, self._pending_features = self._pending_tokens[rows], self._pending_features[rows]

@@ -95,13 +95,10 @@ class ModelDrafter(Drafter):
         logits = lm.feed(chain, parents, valid).logits
         root_logits = logits[torch.arange(b, device=device), counts]
         self._chain_valid, self._root_pending = valid, counts
-        self._fed = torch.full((b, 0), -1, dtype=torch.long, device=device)  # feed id -> pending index
+        # feed id -> pending index (sized by the spec's bound: no host read of the ids)
+        self._fed = torch.full((b, spec.feed_ids_bound), -1, dtype=torch.long, device=device)
 
         def feed(ids: torch.Tensor, tokens: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
-            need = int(ids.max()) + 1
-            if need > self._fed.shape[1]:
-                grow = torch.full((b, need - self._fed.shape[1]), -1, dtype=torch.long, device=device)
-                self._fed = torch.cat([self._fed, grow], dim=1)
             parent_pending = torch.where(
                 parent_ids >= 0, self._fed.gather(1, parent_ids.clamp(min=0)), self._root_pending[:, None])
             new = lm.num_pending + torch.arange(ids.shape[1], device=device).expand_as(ids)

@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..host import require
 from .checks import check_same_device, check_tensor
 from .common import argmax_ref, race_tile, row_argmax, row_race, sample_ref
 from .dispatch import backend_for
@@ -79,7 +80,7 @@ def chain_verify_random_ref(draft_tokens, num_drafts, target_probs, draft_probs,
 @triton.jit
 def _chain_greedy_kernel(out_ptr, acc_ptr, draft_ptr, num_ptr, argmax_ptr, K):
     b = tl.program_id(0).to(tl.int64)
-    n = tl.load(num_ptr + b)
+    n = tl.minimum(tl.maximum(tl.load(num_ptr + b), 0), K)  # in bounds even before a deferred check fails
     a = tl.full([], 0, tl.int64)
     done = tl.full([], 0, tl.int32)
     for i in range(0, n):
@@ -99,7 +100,7 @@ def _chain_greedy_kernel(out_ptr, acc_ptr, draft_ptr, num_ptr, argmax_ptr, K):
 def _chain_random_kernel(out_ptr, acc_ptr, draft_ptr, num_ptr, p_ptr, q_ptr, u_ptr, e_ptr, greedy_ptr, K, V,
                          HAS_Q: tl.constexpr, BLOCK_V: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
-    n = tl.load(num_ptr + b)
+    n = tl.minimum(tl.maximum(tl.load(num_ptr + b), 0), K)  # in bounds even before a deferred check fails
     greedy = tl.load(greedy_ptr + b) != 0
     a = tl.full([], 0, tl.int64)
     done = tl.full([], 0, tl.int32)
@@ -172,8 +173,9 @@ def _check_chain(draft_tokens, num_drafts):
     check_tensor(draft_tokens, "draft_tokens", 2, "int")
     b, k = draft_tokens.shape
     check_tensor(num_drafts, "num_drafts", 1, "int", (b,))
-    if ((num_drafts < 0) | (num_drafts > k)).any():
-        raise ValueError(f"num_drafts: entries must lie in [0, {k}]")
+    # deferred to the step's host read on CUDA (multispec.host): the kernels loop over k at most
+    require(((num_drafts >= 0) & (num_drafts <= k)).all(),
+            lambda: ValueError(f"num_drafts: entries must lie in [0, {k}]"))
     return b, k
 
 

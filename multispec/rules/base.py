@@ -7,7 +7,7 @@ last committed token) and the sampling config, and returns a `Verdict`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -25,6 +25,8 @@ class Verdict:
     tokens: torch.Tensor  # [B, D + 1] int64
     num_accepted: torch.Tensor  # [B] int64
     path: torch.Tensor  # [B, D + 1] int64
+    # num_accepted + 1 per row as read on the host, once the loop has read the step (None before)
+    host_counts: tuple[int, ...] | None = field(default=None, kw_only=True)
 
 
 class AcceptanceRule:

@@ -14,11 +14,13 @@ compute alone. Sliding-window layers get their own mask; the cache keeps full la
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from ..host import DEFERRED_DEVICE_TYPES
 from ..prompt import Prompt
 from ..tree import ancestor_mask_from_parents
 from .base import (NO_FEATURES, FeatureRequest, Features, FeedingEngine, PrefillOutput, Target, TargetOutput,
@@ -114,6 +116,7 @@ class HFCausalLM(Target, FeedingEngine):
         self.cache = self._new_cache()
         self.start_col = (attention_mask == 0).sum(dim=1).to(self.device)
         self.length = torch.full((b,), length - 1, dtype=torch.long, device=self.device)
+        self.host_length = [length - 1] * b  # `length` as the host knows it (commits with counts keep it)
         self.width = length - 1
         self._reset_pending(b)
         features = None
@@ -289,19 +292,29 @@ class HFCausalLM(Target, FeedingEngine):
         return {t: (sliding if t == "sliding_attention" else full) for t in set(self.layer_types)}
 
     # ---- commit / rollback ----------------------------------------------------------------------------
+    # `commit` takes the kept counts as the host read them (no read of its own)
+    accepts_host_counts = True
+
     @torch.no_grad()
-    def commit(self, path: torch.Tensor) -> None:
+    def commit(self, path: torch.Tensor, counts: Sequence[int] | None = None) -> None:
         """Keep the pending nodes `path[b, :]` (pending indices in order, -1 padded) of each row as
-        committed tokens, drop every other pending node."""
+        committed tokens, drop every other pending node. `counts[b]`: how many entries row b keeps, when the
+        caller has read them on the host already (then this commit reads nothing back from the device)."""
         b = self.batch_size
         path = path.to(self.device)
         if path.dim() != 2 or path.shape[0] != b:
             raise ValueError(f"path: expected [{b}, A], got shape {tuple(path.shape)}")
+        if counts is not None and len(counts) != b:
+            raise ValueError(f"counts: expected {b} entries, got {len(counts)}")
         # left-pack the kept entries so that row b's j-th kept node lands at length[b] + j
         order = torch.sort((path < 0).to(torch.int8), dim=1, stable=True).indices
         path = path.gather(1, order)
-        counts = (path >= 0).sum(dim=1)
-        a = int(counts.max()) if b else 0
+        kept = (path >= 0).sum(dim=1)
+        if counts is None:
+            counts = kept.tolist()
+        elif self.device.type not in DEFERRED_DEVICE_TYPES and kept.tolist() != list(counts):
+            raise ValueError(f"counts: {list(counts)} do not match the path's kept entries {kept.tolist()}")
+        a = max(counts, default=0)
         path = path[:, :a]
         if a and self.cache is not None and self.num_pending:
             rows = torch.arange(b, device=self.device)[:, None].expand(b, a)
@@ -316,8 +329,9 @@ class HFCausalLM(Target, FeedingEngine):
                 for name in ("keys", "values"):
                     t = getattr(layer, name)
                     t[rows, :, dest] = t[rows, :, src]
-        self.length = self.length + counts
-        self.width = int(self.length.max()) if b else 0
+        self.length = self.length + kept
+        self.host_length = [n + c for n, c in zip(self.host_length, counts)]
+        self.width = max(self.host_length, default=0)
         self._crop(self.width)
         self._reset_pending(b)
 
@@ -334,6 +348,7 @@ class HFCausalLM(Target, FeedingEngine):
         if bool((length > self.length).any()):
             raise ValueError("state: a checkpoint from later than the current state")
         self.length, self.width = length.clone(), width
+        self.host_length = self.length.tolist()
         self._crop(width)
         self._reset_pending(self.batch_size)
 
@@ -367,6 +382,7 @@ class HFCausalLM(Target, FeedingEngine):
                 if getattr(layer, "keys", None) is not None and layer.keys.numel():
                     layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
             self.start_col, self.length = self.start_col - lead, self.length - lead
-        self.width = int(self.length.max()) if len(rows) else 0
+        self.host_length = self.length.tolist()
+        self.width = max(self.host_length, default=0)
         self._crop(self.width)
         self._reset_pending(len(rows))

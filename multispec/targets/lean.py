@@ -221,7 +221,7 @@ class LeanCausalLM(HFCausalLM):
 
     def _first_read_column(self) -> int:
         # every row still sees at least its last `window` committed tokens; the mask starts at that column
-        self._lo = max(0, int(self.length.min()) - self.window) if self.window is not None else 0
+        self._lo = max(0, min(self.host_length) - self.window) if self.window is not None else 0
         return self._lo
 
     def _rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,20 +16,20 @@ One compiled function (or captured graph) then serves every step of a given (bat
 kind, feature request): the number of graphs does not grow with the number of steps (tests check it).
 The prefill (one per generation, of the prompt's length) stays eager.
 
-Opt in per engine: `StaticLeanCausalLM(model, capacity=..., node_budget=..., compile=...)`, or for a
-target/drafter pair `static_pair(target, drafter, ...)` (the drafter's lean engine, e.g. an EAGLE head's,
-is swapped for a static one). On CUDA the step is captured in CUDA graphs by default (`cuda_graphs`),
-around the compiled function when `compile` is set. `time_static_step` times eager against static.
+Opt in with `speculative_generate(..., step="static" | "compiled")` (`static_engines`: engines built once
+per model and kept on it), per engine with `StaticLeanCausalLM(model, capacity=..., node_budget=...,
+compile=...)`, or for a target/drafter pair with `static_pair(target, drafter, ...)` (the drafter's lean
+engine, e.g. an EAGLE head's, is swapped for a static one). On CUDA the step is captured in CUDA graphs by
+default (`cuda_graphs`), around the compiled function when `compile` is set.
 
-Host synchronisation: on CUDA, `StaticLeanCausalLM.feed` (bookkeeping and call) has none; the callers
-still synchronise several times per step (the drafters' `int(ids.max())` per tree depth, `DraftTree.trimmed`,
-the acceptance rule, the session's per-row Python over the verdict).
+Host synchronisation: `StaticLeanCausalLM.feed` (bookkeeping and call) reads nothing back from the device
+(its check of the parents joins the step's one read, `multispec.host`), and `commit` takes the counts the
+session read; with an EAGLE chain the whole step reads the device once (tests/core/test_host_reads.py).
 """
 
 from __future__ import annotations
 
 import copy
-import time
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,11 +38,11 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from ..generate import speculative_generate
+from ..host import require
 from ..tree import ancestor_mask_from_parents
 from .base import NO_FEATURES, FeatureRequest, Features, TargetOutput
 from .hf import _Pending
-from .lean import LeanCausalLM, _BufferedLayer, _UsedColumns
+from .lean import LeanCausalLM, _BufferedLayer, _UsedColumns, lean_unsupported
 
 
 def static_step(inp: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor,
@@ -288,8 +288,10 @@ class StaticLeanCausalLM(LeanCausalLM):
         tokens, parents = tokens.to(device), parents.to(device)
         valid = torch.ones(b, m, dtype=torch.bool, device=device) if valid is None else valid.to(device)
         p0, width = self.num_pending, self.width
-        if device.type != "cuda" and bool((parents >= p0 + torch.arange(m, device=device)).any()):
-            raise ValueError("parents: a node's parent must be fed before it")  # (a sync on CUDA: not checked)
+        before = parents < p0 + torch.arange(m, device=device)
+        # deferred to the step's host read on CUDA (multispec.host); until then no index leaves the forest
+        require(before.all(), lambda: ValueError("parents: a node's parent must be fed before it"))
+        parents = torch.where(before, parents, -1)
         has_parent = (parents >= 0) & valid
         kept_parents = torch.cat([self.pending.parents, torch.where(has_parent, parents, -1)], 1)
         anc = ancestor_mask_from_parents(kept_parents)  # [B, P0+M, P0+M]
@@ -401,63 +403,39 @@ def capacity_for(prompt_length: int, max_new_tokens: int, node_budget: int | Seq
     return prompt_length + max_new_tokens + draft_nodes + 2 * node_buckets(node_budget)[-1]
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+STEPS = ("eager", "static", "compiled")
 
 
-def time_static_step(target, drafter, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
-                     max_new_tokens: int = 128, tree=4, rounds: int = 3, plain: bool = True,
-                     capacity: int | None = None, node_budget: int | Sequence[int] = 8,
-                     compile: bool | str | Callable = True, compile_mode: str | None = None,
-                     cuda_graphs: bool | None = None) -> dict:
-    """Tokens/s of speculative decoding with the eager lean engines and with the static step (and of the
-    target's own greedy `generate`, if `plain`), greedy, `rounds` interleaved rounds after one warm-up run
-    each (compilation and graph capture happen there and are reported apart). `target` is a Llama-family
-    `transformers` model, `drafter` e.g. its `EagleDrafter`; for a GPU benchmark pass CUDA models and ids.
-    `capacity` defaults to `capacity_for` the prompt. Returns a dict: tok/s per path (best round and mean),
-    each path's warm-up seconds, whether the outputs were equal token for token, the mean accepted length
-    and how many calls ran the static step."""
-    ids = input_ids.to(next(target.parameters()).device)
-    mask = None if attention_mask is None else attention_mask.to(ids.device)
-    if capacity is None:
-        capacity = capacity_for(ids.shape[1], max_new_tokens, node_budget)
-    s_target, s_drafter = static_pair(target, drafter, capacity=capacity, node_budget=node_budget, compile=compile,
-                                      compile_mode=compile_mode, cuda_graphs=cuda_graphs)
-    kwargs = dict(max_new_tokens=max_new_tokens, tree=tree, eos_token_id=[], pad_token_id=0)
-    runs = {"eager": lambda: speculative_generate(target, drafter, ids, mask, **kwargs),
-            "static": lambda: speculative_generate(s_target, s_drafter, ids, mask, **kwargs)}
-    if plain:
-        runs["plain"] = lambda: target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                                do_sample=False, pad_token_id=0, eos_token_id=None,
-                                                min_new_tokens=max_new_tokens)
-    outputs, warmup = {}, {}
-    for name, run in runs.items():
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            outputs[name] = run()
-        _synchronize(ids.device)
-        warmup[name] = time.perf_counter() - t0
-    static_calls = {"target": s_target.static_calls, "drafter": getattr(s_drafter.lm, "static_calls", 0)}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            _synchronize(ids.device)
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                run()
-            _synchronize(ids.device)
-            times[name].append(time.perf_counter() - t0)
-    new_tokens = ids.shape[0] * max_new_tokens
-    result = {"device": str(ids.device), "new_tokens_per_run": new_tokens, "warmup_s": warmup,
-              "tok_per_s_best": {k: new_tokens / min(v) for k, v in times.items()},
-              "tok_per_s_mean": {k: new_tokens * len(v) / sum(v) for k, v in times.items()},
-              "static_equals_eager": bool(torch.equal(outputs["static"].sequences, outputs["eager"].sequences)),
-              "mean_accepted_length": outputs["static"].stats.mean_accepted_length,
-              "steps_per_run": len(outputs["static"].stats.steps), "static_calls_per_run": static_calls}
-    best = result["tok_per_s_best"]
-    result["speedup_static_over_eager"] = best["static"] / best["eager"]
-    if plain:
-        result["speedup_static_over_plain"] = best["static"] / best["plain"]
-        result["speedup_eager_over_plain"] = best["eager"] / best["plain"]
-    return result
+def static_engines(target, drafter, step: str, prompt_length: int, max_new_tokens: int, tree_nodes: int):
+    """The `step=` switch of `speculative_generate`: (target, drafter) on static engines ("static": the
+    fixed-shape step as it is, captured in CUDA graphs on CUDA; "compiled": under `torch.compile` too). The
+    engines are kept on the models they run (buffers, compiled code and graphs stay for the next call) and
+    rebuilt with twice the capacity when a call needs more columns. Not for concurrent use of one model."""
+    if step not in STEPS:
+        raise ValueError(f"step: expected one of {', '.join(map(repr, STEPS))}, got {step!r}")
+    model = target.model if isinstance(target, LeanCausalLM) else target
+    reason = lean_unsupported(model) if isinstance(model, PreTrainedModel) else f"a {type(model).__name__} target"
+    if reason is not None:
+        raise ValueError(f"step: {step!r} runs Llama-family `transformers` targets on the lean engine; this "
+                         f"target cannot ({reason}); use step='eager'")
+    budget = max(8, 1 << tree_nodes.bit_length())  # a whole tree with its root in one padded call
+    need = capacity_for(prompt_length, max_new_tokens, budget, draft_nodes=tree_nodes + 1)
+    options = dict(node_budget=budget, compile=step == "compiled")
+    static_target = _kept_engine(model, (step, budget), need, "target", None, options)
+    lm = getattr(drafter, "lm", None)
+    if type(lm) is LeanCausalLM:
+        drafter = copy.copy(drafter)
+        drafter.lm = _kept_engine(lm.model, (step, budget), static_target.capacity, lm.name, lm.window, options)
+    return static_target, drafter
+
+
+def _kept_engine(model: PreTrainedModel, key: tuple, need: int, name: str, window: int | None,
+                 options: dict) -> StaticLeanCausalLM:
+    """The static engine kept on `model` under `key`, (re)built when missing or short of `need` columns."""
+    kept = model.__dict__.setdefault("_multispec_static_engines", {})  # lives and dies with the model
+    engine = kept.get(key)
+    if engine is None or engine.capacity < need or engine.window != window:
+        capacity = max(need, 2 * engine.capacity if engine is not None else 0)
+        engine = StaticLeanCausalLM(model, name=name, window=window, capacity=capacity, **options)
+        kept[key] = engine
+    return engine

@@ -44,6 +44,23 @@ def test_bench_text_on_the_byte_pair(tmp_path):
     _check_table(res["tables"]["sampling"], {"plain", "eagle_chain_k4"})
 
 
+def test_bench_text_compile_rows(tmp_path, monkeypatch):
+    """`--compile` adds the EAGLE rows on the compiled static step, lossless. `torch.compile` is replaced by
+    the function itself here (inductor's CPU build takes minutes; tests/core/test_static_step.py compiles)."""
+    compiled = []
+    monkeypatch.setattr("torch.compile", lambda fn, **kw: compiled.append(kw) or fn)
+    path = tmp_path / "text.json"
+    assert main(["bench", "text", "--pair", "stdlib-bytes", "--quick", "--max-new-tokens", "12", "--rounds", "1",
+                 "--compile", "--json", str(path)]) == 0
+    res = json.loads(path.read_text())
+    assert res["outputs_identical"] is True and res["settings"]["compile"] is True
+    greedy = _check_table(res["tables"]["greedy"], {"eagle_chain_k4_compiled", "eagle_dynamic_tree_compiled"}, 1)
+    assert greedy["eagle_chain_k4_compiled"]["outputs"] == {"identical": len(res["settings"]["prompts"])}
+    assert greedy["eagle_chain_k4_compiled"]["mean_accepted_length"] > 1.5
+    _check_table(res["tables"]["sampling"], {"eagle_chain_k4_compiled"}, 1)
+    assert compiled and all(kw.get("fullgraph") for kw in compiled)
+
+
 @pytest.mark.parametrize("pair", ["stdlib-mamba2", "stdlib-bamba"])
 def test_bench_ssm_on_the_ssm_pairs(tmp_path, pair):
     path = tmp_path / "ssm.json"

@@ -11,7 +11,7 @@ from multispec import Session, StaticTree, speculative_generate, zoo
 from multispec.drafters.eagle import EagleDrafter
 from multispec.drafters.model import ModelDrafter
 from multispec.targets.lean import LeanCausalLM
-from multispec.targets.static_step import StaticLeanCausalLM, node_buckets, static_pair
+from multispec.targets.static_step import StaticLeanCausalLM, node_buckets, static_engines, static_pair
 from multispec.testing import make_perturbed_copy, make_target, ragged_prompts, source_prompts
 
 TREES = {"chain": 4, "tree": StaticTree.full([2, 2])}
@@ -211,3 +211,32 @@ def test_cuda_graphs_equal_eager(byte_pair, compile, tree):
     graphs = len(target._graphs) + len(static_drafter.lm._graphs)
     assert 2 <= graphs <= 4
     assert target.static_calls + static_drafter.lm.static_calls > 4 * graphs
+
+
+def test_step_switch_builds_static_engines_once_and_keeps_them(byte_pair):
+    """`speculative_generate(step="static")`: the same tokens as `generate`, the engines built on the first
+    call and kept on the models (a later call reuses them; a longer one rebuilds with more columns)."""
+    pair, ids, mask, expected = byte_pair
+    out = _spec(pair.target, pair.drafter, ids, mask, 32, 4, step="static")
+    assert torch.equal(out.sequences, expected)
+    assert out.stats.mean_accepted_length > 2
+    kept = pair.target.__dict__["_multispec_static_engines"]
+    (engine,) = kept.values()
+    head_engine = next(iter(pair.drafter.lm.model.__dict__["_multispec_static_engines"].values()))
+    assert engine.static_calls == len(out.stats.steps) and head_engine.static_calls >= len(out.stats.steps)
+    _spec(pair.target, pair.drafter, ids, mask, 16, 4, step="static")
+    assert next(iter(kept.values())) is engine
+    _spec(pair.target, pair.drafter, ids, mask, engine.capacity, 4, step="static")
+    assert next(iter(kept.values())).capacity > engine.capacity
+    assert type(pair.drafter.lm) is LeanCausalLM  # the caller's drafter is left as it was
+
+
+def test_step_switch_refuses_what_it_cannot_run(byte_pair):
+    pair, ids, mask, _ = byte_pair
+    with pytest.raises(ValueError, match="step: expected one of 'eager', 'static', 'compiled'"):
+        _spec(pair.target, pair.drafter, ids, mask, 4, 4, step="graphs")
+    gemma = make_target("gemma3")
+    with pytest.raises(ValueError, match="step: 'static' runs Llama-family .*use step='eager'"):
+        speculative_generate(gemma, "ngram", torch.tensor([[5, 6, 7]]), max_new_tokens=4, step="static")
+    target, _ = static_engines(pair.target, pair.drafter, "compiled", ids.shape[1], 8, 4)
+    assert target.compiled

@@ -1,0 +1,167 @@
+"""The speculative step reads the device once (`multispec.host`, `multispec.step_read`).
+
+On CUDA each read of a device value on the host waits for the GPU; a CPU test cannot see that wait, so it
+counts the calls that would wait (`int(t)`, `bool(t)`, `t.tolist()`, `t.item()`, `nonzero`, a tensor
+built from host data onto a device) under a `TorchFunctionMode`, with "cpu" added to the device types whose
+checks are deferred, which makes the loop run as it does on CUDA. The deferred checks must still raise."""
+
+import collections
+import inspect
+import traceback
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+import multispec.host as host
+import multispec.step_read as step_read
+from multispec import Session, speculative_generate, zoo
+from multispec.drafters.base import Drafter
+from multispec.targets.static_step import capacity_for, static_pair
+from multispec.testing import source_prompts
+from multispec.tree import DraftTree
+
+READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
+         torch.Tensor.__index__, torch.Tensor.__float__, torch.Tensor.numpy, torch.Tensor.nonzero, torch.nonzero}
+BUILDS = {torch.tensor, torch.as_tensor}
+
+
+def _read_line() -> str:
+    """Where `read_step` reads ("step_read.py:LINE"), as `CountReads` names it."""
+    lines, start = inspect.getsourcelines(step_read.read_step)
+    return f"step_read.py:{start + next(i for i, line in enumerate(lines) if '.tolist()' in line)}"
+
+
+_READ = _read_line()
+
+
+class CountReads(TorchFunctionMode):
+    """Counts host reads of device values, by the project line that made them."""
+
+    def __init__(self):
+        super().__init__()
+        self.where = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in READS or (func in BUILDS and kwargs.get("device") is not None):
+            frames = [f for f in traceback.extract_stack()[:-1] if "/multispec/" in f.filename]
+            self.where[f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"] += 1
+        return func(*args, **kwargs)
+
+    @property
+    def total(self) -> int:
+        return sum(self.where.values())
+
+
+@pytest.fixture
+def as_on_cuda(monkeypatch):
+    """Checks on CPU tensors deferred to the step's read, as on CUDA."""
+    monkeypatch.setattr(host, "DEFERRED_DEVICE_TYPES", {"cuda", "cpu"})
+    import multispec.targets.hf as hf
+    monkeypatch.setattr(hf, "DEFERRED_DEVICE_TYPES", {"cuda", "cpu"})
+
+
+@pytest.fixture(scope="module")
+def byte_pair():
+    return zoo.load("stdlib-bytes")
+
+
+def _generate_counting(target, drafter, ids, mask, n, **kw):
+    """Reads while prefilling and while generating, and the steps taken."""
+    session = Session(target, drafter, tree=4, eos_token_id=[], pad_token_id=0, rollback=False, **kw)
+    with CountReads() as prefill:
+        session.append(ids, mask)
+    with CountReads() as loop:
+        session.generate(n)
+    return prefill, loop, len(session.stats.steps)
+
+
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sampled"])
+def test_static_eagle_chain_reads_the_device_once_per_step(byte_pair, as_on_cuda, sample):
+    ids, mask = source_prompts((40,))
+    kw = dict(do_sample=True, temperature=0.8, generator=torch.Generator().manual_seed(0)) if sample else {}
+    target, drafter = static_pair(byte_pair.target, byte_pair.drafter, capacity=capacity_for(40, 48, 8),
+                                  node_budget=8)
+    _, loop, steps = _generate_counting(target, drafter, ids, mask, 48, **kw)
+    assert steps < 48  # drafts were accepted: this is speculative decoding, not plain decoding
+    assert loop.where[_READ] == steps, dict(loop.where)
+    # besides: the last step's cut at the token budget builds the shortened path from the host's counts
+    assert loop.total - steps <= 1, f"{loop.total} reads in {steps} steps: {dict(loop.where)}"
+
+
+def test_ragged_batch_reads_once_per_step_plus_retirements(byte_pair, as_on_cuda):
+    """Rows that finish early leave the batch (a read each time: rare); otherwise one read a step."""
+    ids, mask = source_prompts((24, 31))
+    target, drafter = static_pair(byte_pair.target, byte_pair.drafter, capacity=capacity_for(31, 40, 8),
+                                  node_budget=8)
+    _, loop, steps = _generate_counting(target, drafter, ids, mask, 40)
+    assert loop.where[_READ] == steps, dict(loop.where)
+    # one retirement and the final cut: the session's index, the target's and the drafter's engines
+    assert loop.total - steps <= 8, dict(loop.where)
+
+
+
+
+def test_output_is_unchanged_when_checks_are_deferred(byte_pair, as_on_cuda):
+    ids, mask = source_prompts((40,))
+    expected = byte_pair.target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False,
+                                         pad_token_id=0, eos_token_id=None)
+    target, drafter = static_pair(byte_pair.target, byte_pair.drafter, capacity=capacity_for(40, 24, 8),
+                                  node_budget=8)
+    out = speculative_generate(target, drafter, ids, mask, max_new_tokens=24, eos_token_id=[], pad_token_id=0)
+    assert torch.equal(out.sequences, expected)
+    assert out.stats.mean_accepted_length > 1.5
+
+
+def test_deferred_non_finite_logits_still_raise(byte_pair, as_on_cuda):
+    """A NaN in the target's logits surfaces at the step's read, with the same message, before any token."""
+    ids, mask = source_prompts((20,))
+    target, drafter = static_pair(byte_pair.target, byte_pair.drafter, capacity=capacity_for(20, 8, 8),
+                                  node_budget=8)
+    original = target.score
+
+    def poisoned(*args, **kwargs):
+        out = original(*args, **kwargs)
+        out.logits[..., 3] = float("nan")
+        return out
+
+    target.score = poisoned
+    with pytest.raises(ValueError, match=r"target .*unusable logits \(\d+ NaN"):
+        speculative_generate(target, drafter, ids, mask, max_new_tokens=8, eos_token_id=[], pad_token_id=0)
+
+
+class BackwardsDrafter(Drafter):
+    """Proposes a tree whose second node names a later node as its parent."""
+
+    def start(self, prompt, features=None):
+        pass
+
+    def propose(self, roots, spec, sampling, generator=None):
+        b = roots.shape[0]
+        tokens = torch.ones(b, 2, dtype=torch.long, device=roots.device)
+        parents = torch.tensor([[-1, 1]] * b, device=roots.device)
+        return DraftTree(tokens, parents, torch.ones_like(tokens, dtype=torch.bool))
+
+    def commit(self, draft, verdict, features=None):
+        pass
+
+    def select(self, rows):
+        pass
+
+
+def test_deferred_malformed_tree_still_raises(byte_pair, as_on_cuda):
+    ids, mask = source_prompts((20,))
+    with pytest.raises(ValueError, match="parents: .*(must precede it|fed before it)"):
+        speculative_generate(byte_pair.target, BackwardsDrafter(), ids, mask, max_new_tokens=4, eos_token_id=[],
+                             pad_token_id=0)
+
+
+def test_counter_sees_a_read():
+    """The counter is shown to count: a drafter that reads the device every step is caught."""
+    with CountReads() as reads:
+        t = torch.arange(4)
+        int(t.max())
+        t.tolist()
+        torch.tensor([1, 2], device="cpu")
+    assert reads.total == 3
