@@ -20,6 +20,11 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+try:  # transformers' own map from a config to its cache layers (5.x; older: the config's `layer_types`)
+    from transformers.cache_utils import get_layer_types_and_kwargs
+except ImportError:
+    get_layer_types_and_kwargs = None
+
 from ..host import DEFERRED_DEVICE_TYPES
 from ..prompt import Prompt
 from ..tree import ancestor_mask_from_parents
@@ -37,15 +42,42 @@ def check_causal_lm(model: object, name: str, allow_stateful: bool = False) -> N
     config = model.config
     if getattr(config, "is_encoder_decoder", False):
         raise TypeError(f"{name}: encoder-decoder models ({type(model).__name__}) are not supported")
-    if getattr(model, "_is_stateful", False) and not allow_stateful:
-        served = served_models()
-        known = (f"the registered adapters drive {', '.join(served)}" if served else
-                 "state-space models are driven by an adapter package (entry-point group multispec.adapters) "
-                 "when one is installed")
-        raise TypeError(f"{name}: {type(model).__name__} keeps a recurrent state, not a KV cache, and no registered "
-                        f"adapter drives it; {known}")
+    if not allow_stateful:
+        other = {i: kind for i, kind in enumerate(cache_layer_types(config)) if kind not in KV_CACHE_LAYER_TYPES}
+        if other or getattr(model, "_is_stateful", False):
+            served = served_models()
+            known = (f"the registered adapters drive {', '.join(served)}" if served else
+                     "state-space models are driven by an adapter package (entry-point group multispec.adapters) "
+                     "when one is installed")
+            layers = ", ".join(f"{i}: {kind!r}" for i, kind in list(other.items())[:6]) + (
+                ", ..." if len(other) > 6 else "")
+            what = f"cache layers that are not attention key/values ({layers})" if other else "a recurrent state"
+            raise TypeError(f"{name}: {type(model).__name__} keeps {what}; multispec's generic adapter verifies "
+                            f"trees over attention key/value caches only, and no registered adapter drives this "
+                            f"class (it would need its own tree recurrence and state commit); {known}")
     if model.get_output_embeddings() is None:
         raise TypeError(f"{name}: {type(model).__name__} has no language-model head (use a *ForCausalLM class)")
+
+
+# cache layers the generic adapter can crop, gather and mask per tree node ("dummy": a layer without any cache)
+KV_CACHE_LAYER_TYPES = {"full_attention", "sliding_attention", "dummy"}
+
+
+def cache_layer_types(config) -> list[str]:
+    """The kind of cache layer `transformers` builds for each decoder layer of `config` ("full_attention",
+    "sliding_attention", "linear_attention", "conv", "hybrid", ...): what the model keeps per layer, read from
+    the config (no forward). KV-sharing consumer layers count as "kv_sharing" (their keys come from another
+    layer, which the generic adapter does not follow)."""
+    text = config.get_text_config(decoder=True)
+    if getattr(text, "kv_sharing_modes", None) is not None and "reuse" in text.kv_sharing_modes:
+        return ["kv_sharing" if mode == "reuse" else "full_attention" for mode in text.kv_sharing_modes]
+    try:
+        if get_layer_types_and_kwargs is None:
+            raise AttributeError("get_layer_types_and_kwargs")
+        types, _ = get_layer_types_and_kwargs(text)
+    except (AttributeError, TypeError, ValueError):  # a config without per-layer fields: its own list, if any
+        types = list(getattr(text, "layer_types", None) or [])
+    return [str(t) for t in types]
 
 
 def attention_layer_types(config) -> tuple[list[str] | None, int | None]:

@@ -1,5 +1,8 @@
 """The zoo's fully local pair loads offline and speculates losslessly with real acceptance."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -23,6 +26,14 @@ def test_registry_and_cli(capsys):
     assert main(["zoo", "path", "stdlib-bytes"]) == 0
     assert capsys.readouterr().out.strip().endswith("stdlib-bytes")
     assert main(["zoo", "train"]) == 2
+
+
+def test_python_dash_m_runs_the_command():
+    """`python -m multispec` is the `multispec` command (what `accelerate launch -m multispec` runs)."""
+    done = subprocess.run([sys.executable, "-m", "multispec", "zoo", "path", "stdlib-bytes"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("stdlib-bytes")
 
 
 def test_held_out_files_are_not_trained_on():

@@ -1,0 +1,79 @@
+"""Model classes the generic adapter cannot drive are refused by name, before any forward: the check reads
+the cache layers `transformers` would build for the config (not the `_is_stateful` flag, which LFM2 lacks)."""
+
+import pytest
+import torch
+import transformers
+
+from multispec import ModelDrafter, speculative_generate
+from multispec.targets.hf import cache_layer_types
+from multispec.testing import make_target
+
+SMALL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2)
+
+
+def _config(name: str):
+    """Tiny configs of the hybrid and recurrent classes, with at least one non-attention layer each."""
+    t = transformers
+    if name == "Lfm2":
+        return t.Lfm2Config(**SMALL, full_attn_idxs=[1])
+    if name == "Jamba":
+        return t.JambaConfig(**SMALL, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
+                             expert_layer_offset=1, num_experts=2, mamba_d_state=4, mamba_expand=2,
+                             use_mamba_kernels=False)
+    if name == "Zamba2":
+        return t.Zamba2Config(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                              num_key_value_heads=4, mamba_d_state=4, mamba_headdim=8, n_mamba_heads=8,
+                              intermediate_size=64, layers_block_type=["mamba", "hybrid", "mamba"])
+    if name == "FalconH1":
+        return t.FalconH1Config(**SMALL, mamba_d_state=4, mamba_d_head=8, mamba_n_heads=8, mamba_d_ssm=64)
+    if name == "NemotronH":
+        return t.NemotronHConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                                 num_key_value_heads=2, hybrid_override_pattern="M*-", mamba_num_heads=4,
+                                 mamba_head_dim=8, ssm_state_size=4, n_groups=1)
+    if name == "Qwen3Next":
+        return t.Qwen3NextConfig(**SMALL, full_attention_interval=2, linear_num_value_heads=2,
+                                 linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+                                 num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32,
+                                 shared_expert_intermediate_size=32)
+    if name == "GraniteMoeHybrid":
+        return t.GraniteMoeHybridConfig(**SMALL, num_local_experts=2, num_experts_per_tok=1, mamba_d_state=4,
+                                        mamba_n_heads=8, mamba_d_head=8,
+                                        layer_types=["mamba", "attention", "mamba"])
+    if name == "FalconMamba":
+        return t.FalconMambaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, state_size=4)
+    raise KeyError(name)
+
+
+CLASSES = ["Lfm2", "Jamba", "Zamba2", "FalconH1", "NemotronH", "Qwen3Next", "GraniteMoeHybrid", "FalconMamba"]
+
+
+@pytest.mark.parametrize("name", CLASSES)
+def test_hybrid_and_recurrent_classes_are_refused_before_any_forward(name):
+    config = _config(name)
+    model = getattr(transformers, f"{name}ForCausalLM")(config).eval()
+    assert set(cache_layer_types(config)) - {"full_attention", "sliding_attention", "dummy"}
+    model.forward = lambda *a, **k: pytest.fail("a forward ran before the refusal")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with pytest.raises(TypeError, match=rf"target: {name}ForCausalLM keeps .*no registered adapter drives"):
+        speculative_generate(model, "ngram", ids, max_new_tokens=4)
+    llama = make_target("llama")  # and as a draft model for an attention target
+    with pytest.raises(TypeError, match=rf"{name}ForCausalLM keeps"):
+        speculative_generate(llama, ModelDrafter(model), ids, max_new_tokens=4)
+
+
+def test_lfm2_is_refused_although_it_does_not_flag_itself_stateful():
+    """The case the flag missed: LFM2 keeps conv states without `_is_stateful`; it used to crash inside
+    transformers' cache at batch 2 and be silently wrong at batch 1. An LFM2 of attention layers only
+    keeps a plain KV cache and is admitted."""
+    model = transformers.Lfm2ForCausalLM(_config("Lfm2")).eval()
+    assert not getattr(model, "_is_stateful", False)
+    assert cache_layer_types(model.config) == ["conv", "full_attention", "conv"]
+    all_attention = transformers.Lfm2Config(**SMALL)
+    assert set(cache_layer_types(all_attention)) == {"full_attention"}
+
+
+def test_attention_classes_with_windows_pass_the_check():
+    for kind in ("llama", "gemma3", "mistral"):
+        assert set(cache_layer_types(make_target(kind).config)) <= {"full_attention", "sliding_attention"}
