@@ -59,10 +59,13 @@ def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tens
     heads, kv_heads, d = w.shape[0] // attn.head_dim, attn.k_proj.weight.shape[0] // attn.head_dim, attn.head_dim
     qkv = F.linear(h, hit[1], hit[2]).view(b, m, heads + 2 * kv_heads, d).transpose(1, 2)
     q, k, v = qkv.split([heads, kv_heads, kv_heads], dim=1)
-    cos, sin = (t[:, None] for t in rotary)
-    rd = cos.shape[-1]  # partial rotary: the first `rd` dims of each head rotate
+    if rotary is not None:  # None: no position embedding (NoPE, e.g. Granite 4.0-H)
+        cos, sin = (t[:, None] for t in rotary)
+        rd = cos.shape[-1]  # partial rotary: the first `rd` dims of each head rotate
 
     def rotate(x: torch.Tensor) -> torch.Tensor:
+        if rotary is None:
+            return x
         x_rot, x_pass = x[..., :rd], x[..., rd:]
         turned = torch.cat([-x_rot[..., rd // 2:], x_rot[..., : rd // 2]], dim=-1)
         return torch.cat([x_rot * cos + turned * sin, x_pass], dim=-1)
@@ -126,9 +129,9 @@ class BambaTarget(HFCausalLM):
         """Mamba-2 layers through `mamba2_prefill_mix` (conv1d + chunked SSD), attention layers through the
         model's own attention with a causal mask: the same states and KV entries as the model's forward."""
         b, n = ids.shape
-        hidden = self.decoder.embed_tokens(ids)
+        hidden = self._embed(self.decoder.embed_tokens(ids))
         pos = torch.arange(n, device=self.device).expand(b, n)
-        rotary = self.decoder.rotary_emb(hidden, position_ids=pos)
+        rotary = self._rotary(hidden, pos)
         causal = torch.full((n, n), torch.finfo(hidden.dtype).min, dtype=hidden.dtype, device=self.device).triu(1)
         for i, layer in enumerate(self.decoder.layers):
             h = layer.input_layernorm(hidden)
@@ -137,8 +140,8 @@ class BambaTarget(HFCausalLM):
             else:
                 h, _ = layer.self_attn(hidden_states=h, position_embeddings=rotary,
                                        attention_mask=causal[None, None], past_key_values=self.cache)
-            hidden = hidden + h
-            hidden = hidden + layer.feed_forward(layer.pre_ff_layernorm(hidden))
+            hidden = hidden + h * self.residual_scale
+            hidden = hidden + self._feed_forward(layer, hidden) * self.residual_scale
 
     def _score(self, inputs, masks, positions, cache_position, request, parents):
         if self.num_pending:
@@ -147,7 +150,8 @@ class BambaTarget(HFCausalLM):
         width = self.decoder.layers[self.mamba_layers[0]].mamba.conv_kernel_size if self.mamba_layers else 1
         sources = conv_sources(parents, width, depth=ancestors.sum(-1) - 1)
         hidden = inputs["inputs_embeds"] if "inputs_embeds" in inputs else self.decoder.embed_tokens(inputs["input_ids"])
-        rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
+        hidden = self._embed(hidden)
+        rotary = self._rotary(hidden, positions)
         step: dict[int, _Mamba2Step] = {}
         for i, layer in enumerate(self.decoder.layers):
             h = rms_norm(layer.input_layernorm, hidden)
@@ -156,11 +160,30 @@ class BambaTarget(HFCausalLM):
                                                   sources)
             else:  # K/V of the tree nodes are appended after the committed columns; the mask does the rest
                 h = tree_attention(layer.self_attn, h, rotary, masks, self.cache.layers[i])
-            hidden = hidden + h
-            hidden = hidden + feed_forward(layer.feed_forward, rms_norm(layer.pre_ff_layernorm, hidden))
-        hidden = rms_norm(self.decoder.final_layernorm, hidden)
+            hidden = hidden + h * self.residual_scale
+            hidden = hidden + self._feed_forward(layer, hidden) * self.residual_scale
+        hidden = rms_norm(self._final_norm, hidden)
         self._step, self._sources = step, sources
-        return self.model.lm_head(hidden).float(), (Features(hidden) if request.hidden else None)
+        return self._logits(hidden), (Features(hidden) if request.hidden else None)
+
+    # ---- the class's layer pieces (a subclass for another hybrid of the same layout overrides them) -------
+    residual_scale = 1.0  # a branch's output is scaled by this before it joins the residual stream
+
+    def _embed(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden
+
+    def _rotary(self, hidden: torch.Tensor, positions: torch.Tensor):
+        return self.decoder.rotary_emb(hidden, position_ids=positions)
+
+    def _feed_forward(self, layer, hidden: torch.Tensor) -> torch.Tensor:
+        return feed_forward(layer.feed_forward, rms_norm(layer.pre_ff_layernorm, hidden))
+
+    @property
+    def _final_norm(self):
+        return self.decoder.final_layernorm
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.lm_head(hidden).float()
 
     @torch.no_grad()
     def commit(self, path: torch.Tensor, counts: Sequence[int] | None = None) -> None:
@@ -198,3 +221,38 @@ class BambaTarget(HFCausalLM):
         rows = rows.to(self.device)
         self.conv = {i: c[rows] for i, c in self.conv.items()}
         self.ssm = {i: s[rows] for i, s in self.ssm.items()}
+
+
+class GraniteMoeHybridTarget(BambaTarget):
+    """Target adapter for `GraniteMoeHybridForCausalLM` (IBM Granite 4.0-H: Mamba-2 and attention layers, each
+    followed by a mixture of experts plus a shared MLP). The layout is Bamba's; Granite scales the input
+    embeddings, every residual branch and the logits by constants of its config, and may use no position
+    embedding at all (NoPE: `position_embedding_type` other than "rope")."""
+
+    model_type = "granitemoehybrid"
+
+    def __init__(self, model: PreTrainedModel):
+        super().__init__(model)
+        config = model.config
+        self.residual_scale = float(config.residual_multiplier)
+        self.embedding_scale = float(config.embedding_multiplier)
+        self.logits_scale = float(config.logits_scaling)
+
+    def _embed(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden * self.embedding_scale
+
+    def _rotary(self, hidden: torch.Tensor, positions: torch.Tensor):
+        rotary = getattr(self.decoder, "rotary_emb", None)
+        return None if rotary is None else rotary(hidden, position_ids=positions)
+
+    def _feed_forward(self, layer, hidden: torch.Tensor) -> torch.Tensor:
+        h = rms_norm(layer.post_attention_layernorm, hidden)
+        shared = layer.shared_mlp(h)
+        return layer.block_sparse_moe(h) + shared if layer.has_experts else shared
+
+    @property
+    def _final_norm(self):
+        return self.decoder.norm
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.lm_head(hidden).float() / self.logits_scale

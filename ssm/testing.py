@@ -4,7 +4,8 @@ hybrid Bamba), for tests and examples (no download needed)."""
 from __future__ import annotations
 
 import torch
-from transformers import (BambaConfig, BambaForCausalLM, Mamba2Config, Mamba2ForCausalLM, MambaConfig,
+from transformers import (BambaConfig, BambaForCausalLM, GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM,
+                          Mamba2Config, Mamba2ForCausalLM, MambaConfig,
                           MambaForCausalLM)
 
 from multispec.testing import VOCAB
@@ -55,6 +56,33 @@ def make_bamba(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int =
         model.get_output_embeddings().weight.mul_(head_scale)
         for layer in model.model.layers:
             if hasattr(layer, "mamba"):  # a Mamba-2 layer (its `block_type`, `layer_type` before transformers 5.13)
+                layer.mamba.A_log.uniform_(-2.0, 1.0)
+                layer.mamba.dt_bias.uniform_(-3.0, 0.5)
+    return model.eval()
+
+
+def make_granite_hybrid(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int = 64, head_scale: float = 8.0,
+                        attention_layers: tuple[int, ...] = (1, 3), experts: int = 4, rope: bool = False
+                        ) -> torch.nn.Module:
+    """A random `GraniteMoeHybridForCausalLM` (Granite 4.0-H's class): Mamba-2 layers as in `make_bamba`,
+    attention at `attention_layers`, each layer's mixture of `experts` (top 2) plus a shared MLP, and
+    Granite's embedding / residual / attention / logits multipliers set away from 1; no position embedding
+    (NoPE, as Granite 4.0-H) unless `rope`."""
+    torch.manual_seed(seed)
+    kinds = ["attention" if i in attention_layers else "mamba" for i in range(layers)]
+    config = GraniteMoeHybridConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden, shared_intermediate_size=2 * hidden,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, layer_types=kinds,
+        num_local_experts=experts, num_experts_per_tok=2, mamba_n_heads=hidden * 2 // 16, mamba_d_head=16,
+        mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4, mamba_chunk_size=16,
+        position_embedding_type="rope" if rope else None, embedding_multiplier=6.0, residual_multiplier=0.4,
+        attention_multiplier=0.1, logits_scaling=2.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, max_position_embeddings=1024)
+    model = GraniteMoeHybridForCausalLM(config)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+        for layer in model.model.layers:
+            if layer.mamba is not None:
                 layer.mamba.A_log.uniform_(-2.0, 1.0)
                 layer.mamba.dt_bias.uniform_(-3.0, 0.5)
     return model.eval()

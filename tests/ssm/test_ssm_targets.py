@@ -8,16 +8,18 @@ import torch
 
 from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate, zoo
 from multispec.prompt import Prompt
-from multispec.ssm import BambaTarget, Mamba2Target, MambaTarget
-from multispec.ssm.testing import make_bamba, make_mamba, make_mamba2
+from multispec.ssm import BambaTarget, GraniteMoeHybridTarget, Mamba2Target, MambaTarget
+from multispec.ssm.testing import make_bamba, make_granite_hybrid, make_mamba, make_mamba2
 from multispec.testing import (greedy_rows_alone, make_perturbed_copy, make_target, ragged_prompts,
                                source_prompts)
 
 from test_tree_scan import path_of, random_parents
 
 
-ADAPTERS = {"mamba2": Mamba2Target, "mamba": MambaTarget, "bamba": BambaTarget}
-MAKERS = {"mamba2": make_mamba2, "mamba": make_mamba, "bamba": make_bamba}
+ADAPTERS = {"mamba2": Mamba2Target, "mamba": MambaTarget, "bamba": BambaTarget,
+            "granitemoehybrid": GraniteMoeHybridTarget}
+# granite: Granite 4.0-H's class (Mamba-2 + NoPE attention, experts + shared MLP, scaled branches)
+MAKERS = {"mamba2": make_mamba2, "mamba": make_mamba, "bamba": make_bamba, "granite": make_granite_hybrid}
 
 
 # Commit strategies per family: the replay baseline exists for the pure SSM targets only.
@@ -267,3 +269,16 @@ def _counting(fn, calls):
         calls.append("forward")
         return fn(*args, **kwargs)
     return wrapped
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_granite_hybrid_with_rope_equals_generate(batch):
+    """Granite's other position mode (RoPE; the NoPE default runs through every test above), with rejections."""
+    model = make_granite_hybrid(seed=2, rope=True)
+    ids, mask = ragged_prompts(batch, seed=4)
+    expected = model.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0,
+                              eos_token_id=None)
+    out = speculative_generate(model, make_perturbed_copy(model, noise=0.1), ids, mask, max_new_tokens=16,
+                               tree=DynamicTree(depth=3, topk=2, total=6), eos_token_id=[], pad_token_id=0)
+    assert torch.equal(out.sequences, expected)
+    assert out.stats.mean_accepted_length > 1.5 and out.stats.acceptance_rate < 1.0
