@@ -2,7 +2,7 @@
 
 Importing this package registers its target adapters and draft engines with the core, so
 `multispec.speculative_generate` accepts `transformers`' `Mamba2ForCausalLM`, `MambaForCausalLM` and the hybrid
-`BambaForCausalLM` and `GraniteMoeHybridForCausalLM` directly, as targets and as draft models (the core imports this package by itself when
+`BambaForCausalLM`, `GraniteMoeHybridForCausalLM` and `NemotronHForCausalLM` directly, as targets and as draft models (the core imports this package by itself when
 it meets a stateful model).
 """
 
@@ -11,7 +11,7 @@ from multispec.zoo import register_entry
 
 from . import cli as _cli
 from .draft import StatefulDraftEngine
-from .hybrid import BambaTarget, GraniteMoeHybridTarget
+from .hybrid import BambaTarget, GraniteMoeHybridTarget, NemotronHTarget
 from .mamba1 import MambaTarget, tree_selective_scan
 from .mamba2 import Mamba2Target
 from .target import SSMTarget
@@ -32,12 +32,13 @@ for _matches, _adapter, _cls in ((_is("mamba2"), Mamba2Target, "Mamba2ForCausalL
                                  (_is("mamba"), MambaTarget, "MambaForCausalLM"),
                                  (_is_type("bamba"), BambaTarget, "BambaForCausalLM"),
                                  (_is_type("granitemoehybrid"), GraniteMoeHybridTarget,
-                                  "GraniteMoeHybridForCausalLM")):
+                                  "GraniteMoeHybridForCausalLM"),
+                                 (_is_type("nemotron_h"), NemotronHTarget, "NemotronHForCausalLM")):
     register_target_adapter(_matches, _adapter, serves=f"{_cls} (multispec.ssm)")
     register_draft_engine(_matches, lambda model, _adapter=_adapter: StatefulDraftEngine(_adapter(model)))
 for _entry in zoo_entries():
     register_entry(_entry)
 _cli.register()
 
-__all__ = ["BambaTarget", "GraniteMoeHybridTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "tree_conv1d", "tree_selective_scan", "tree_ssd",
+__all__ = ["BambaTarget", "GraniteMoeHybridTarget", "NemotronHTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "tree_conv1d", "tree_selective_scan", "tree_ssd",
            "tree_state"]

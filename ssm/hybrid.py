@@ -103,7 +103,7 @@ class BambaTarget(HFCausalLM):
               inputs_embeds: torch.Tensor | None = None, request: FeatureRequest = NO_FEATURES) -> PrefillOutput:
         b = input_ids.shape[0]
         for i in self.mamba_layers:  # a one-token prompt prefills nothing: zero states
-            mixer = self.decoder.layers[i].mamba
+            mixer = self._mamba(i)
             self.conv[i] = torch.zeros(b, mixer.conv_dim, mixer.conv_kernel_size, dtype=self.dtype, device=self.device)
             self.ssm[i] = torch.zeros(b, mixer.num_heads, mixer.head_dim, mixer.ssm_state_size, device=self.device)
         self._step = None
@@ -113,7 +113,7 @@ class BambaTarget(HFCausalLM):
     def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
                  inputs_embeds: torch.Tensor | None = None) -> Features | None:
         unpadded = inputs_embeds is None and request.empty and bool(mask2d.all())
-        if unpadded and not mamba_ssm_prefill(self.device):
+        if unpadded and self.own_prefill and not mamba_ssm_prefill(self.device):
             return self._prefill_unpadded(ids)
         # the model's own forward (its chunked scan) over the left-padded prompts; positions count real tokens
         pos = (mask2d.long().cumsum(-1) - 1).clamp(min=0)
@@ -129,7 +129,7 @@ class BambaTarget(HFCausalLM):
         """Mamba-2 layers through `mamba2_prefill_mix` (conv1d + chunked SSD), attention layers through the
         model's own attention with a causal mask: the same states and KV entries as the model's forward."""
         b, n = ids.shape
-        hidden = self._embed(self.decoder.embed_tokens(ids))
+        hidden = self._embed(self.decoder.get_input_embeddings()(ids))
         pos = torch.arange(n, device=self.device).expand(b, n)
         rotary = self._rotary(hidden, pos)
         causal = torch.full((n, n), torch.finfo(hidden.dtype).min, dtype=hidden.dtype, device=self.device).triu(1)
@@ -147,27 +147,39 @@ class BambaTarget(HFCausalLM):
         if self.num_pending:
             raise RuntimeError("score: commit or discard the previous tree first (one tree per step)")
         ancestors = ancestor_mask_from_parents(parents)
-        width = self.decoder.layers[self.mamba_layers[0]].mamba.conv_kernel_size if self.mamba_layers else 1
+        width = self._mamba(self.mamba_layers[0]).conv_kernel_size if self.mamba_layers else 1
         sources = conv_sources(parents, width, depth=ancestors.sum(-1) - 1)
-        hidden = inputs["inputs_embeds"] if "inputs_embeds" in inputs else self.decoder.embed_tokens(inputs["input_ids"])
+        embed = self.decoder.get_input_embeddings()
+        hidden = inputs["inputs_embeds"] if "inputs_embeds" in inputs else embed(inputs["input_ids"])
         hidden = self._embed(hidden)
         rotary = self._rotary(hidden, positions)
         step: dict[int, _Mamba2Step] = {}
+        tree = (rotary, masks, parents, ancestors, sources, step)
         for i, layer in enumerate(self.decoder.layers):
-            h = rms_norm(layer.input_layernorm, hidden)
-            if i in self.conv:
-                h, step[i] = mamba2_tree_mix(layer.mamba, h, self.conv[i], self.ssm[i], parents, ancestors,
-                                                  sources)
-            else:  # K/V of the tree nodes are appended after the committed columns; the mask does the rest
-                h = tree_attention(layer.self_attn, h, rotary, masks, self.cache.layers[i])
-            hidden = hidden + h * self.residual_scale
-            hidden = hidden + self._feed_forward(layer, hidden) * self.residual_scale
+            hidden = self._tree_layer(i, layer, hidden, *tree)
         hidden = rms_norm(self._final_norm, hidden)
         self._step, self._sources = step, sources
         return self._logits(hidden), (Features(hidden) if request.hidden else None)
 
     # ---- the class's layer pieces (a subclass for another hybrid of the same layout overrides them) -------
     residual_scale = 1.0  # a branch's output is scaled by this before it joins the residual stream
+    own_prefill = True  # unpadded prompts through `_prefill_unpadded` (else always the model's own forward)
+
+    def _mamba(self, i: int):
+        """Layer i's Mamba-2 mixer."""
+        return self.decoder.layers[i].mamba
+
+    def _tree_layer(self, i: int, layer, hidden: torch.Tensor, rotary, masks, parents, ancestors, sources,
+                    step: dict) -> torch.Tensor:
+        """Layer i over the tree's nodes: a Mamba-2 mixer through the tree scan (its step kept in `step` for
+        the commit) or attention over the committed K/V plus the tree, then the feed-forward."""
+        h = rms_norm(layer.input_layernorm, hidden)
+        if i in self.conv:
+            h, step[i] = mamba2_tree_mix(self._mamba(i), h, self.conv[i], self.ssm[i], parents, ancestors, sources)
+        else:  # K/V of the tree nodes are appended after the committed columns; the mask does the rest
+            h = tree_attention(layer.self_attn, h, rotary, masks, self.cache.layers[i])
+        hidden = hidden + h * self.residual_scale
+        return hidden + self._feed_forward(layer, hidden) * self.residual_scale
 
     def _embed(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden
@@ -192,7 +204,7 @@ class BambaTarget(HFCausalLM):
         path = path.to(self.device)
         on_path, has, last = accepted_nodes(path, self.batch_size, self.num_pending)
         layers = list(self._step)
-        convs, ssms = mamba2_commit_layers([self.decoder.layers[i].mamba for i in layers],
+        convs, ssms = mamba2_commit_layers([self._mamba(i) for i in layers],
                                            [self._step[i] for i in layers], [self.conv[i] for i in layers],
                                            [self.ssm[i] for i in layers], self._sources, on_path, has, last)
         self.conv.update(zip(layers, convs))
@@ -256,3 +268,33 @@ class GraniteMoeHybridTarget(BambaTarget):
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.lm_head(hidden).float() / self.logits_scale
+
+
+class NemotronHTarget(BambaTarget):
+    """Target adapter for `NemotronHForCausalLM` (NVIDIA Nemotron-H): a pattern of single-mixer blocks, each
+    pre-normed and residual: Mamba-2, attention without position embedding, MLP or mixture of experts. Prompts
+    prefill through the model's own forward."""
+
+    model_type = "nemotron_h"
+    own_prefill = False
+
+    def _mamba(self, i: int):
+        return self.decoder.layers[i].mixer
+
+    def _rotary(self, hidden: torch.Tensor, positions: torch.Tensor):
+        return None  # NoPE: positions reach attention through the mask only
+
+    def _tree_layer(self, i: int, layer, hidden: torch.Tensor, rotary, masks, parents, ancestors, sources,
+                    step: dict) -> torch.Tensor:
+        h = rms_norm(layer.norm, hidden)
+        if i in self.conv:
+            h, step[i] = mamba2_tree_mix(layer.mixer, h, self.conv[i], self.ssm[i], parents, ancestors, sources)
+        elif layer.block_type == "full_attention":
+            h = tree_attention(layer.mixer, h, None, masks, self.cache.layers[i])
+        else:  # an MLP or a mixture of experts: position-wise
+            h = layer.mixer(h)
+        return hidden + h
+
+    @property
+    def _final_norm(self):
+        return self.decoder.norm_f

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 from transformers import (BambaConfig, BambaForCausalLM, GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM,
+                          NemotronHConfig, NemotronHForCausalLM,
                           Mamba2Config, Mamba2ForCausalLM, MambaConfig,
                           MambaForCausalLM)
 
@@ -85,4 +86,25 @@ def make_granite_hybrid(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidd
             if layer.mamba is not None:
                 layer.mamba.A_log.uniform_(-2.0, 1.0)
                 layer.mamba.dt_bias.uniform_(-3.0, 0.5)
+    return model.eval()
+
+
+def make_nemotron_h(seed: int = 0, vocab: int = VOCAB, hidden: int = 64, head_scale: float = 8.0,
+                    pattern: str = "M*M-ME") -> torch.nn.Module:
+    """A random `NemotronHForCausalLM`: blocks by `pattern` (M: Mamba-2 as in `make_bamba`, *: attention
+    with 4 heads and 2 KV heads and no position embedding, -: MLP, E: mixture of 4 experts, top 2)."""
+    torch.manual_seed(seed)
+    config = NemotronHConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, hybrid_override_pattern=pattern,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, mamba_num_heads=hidden * 2 // 16,
+        mamba_head_dim=16, n_groups=2, ssm_state_size=16, conv_kernel=4, chunk_size=16, n_routed_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=hidden, moe_shared_expert_intermediate_size=hidden,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0, max_position_embeddings=1024)
+    model = NemotronHForCausalLM(config)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+        for layer in model.model.layers:
+            if layer.block_type == "linear_attention":
+                layer.mixer.A_log.uniform_(-2.0, 1.0)
+                layer.mixer.dt_bias.uniform_(-3.0, 0.5)
     return model.eval()

@@ -28,10 +28,6 @@ def _config(name: str):
                               intermediate_size=64, layers_block_type=["mamba", "hybrid", "mamba"])
     if name == "FalconH1":
         return t.FalconH1Config(**SMALL, mamba_d_state=4, mamba_d_head=8, mamba_n_heads=8, mamba_d_ssm=64)
-    if name == "NemotronH":
-        return t.NemotronHConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_attention_heads=4,
-                                 num_key_value_heads=2, hybrid_override_pattern="M*-", mamba_num_heads=4,
-                                 mamba_head_dim=8, ssm_state_size=4, n_groups=1)
     if name == "Qwen3Next":
         return t.Qwen3NextConfig(**SMALL, full_attention_interval=2, linear_num_value_heads=2,
                                  linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
@@ -42,8 +38,8 @@ def _config(name: str):
     raise KeyError(name)
 
 
-# (GraniteMoeHybrid is served by multispec.ssm: tests/ssm)
-CLASSES = ["Lfm2", "Jamba", "Zamba2", "FalconH1", "NemotronH", "Qwen3Next", "FalconMamba"]
+# (GraniteMoeHybrid and NemotronH are served by multispec.ssm: tests/ssm)
+CLASSES = ["Lfm2", "Jamba", "Zamba2", "FalconH1", "Qwen3Next", "FalconMamba"]
 
 
 @pytest.mark.parametrize("name", CLASSES)

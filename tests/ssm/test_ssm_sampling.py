@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from multispec import DynamicTree, SamplingConfig, speculative_generate
-from multispec.ssm import BambaTarget, GraniteMoeHybridTarget, Mamba2Target
-from multispec.ssm.testing import make_bamba, make_granite_hybrid, make_mamba2
+from multispec.ssm import BambaTarget, GraniteMoeHybridTarget, Mamba2Target, NemotronHTarget
+from multispec.ssm.testing import make_bamba, make_granite_hybrid, make_mamba2, make_nemotron_h
 from multispec.testing import chi_square_pvalue, first_two_token_dists, make_perturbed_copy
 
 N = 4000
@@ -30,9 +30,10 @@ def _draws(target, seed=0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["mamba2", "bamba", "granite"])
+@pytest.mark.parametrize("kind", ["mamba2", "bamba", "granite", "nemotron"])
 def test_exact_rule_reproduces_ssm_target_distribution(kind):
-    model = {"mamba2": make_mamba2, "bamba": make_bamba, "granite": make_granite_hybrid}[kind](seed=1)
+    model = {"mamba2": make_mamba2, "bamba": make_bamba, "granite": make_granite_hybrid,
+             "nemotron": make_nemotron_h}[kind](seed=1)
     out = _draws(model)
     p1, p2 = first_two_token_dists(model, PROMPT, SamplingConfig(do_sample=True, **SETTINGS))
     assert chi_square_pvalue(out.sequences[:, -2], p1) > 1e-3
@@ -61,3 +62,4 @@ def test_bamba_adapter_is_what_the_core_picks():
 
     assert isinstance(as_target(make_bamba(seed=0)), BambaTarget)
     assert isinstance(as_target(make_granite_hybrid(seed=0)), GraniteMoeHybridTarget)
+    assert isinstance(as_target(make_nemotron_h(seed=0)), NemotronHTarget)

@@ -8,8 +8,8 @@ import torch
 
 from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate, zoo
 from multispec.prompt import Prompt
-from multispec.ssm import BambaTarget, GraniteMoeHybridTarget, Mamba2Target, MambaTarget
-from multispec.ssm.testing import make_bamba, make_granite_hybrid, make_mamba, make_mamba2
+from multispec.ssm import BambaTarget, GraniteMoeHybridTarget, Mamba2Target, MambaTarget, NemotronHTarget
+from multispec.ssm.testing import make_bamba, make_granite_hybrid, make_mamba, make_mamba2, make_nemotron_h
 from multispec.testing import (greedy_rows_alone, make_perturbed_copy, make_target, ragged_prompts,
                                source_prompts)
 
@@ -17,9 +17,11 @@ from test_tree_scan import path_of, random_parents
 
 
 ADAPTERS = {"mamba2": Mamba2Target, "mamba": MambaTarget, "bamba": BambaTarget,
-            "granitemoehybrid": GraniteMoeHybridTarget}
+            "granitemoehybrid": GraniteMoeHybridTarget, "nemotron_h": NemotronHTarget}
 # granite: Granite 4.0-H's class (Mamba-2 + NoPE attention, experts + shared MLP, scaled branches)
-MAKERS = {"mamba2": make_mamba2, "mamba": make_mamba, "bamba": make_bamba, "granite": make_granite_hybrid}
+# nemotron: Nemotron-H's class (single-mixer blocks: Mamba-2, NoPE attention, MLP, experts)
+MAKERS = {"mamba2": make_mamba2, "mamba": make_mamba, "bamba": make_bamba, "granite": make_granite_hybrid,
+          "nemotron": make_nemotron_h}
 
 
 # Commit strategies per family: the replay baseline exists for the pure SSM targets only.
