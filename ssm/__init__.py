@@ -1,9 +1,10 @@
 """multispec.ssm: speculative decoding for state-space models (STree-style tree verification).
 
 Importing this package registers its target adapters and draft engines with the core, so
-`multispec.speculative_generate` accepts `transformers`' `Mamba2ForCausalLM`, `MambaForCausalLM` and the hybrid
-`BambaForCausalLM`, `GraniteMoeHybridForCausalLM` and `NemotronHForCausalLM` directly, as targets and as draft models (the core imports this package by itself when
-it meets a stateful model).
+`multispec.speculative_generate` accepts `transformers`' `Mamba2ForCausalLM`, `MambaForCausalLM`,
+`FalconMambaForCausalLM` and the hybrids `BambaForCausalLM`, `GraniteMoeHybridForCausalLM` and
+`NemotronHForCausalLM` directly, as targets and as draft models (the core imports this package by itself
+when it meets a stateful model).
 """
 
 from multispec.targets import register_draft_engine, register_target_adapter
@@ -12,7 +13,7 @@ from multispec.zoo import register_entry
 from . import cli as _cli
 from .draft import StatefulDraftEngine
 from .hybrid import BambaTarget, GraniteMoeHybridTarget, NemotronHTarget
-from .mamba1 import MambaTarget, tree_selective_scan
+from .mamba1 import FalconMambaTarget, MambaTarget, tree_selective_scan
 from .mamba2 import Mamba2Target
 from .target import SSMTarget
 from .tree_scan import tree_conv1d, tree_ssd, tree_state
@@ -30,6 +31,7 @@ def _is_type(model_type: str):
 
 for _matches, _adapter, _cls in ((_is("mamba2"), Mamba2Target, "Mamba2ForCausalLM"),
                                  (_is("mamba"), MambaTarget, "MambaForCausalLM"),
+                                 (_is("falcon_mamba"), FalconMambaTarget, "FalconMambaForCausalLM"),
                                  (_is_type("bamba"), BambaTarget, "BambaForCausalLM"),
                                  (_is_type("granitemoehybrid"), GraniteMoeHybridTarget,
                                   "GraniteMoeHybridForCausalLM"),
@@ -40,5 +42,5 @@ for _entry in zoo_entries():
     register_entry(_entry)
 _cli.register()
 
-__all__ = ["BambaTarget", "GraniteMoeHybridTarget", "NemotronHTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "tree_conv1d", "tree_selective_scan", "tree_ssd",
+__all__ = ["BambaTarget", "FalconMambaTarget", "GraniteMoeHybridTarget", "NemotronHTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "tree_conv1d", "tree_selective_scan", "tree_ssd",
            "tree_state"]

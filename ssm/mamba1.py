@@ -62,11 +62,26 @@ class MambaTarget(SSMTarget):
                                            mixer.conv1d.bias, sources=self._sources)).to(dtype)
         step, B, C = torch.split(mixer.x_proj(x), [mixer.time_step_rank, mixer.ssm_state_size,
                                                    mixer.ssm_state_size], dim=-1)
+        step, B, C = self._normed(mixer, step, B, C)
         dt = F.softplus(mixer.dt_proj(step).float())
         A = -torch.exp(mixer.A_log.float())
         y, states = tree_selective_scan(x, dt, A, B, C, mixer.D, parents, self.ssm[layer])
         y = y * F.silu(gate.float())
         return mixer.out_proj(y.to(dtype)), _MambaStep(xbc, states)
 
+    def _normed(self, mixer, step: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
+        """The time step, B and C as the mixer uses them (Mamba: as projected)."""
+        return step, B, C
+
     def _committed_state(self, layer, saved, on_path, last):
         return saved.states[torch.arange(saved.states.shape[0], device=last.device), last]
+
+
+class FalconMambaTarget(MambaTarget):
+    """Target adapter for `FalconMambaForCausalLM`: Mamba-1 with weightless RMS norms on the time step, B and
+    C after the input-dependent projection."""
+
+    model_type = "falcon_mamba"
+
+    def _normed(self, mixer, step: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
+        return mixer.dt_layernorm(step), mixer.b_layernorm(B), mixer.c_layernorm(C)

@@ -1,13 +1,13 @@
-"""Tiny randomly initialised state-space models of the real `transformers` classes (Mamba-2, Mamba, the
-hybrid Bamba), for tests and examples (no download needed)."""
+"""Tiny randomly initialised state-space models of the real `transformers` classes (Mamba-2, Mamba,
+FalconMamba, the hybrids Bamba, GraniteMoeHybrid and Nemotron-H), for tests and examples (no download
+needed)."""
 
 from __future__ import annotations
 
 import torch
-from transformers import (BambaConfig, BambaForCausalLM, GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM,
-                          NemotronHConfig, NemotronHForCausalLM,
-                          Mamba2Config, Mamba2ForCausalLM, MambaConfig,
-                          MambaForCausalLM)
+from transformers import (BambaConfig, BambaForCausalLM, FalconMambaConfig, FalconMambaForCausalLM,
+                          GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, Mamba2Config, Mamba2ForCausalLM,
+                          MambaConfig, MambaForCausalLM, NemotronHConfig, NemotronHForCausalLM)
 
 from multispec.testing import VOCAB
 
@@ -37,6 +37,19 @@ def make_mamba(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int =
                          expand=2, conv_kernel=4, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                          pad_token_id=0)
     model = MambaForCausalLM(config)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+    return model.eval()
+
+
+def make_falcon_mamba(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int = 64, head_scale: float = 8.0,
+                      state: int = 8) -> torch.nn.Module:
+    """A random `FalconMambaForCausalLM` (Mamba-1 with RMS norms on the time step, B and C; conv width 4)."""
+    torch.manual_seed(seed)
+    config = FalconMambaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, state_size=state,
+                               expand=2, conv_kernel=4, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                               pad_token_id=0)
+    model = FalconMambaForCausalLM(config)
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(head_scale)
     return model.eval()

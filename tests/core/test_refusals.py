@@ -33,13 +33,11 @@ def _config(name: str):
                                  linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
                                  num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32,
                                  shared_expert_intermediate_size=32)
-    if name == "FalconMamba":
-        return t.FalconMambaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, state_size=4)
     raise KeyError(name)
 
 
-# (GraniteMoeHybrid and NemotronH are served by multispec.ssm: tests/ssm)
-CLASSES = ["Lfm2", "Jamba", "Zamba2", "FalconH1", "Qwen3Next", "FalconMamba"]
+# (GraniteMoeHybrid, NemotronH and FalconMamba are served by multispec.ssm: tests/ssm)
+CLASSES = ["Lfm2", "Jamba", "Zamba2", "FalconH1", "Qwen3Next"]
 
 
 @pytest.mark.parametrize("name", CLASSES)
