@@ -18,15 +18,17 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
 from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
+from multispec.targets.hf import cache_layer_types
 from multispec.tree import ancestor_mask_from_parents
 from multispec.versions import require
 
 from .mamba2 import _Mamba2Step, mamba2_commit_layers, mamba2_prefill_mix, mamba2_tree_mix
-from .target import accepted_nodes, mamba_ssm_prefill, rms_norm
+from .mamba1 import mamba1_tree_mix
+from .target import accepted_nodes, commit_layer_states, mamba_ssm_prefill, rms_norm
 from .tree_scan import conv_sources
 from .versions import SSM_TRANSFORMERS
 
-MAMBA = "linear_attention"  # Bamba's name for its Mamba-2 layers in config.layers_block_type
+MAMBA = "linear_attention"  # the cache layer kind of a Mamba mixer
 
 
 def feed_forward(mlp, x: torch.Tensor) -> torch.Tensor:
@@ -89,7 +91,8 @@ class BambaTarget(HFCausalLM):
         require(SSM_TRANSFORMERS, "multispec.ssm")
         super().__init__(model, name="model")
         self.decoder = model.model
-        self.mamba_layers = [i for i, kind in enumerate(model.config.layers_block_type) if kind == MAMBA]
+        # the Mamba layers: those transformers keeps a recurrent state for ("linear_attention" cache layers)
+        self.mamba_layers = [i for i, kind in enumerate(cache_layer_types(model.config)) if kind == MAMBA]
         self.conv: dict[int, torch.Tensor] = {}
         self.ssm: dict[int, torch.Tensor] = {}
         self._step: dict[int, _Mamba2Step] | None = None
@@ -103,9 +106,7 @@ class BambaTarget(HFCausalLM):
               inputs_embeds: torch.Tensor | None = None, request: FeatureRequest = NO_FEATURES) -> PrefillOutput:
         b = input_ids.shape[0]
         for i in self.mamba_layers:  # a one-token prompt prefills nothing: zero states
-            mixer = self._mamba(i)
-            self.conv[i] = torch.zeros(b, mixer.conv_dim, mixer.conv_kernel_size, dtype=self.dtype, device=self.device)
-            self.ssm[i] = torch.zeros(b, mixer.num_heads, mixer.head_dim, mixer.ssm_state_size, device=self.device)
+            self.conv[i], self.ssm[i] = self._zero_states(self._mamba(i), b)
         self._step = None
         return super().start(input_ids, attention_mask, inputs_embeds=inputs_embeds, request=request)
 
@@ -166,8 +167,19 @@ class BambaTarget(HFCausalLM):
     own_prefill = True  # unpadded prompts through `_prefill_unpadded` (else always the model's own forward)
 
     def _mamba(self, i: int):
-        """Layer i's Mamba-2 mixer."""
+        """Layer i's Mamba mixer."""
         return self.decoder.layers[i].mamba
+
+    def _zero_states(self, mixer, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A Mamba-2 mixer's (conv, SSM) states before any token."""
+        return (torch.zeros(b, mixer.conv_dim, mixer.conv_kernel_size, dtype=self.dtype, device=self.device),
+                torch.zeros(b, mixer.num_heads, mixer.head_dim, mixer.ssm_state_size, device=self.device))
+
+    def _committed_states(self, layers: list[int], on_path, has, last) -> tuple[list, list]:
+        """The (conv, SSM) states of `layers` after the accepted nodes (Mamba-2: closed form, batched)."""
+        return mamba2_commit_layers([self._mamba(i) for i in layers], [self._step[i] for i in layers],
+                                    [self.conv[i] for i in layers], [self.ssm[i] for i in layers], self._sources,
+                                    on_path, has, last)
 
     def _tree_layer(self, i: int, layer, hidden: torch.Tensor, rotary, masks, parents, ancestors, sources,
                     step: dict) -> torch.Tensor:
@@ -204,9 +216,7 @@ class BambaTarget(HFCausalLM):
         path = path.to(self.device)
         on_path, has, last = accepted_nodes(path, self.batch_size, self.num_pending)
         layers = list(self._step)
-        convs, ssms = mamba2_commit_layers([self._mamba(i) for i in layers],
-                                           [self._step[i] for i in layers], [self.conv[i] for i in layers],
-                                           [self.ssm[i] for i in layers], self._sources, on_path, has, last)
+        convs, ssms = self._committed_states(layers, on_path, has, last)
         self.conv.update(zip(layers, convs))
         self.ssm.update(zip(layers, ssms))
         super().commit(path, counts)  # the attention layers' KV entries of the same path
@@ -298,3 +308,40 @@ class NemotronHTarget(BambaTarget):
     @property
     def _final_norm(self):
         return self.decoder.norm_f
+
+
+class JambaTarget(BambaTarget):
+    """Target adapter for `JambaForCausalLM` (AI21 Jamba): Mamba-1 mixers (with RMS norms on the time step, B
+    and C) and attention without position embedding, each followed by an MLP or a mixture of experts. The
+    Mamba-1 layers scan the tree node by node (`mamba1_tree_mix`) and commit the accepted node's own state.
+    Prompts prefill through the model's own forward."""
+
+    model_type = "jamba"
+    own_prefill = False
+
+    def _zero_states(self, mixer, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.zeros(b, mixer.intermediate_size, mixer.conv_kernel_size, dtype=self.dtype, device=self.device),
+                torch.zeros(b, mixer.intermediate_size, mixer.ssm_state_size, device=self.device))
+
+    def _rotary(self, hidden: torch.Tensor, positions: torch.Tensor):
+        return None  # NoPE
+
+    def _tree_layer(self, i: int, layer, hidden: torch.Tensor, rotary, masks, parents, ancestors, sources,
+                    step: dict) -> torch.Tensor:
+        h = rms_norm(layer.input_layernorm, hidden)
+        if i in self.conv:
+            h, step[i] = mamba1_tree_mix(layer.mamba, h, self.conv[i], self.ssm[i], parents, sources, _jamba_norms)
+        else:
+            h = tree_attention(layer.self_attn, h, None, masks, self.cache.layers[i])
+        hidden = hidden + h
+        return hidden + feed_forward(layer.feed_forward, rms_norm(layer.pre_ff_layernorm, hidden))
+
+    def _committed_states(self, layers: list[int], on_path, has, last) -> tuple[list, list]:
+        rows = torch.arange(on_path.shape[0], device=on_path.device)
+        out = [commit_layer_states(self.conv[i], self.ssm[i], self._step[i].states[rows, last], self._step[i].xbc,
+                                   self._sources, has, last) for i in layers]
+        return [c for c, _ in out], [h for _, h in out]
+
+
+def _jamba_norms(mixer, step: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
+    return rms_norm(mixer.dt_layernorm, step), rms_norm(mixer.b_layernorm, B), rms_norm(mixer.c_layernorm, C)

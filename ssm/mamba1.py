@@ -41,6 +41,26 @@ def tree_selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: t
     return y, states
 
 
+def mamba1_tree_mix(mixer, h: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor, parents: torch.Tensor,
+                    sources: torch.Tensor, normed=None) -> tuple[torch.Tensor, "_MambaStep"]:
+    """A Mamba-1 mixer (`MambaMixer` or a hybrid's of the same parameter names, e.g. Jamba's) over the tree's
+    nodes from the committed states: (output [B, T, hidden], the step the commit reads). `normed(mixer, dt, B,
+    C)`: the mixer's norms on the input-dependent time step, B and C (FalconMamba, Jamba), if any."""
+    dtype = h.dtype
+    xbc, gate = mixer.in_proj(h).chunk(2, dim=-1)
+    x = mixer.act(tree_conv1d_dispatch(xbc, conv_state, parents, mixer.conv1d.weight.squeeze(1), mixer.conv1d.bias,
+                                       sources=sources)).to(dtype)
+    step, B, C = torch.split(mixer.x_proj(x), [mixer.time_step_rank, mixer.ssm_state_size, mixer.ssm_state_size],
+                             dim=-1)
+    if normed is not None:
+        step, B, C = normed(mixer, step, B, C)
+    dt = F.softplus(mixer.dt_proj(step).float())
+    A = -torch.exp(mixer.A_log.float())
+    y, states = tree_selective_scan(x, dt, A, B, C, mixer.D, parents, ssm_state)
+    y = y * mixer.act(gate.float())
+    return mixer.out_proj(y.to(dtype)), _MambaStep(xbc, states)
+
+
 @dataclass
 class _MambaStep:
     xbc: torch.Tensor  # [B, T, D] pre-conv inputs
@@ -56,18 +76,7 @@ class MambaTarget(SSMTarget):
         return (mixer.intermediate_size, mixer.ssm_state_size)
 
     def _mixer(self, mixer, h, layer, parents, ancestors):
-        dtype = h.dtype
-        xbc, gate = mixer.in_proj(h).chunk(2, dim=-1)
-        x = mixer.act(tree_conv1d_dispatch(xbc, self.conv[layer], parents, mixer.conv1d.weight.squeeze(1),
-                                           mixer.conv1d.bias, sources=self._sources)).to(dtype)
-        step, B, C = torch.split(mixer.x_proj(x), [mixer.time_step_rank, mixer.ssm_state_size,
-                                                   mixer.ssm_state_size], dim=-1)
-        step, B, C = self._normed(mixer, step, B, C)
-        dt = F.softplus(mixer.dt_proj(step).float())
-        A = -torch.exp(mixer.A_log.float())
-        y, states = tree_selective_scan(x, dt, A, B, C, mixer.D, parents, self.ssm[layer])
-        y = y * F.silu(gate.float())
-        return mixer.out_proj(y.to(dtype)), _MambaStep(xbc, states)
+        return mamba1_tree_mix(mixer, h, self.conv[layer], self.ssm[layer], parents, self._sources, self._normed)
 
     def _normed(self, mixer, step: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
         """The time step, B and C as the mixer uses them (Mamba: as projected)."""

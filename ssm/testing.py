@@ -1,12 +1,13 @@
 """Tiny randomly initialised state-space models of the real `transformers` classes (Mamba-2, Mamba,
-FalconMamba, the hybrids Bamba, GraniteMoeHybrid and Nemotron-H), for tests and examples (no download
+FalconMamba, the hybrids Bamba, GraniteMoeHybrid, Nemotron-H and Jamba), for tests and examples (no download
 needed)."""
 
 from __future__ import annotations
 
 import torch
 from transformers import (BambaConfig, BambaForCausalLM, FalconMambaConfig, FalconMambaForCausalLM,
-                          GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, Mamba2Config, Mamba2ForCausalLM,
+                          GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, JambaConfig, JambaForCausalLM,
+                          Mamba2Config, Mamba2ForCausalLM,
                           MambaConfig, MambaForCausalLM, NemotronHConfig, NemotronHForCausalLM)
 
 from multispec.testing import VOCAB
@@ -120,4 +121,21 @@ def make_nemotron_h(seed: int = 0, vocab: int = VOCAB, hidden: int = 64, head_sc
             if layer.block_type == "linear_attention":
                 layer.mixer.A_log.uniform_(-2.0, 1.0)
                 layer.mixer.dt_bias.uniform_(-3.0, 0.5)
+    return model.eval()
+
+
+def make_jamba(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int = 64, head_scale: float = 8.0,
+               state: int = 8) -> torch.nn.Module:
+    """A random `JambaForCausalLM`: Mamba-1 layers (with their time-step / B / C norms, conv width 4) and
+    attention (NoPE, 4 heads, 2 KV heads) at every second layer, a mixture of 4 experts (top 2) at every
+    second layer and an MLP elsewhere."""
+    torch.manual_seed(seed)
+    config = JambaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1,
+                         expert_layer_period=2, expert_layer_offset=0, num_experts=4, num_experts_per_tok=2,
+                         mamba_d_state=state, mamba_d_conv=4, mamba_expand=2,
+                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = JambaForCausalLM(config)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
     return model.eval()

@@ -18,10 +18,6 @@ def _config(name: str):
     t = transformers
     if name == "Lfm2":
         return t.Lfm2Config(**SMALL, full_attn_idxs=[1])
-    if name == "Jamba":
-        return t.JambaConfig(**SMALL, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
-                             expert_layer_offset=1, num_experts=2, mamba_d_state=4, mamba_expand=2,
-                             use_mamba_kernels=False)
     if name == "Zamba2":
         return t.Zamba2Config(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                               num_key_value_heads=4, mamba_d_state=4, mamba_headdim=8, n_mamba_heads=8,
@@ -36,8 +32,8 @@ def _config(name: str):
     raise KeyError(name)
 
 
-# (GraniteMoeHybrid, NemotronH and FalconMamba are served by multispec.ssm: tests/ssm)
-CLASSES = ["Lfm2", "Jamba", "Zamba2", "FalconH1", "Qwen3Next"]
+# (GraniteMoeHybrid, NemotronH, FalconMamba and Jamba are served by multispec.ssm: tests/ssm)
+CLASSES = ["Lfm2", "Zamba2", "FalconH1", "Qwen3Next"]
 
 
 @pytest.mark.parametrize("name", CLASSES)

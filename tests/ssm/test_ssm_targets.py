@@ -8,10 +8,10 @@ import torch
 
 from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate, zoo
 from multispec.prompt import Prompt
-from multispec.ssm import (BambaTarget, FalconMambaTarget, GraniteMoeHybridTarget, Mamba2Target, MambaTarget,
-                          NemotronHTarget)
-from multispec.ssm.testing import (make_bamba, make_falcon_mamba, make_granite_hybrid, make_mamba, make_mamba2,
-                                   make_nemotron_h)
+from multispec.ssm import (BambaTarget, FalconMambaTarget, GraniteMoeHybridTarget, JambaTarget, Mamba2Target,
+                          MambaTarget, NemotronHTarget)
+from multispec.ssm.testing import (make_bamba, make_falcon_mamba, make_granite_hybrid, make_jamba, make_mamba,
+                                   make_mamba2, make_nemotron_h)
 from multispec.testing import (greedy_rows_alone, make_perturbed_copy, make_target, ragged_prompts,
                                source_prompts)
 
@@ -19,11 +19,11 @@ from test_tree_scan import path_of, random_parents
 
 
 ADAPTERS = {"mamba2": Mamba2Target, "mamba": MambaTarget, "falcon_mamba": FalconMambaTarget, "bamba": BambaTarget,
-            "granitemoehybrid": GraniteMoeHybridTarget, "nemotron_h": NemotronHTarget}
+            "granitemoehybrid": GraniteMoeHybridTarget, "nemotron_h": NemotronHTarget, "jamba": JambaTarget}
 # granite: Granite 4.0-H's class (Mamba-2 + NoPE attention, experts + shared MLP, scaled branches)
 # nemotron: Nemotron-H's class (single-mixer blocks: Mamba-2, NoPE attention, MLP, experts)
 MAKERS = {"mamba2": make_mamba2, "mamba": make_mamba, "falcon_mamba": make_falcon_mamba, "bamba": make_bamba,
-          "granite": make_granite_hybrid, "nemotron": make_nemotron_h}
+          "granite": make_granite_hybrid, "nemotron": make_nemotron_h, "jamba": make_jamba}
 
 
 # Commit strategies per family: the replay baseline exists for the pure SSM targets only.
