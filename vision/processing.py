@@ -51,7 +51,8 @@ class AnswerExample:
 def collate_examples(examples: list[AnswerExample], pad_token_id: int = 0) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Right-padded prompt + answer rows and labels (-100 outside the answer). Per-token inputs (Qwen2-VL's
     `mm_token_type_ids`) are extended with text (0) over the answer; `pixel_values` are stacked (one image
-    per row, Llava) or concatenated with `image_grid_thw` (Qwen2-VL's flattened patches)."""
+    per row, Llava; LLaVA-NeXT / OneVision tiles padded to a common count, with `image_sizes`) or
+    concatenated with `image_grid_thw` (Qwen2-VL's flattened patches)."""
     rows = [torch.cat([e.inputs["input_ids"][0], e.answer]) for e in examples]
     width = max(len(r) for r in rows)
     b = len(rows)
@@ -72,7 +73,14 @@ def collate_examples(examples: list[AnswerExample], pad_token_id: int = 0) -> tu
         out["pixel_values"] = torch.cat([e.inputs["pixel_values"] for e in examples])
         out["image_grid_thw"] = torch.cat([e.inputs["image_grid_thw"] for e in examples])
     elif "pixel_values" in examples[0].inputs:
-        out["pixel_values"] = torch.cat([e.inputs["pixel_values"] for e in examples])
+        pixels = [e.inputs["pixel_values"] for e in examples]
+        if pixels[0].dim() == 5:  # any-resolution tiles [1, tiles, C, H, W]: zero tiles up to the most, as the
+            most = max(p.shape[1] for p in pixels)  # image processors pad a batch (image_sizes say what is real)
+            pixels = [torch.cat([p, p.new_zeros(p.shape[0], most - p.shape[1], *p.shape[2:])], 1) for p in pixels]
+        out["pixel_values"] = torch.cat(pixels)
+        for key in ("image_sizes", "batch_num_images"):  # per-image inputs of the any-resolution families
+            if key in examples[0].inputs:
+                out[key] = torch.cat([e.inputs[key] for e in examples])
     return out, labels
 
 

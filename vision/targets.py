@@ -1,5 +1,5 @@
-"""Vision-language models as speculative targets (and draft models): `transformers`' Llava and Qwen2-VL /
-Qwen2.5-VL classes, as users load them.
+"""Vision-language models as speculative targets (and draft models): `transformers`' Llava, LLaVA-NeXT,
+LLaVA-OneVision and Qwen2-VL / Qwen2.5-VL classes, as users load them.
 
 Prefill runs the model's own vision tower and projector (`get_image_features`) and places the image
 embeddings at the prompt's image tokens, as the model's forward does; everything after the prompt is text,
@@ -91,13 +91,15 @@ class VisionLanguageTarget(HFCausalLM):
 
 
 class LlavaTarget(VisionLanguageTarget):
-    """`LlavaForConditionalGeneration` (language model at `model.model.language_model`, head `lm_head`)."""
+    """`LlavaForConditionalGeneration`, and the any-resolution `LlavaNextForConditionalGeneration` and
+    `LlavaOnevisionForConditionalGeneration` (tiles per `image_sizes`, unpadding and image-newline embeddings:
+    the model's own `get_image_features` packs them in the order of the prompt's image tokens)."""
 
-    model_types = ("llava",)
-    prefill_inputs = frozenset({"pixel_values", "image_sizes"})
+    model_types = ("llava", "llava_next", "llava_onevision")
+    prefill_inputs = frozenset({"pixel_values", "image_sizes", "batch_num_images"})
 
     def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
-        extra = {"image_sizes": inputs["image_sizes"]} if "image_sizes" in inputs else {}
+        extra = {k: inputs[k] for k in ("image_sizes", "batch_num_images") if k in inputs}
         pixels = inputs["pixel_values"].to(self.device, self.dtype)
         out = self.model.model.get_image_features(pixel_values=pixels, return_dict=True, **extra)
         return torch.cat(list(out.pooler_output), dim=0)

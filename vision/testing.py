@@ -12,7 +12,11 @@ from .processing import AnswerExample
 
 VOCAB = 128
 IMAGE_TOKEN = 3  # inside the text vocabulary, as in the released checkpoints
-VLM_KINDS = ("llava-clip", "llava-siglip", "qwen2-vl", "qwen2.5-vl")
+VLM_KINDS = ("llava-clip", "llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "qwen2.5-vl")
+# any-resolution tiles of 16x16 (LLaVA-NeXT / OneVision): images are cut into up to 2x2 tiles plus a base view
+PINPOINTS = [[16, 16], [16, 32], [32, 16], [32, 32]]
+# rows of a `vlm_prompts` batch get images of these sizes (rows 0 and 2 alike: a wrong-image control)
+ANYRES_SIZES = [(20, 36), (30, 18), (20, 36)]
 _TEXT = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=1,
              eos_token_id=2, pad_token_id=0)
@@ -20,13 +24,16 @@ _TEXT = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden
 
 def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -> torch.nn.Module:
     """A random VLM: Llava with a CLIP tower (16x16 images, 4x4 patches, CLS dropped: 16 image tokens) or a
-    SigLIP tower (no CLS: strategy "full", 16 tokens); Qwen2-VL / Qwen2.5-VL with 4x4 patches merged 2x2.
+    SigLIP tower (no CLS: strategy "full", 16 tokens); LLaVA-NeXT / LLaVA-OneVision with any-resolution tiles
+    (`_anyres_vlm`); Qwen2-VL / Qwen2.5-VL with 4x4 patches merged 2x2.
     The LM head is scaled so argmax ties are rare."""
     from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,
                               SiglipVisionConfig)
 
     torch.manual_seed(seed)
-    if kind.startswith("llava"):
+    if kind in ("llava-next", "llava-onevision"):
+        model = _anyres_vlm(kind)
+    elif kind.startswith("llava"):
         tower = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=16,
                      patch_size=4, num_channels=3)
         siglip = kind == "llava-siglip"
@@ -65,6 +72,54 @@ def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -
     return model.eval()
 
 
+def _anyres_vlm(kind: str) -> torch.nn.Module:
+    """LLaVA-NeXT (CLIP tower, Llama text) or LLaVA-OneVision (SigLIP tower, Qwen2 text): any-resolution
+    tiles of 16x16 images (`PINPOINTS`), 4x4 patches, image newline embeddings between rows of patches."""
+    from transformers import (CLIPVisionConfig, LlamaConfig, LlavaNextConfig, LlavaNextForConditionalGeneration,
+                              LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration, Qwen2Config,
+                              SiglipVisionConfig)
+
+    tower = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=16,
+                 patch_size=4, num_channels=3)
+    common = dict(image_token_id=IMAGE_TOKEN, vision_feature_layer=-1, image_grid_pinpoints=PINPOINTS,
+                  tie_word_embeddings=False)
+    if kind == "llava-next":
+        config = LlavaNextConfig(vision_config=CLIPVisionConfig(**tower, projection_dim=32),
+                                 text_config=LlamaConfig(**_TEXT), vision_feature_select_strategy="default", **common)
+        return LlavaNextForConditionalGeneration(config)
+    config = LlavaOnevisionConfig(vision_config=SiglipVisionConfig(**tower), text_config=Qwen2Config(**_TEXT),
+                                  video_token_id=4, vision_feature_select_strategy="full", **common)
+    return LlavaOnevisionForConditionalGeneration(config)
+
+
+def anyres_images(kind: str, sizes: list[tuple[int, int]], seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random RGB images of `sizes` (height, width) through the model family's own image processor, as a
+    user's processor call gives them (pixel_values of tiles, image_sizes, ...)."""
+    import numpy as np
+    from PIL import Image
+    from transformers import LlavaNextImageProcessor, LlavaOnevisionImageProcessor
+
+    rng = np.random.default_rng(seed)
+    images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in sizes]
+    if kind == "llava-next":
+        processor = LlavaNextImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16},
+                                            image_grid_pinpoints=PINPOINTS)
+    else:
+        processor = LlavaOnevisionImageProcessor(size={"height": 16, "width": 16}, image_grid_pinpoints=PINPOINTS)
+    return dict(processor(images, return_tensors="pt"))
+
+
+def anyres_token_counts(kind: str, images: dict[str, torch.Tensor]) -> list[int]:
+    """Image tokens per image (tiles, unpadding and newlines included): what the processor expands each
+    image placeholder to, read from the model family's own feature packing."""
+    with torch.random.fork_rng():  # the caller's random stream stays as it was
+        model = make_vlm(kind)
+    with torch.no_grad():
+        out = model.model.get_image_features(pixel_values=images["pixel_values"], image_sizes=images["image_sizes"],
+                                             return_dict=True)
+    return [int(t.shape[0]) for t in out.pooler_output]
+
+
 def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int, ...] = (3, 5, 2),
                 seed: int = 0) -> dict[str, torch.Tensor]:
     """A left-padded batch with one image per row: `before[r]` text tokens, the image's tokens, `after[r]`
@@ -73,8 +128,14 @@ def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int
     g = torch.Generator().manual_seed(seed)
     rows, types, pixels, grids = [], [], [], []
     qwen = kind.startswith("qwen")
+    anyres = kind in ("llava-next", "llava-onevision")
+    if anyres:
+        images = anyres_images(kind, [ANYRES_SIZES[r % len(ANYRES_SIZES)] for r in range(len(before))], seed)
+        counts = anyres_token_counts(kind, images)
     for r, (nb, na) in enumerate(zip(before, after)):
-        if qwen:
+        if anyres:
+            n_image = counts[r]
+        elif qwen:
             grid = (1, 4, 4 if r % 2 == 0 else 8)  # (t, h, w) in patches; the 2x2 merge gives h*w/4 tokens
             patches = grid[0] * grid[1] * grid[2]
             pixels.append(torch.randn(patches, 3 * 2 * 4 * 4, generator=g))
@@ -98,6 +159,8 @@ def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int
     out = dict(input_ids=input_ids, attention_mask=mask)
     if qwen:
         out.update(pixel_values=torch.cat(pixels), image_grid_thw=torch.tensor(grids), mm_token_type_ids=token_types)
+    elif anyres:
+        out.update(images)
     else:
         out.update(pixel_values=torch.stack(pixels))
     return out
@@ -113,8 +176,8 @@ def row_of(inputs: dict[str, torch.Tensor], r: int) -> dict[str, torch.Tensor]:
         start = sum(sizes[:r])
         out.update(pixel_values=inputs["pixel_values"][start:start + sizes[r]], image_grid_thw=grids[r:r + 1],
                    mm_token_type_ids=inputs["mm_token_type_ids"][r, keep][None])
-    else:
-        out.update(pixel_values=inputs["pixel_values"][r:r + 1])
+    else:  # one image per row: every per-image input (pixel_values, image_sizes, batch_num_images) by row
+        out.update({k: v[r:r + 1] for k, v in inputs.items() if k not in ("input_ids", "attention_mask")})
     return out
 
 

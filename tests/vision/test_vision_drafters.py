@@ -1,4 +1,4 @@
-"""VLM drafters (plain EAGLE, ViSpec, SpecVLM) on tiny random Llava (SigLIP) and Qwen2-VL models: after a
+"""VLM drafters (plain EAGLE, ViSpec, SpecVLM) on tiny random Llava (SigLIP), LLaVA-NeXT and Qwen2-VL models: after a
 short online distillation on the target's own answers they are accepted (mean accepted length asserted),
 and greedy speculation equals the target's own `generate` for batch 1 and a ragged batch of 3 with a
 different image per row, chains and dynamic trees. Also: what each mode puts in the draft sequence, the
@@ -16,7 +16,7 @@ from multispec.vision.testing import (IMAGE_TOKEN, forbid_special_tokens, make_v
                                      tiny_head, vlm_prompts)
 
 MODES = ("eagle", "vispec", "specvlm")
-KINDS = ("llava-siglip", "qwen2-vl")
+KINDS = ("llava-siglip", "llava-next", "qwen2-vl")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Vision-language targets (Llava with CLIP and SigLIP towers, Qwen2-VL, Qwen2.5-VL) through the core:
+"""Vision-language targets (Llava with CLIP and SigLIP towers, LLaVA-NeXT and LLaVA-OneVision with their
+image processors' any-resolution tiles, Qwen2-VL, Qwen2.5-VL) through the core:
 tree logits equal the model's own forward on each node's path, greedy speculation equals `generate` (batch 1
 and a ragged batch of 3, each row equal to that row alone), sampling reproduces the first-token
 distribution, and bad inputs are refused by name."""
@@ -128,7 +129,7 @@ def _first_tokens(model, inputs, seed=0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["llava-siglip", "qwen2-vl"])
+@pytest.mark.parametrize("kind", ["llava-siglip", "llava-next", "llava-onevision", "qwen2-vl"])
 def test_sampled_first_token_follows_the_target(kind):
     """Power (`detectable_deviation(4000, 0.1, 20)`, level 1e-3, 90%): a 0.10 token moved by 3.1 points.
     Negative control: samples drawn with another image fail the same test."""
