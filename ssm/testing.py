@@ -31,29 +31,24 @@ def make_mamba2(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int 
 
 
 def make_mamba(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int = 64, head_scale: float = 8.0,
-               state: int = 8) -> torch.nn.Module:
-    """A random `MambaForCausalLM` (Mamba-1, conv width 4); runs its PyTorch path on CPU."""
+               state: int = 8, falcon: bool = False) -> torch.nn.Module:
+    """A random `MambaForCausalLM` (Mamba-1, conv width 4; runs its PyTorch path on CPU), or with `falcon` a
+    `FalconMambaForCausalLM` (the same with RMS norms on the time step, B and C)."""
     torch.manual_seed(seed)
-    config = MambaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, state_size=state,
-                         expand=2, conv_kernel=4, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
-                         pad_token_id=0)
-    model = MambaForCausalLM(config)
+    config_class, model_class = (FalconMambaConfig, FalconMambaForCausalLM) if falcon else (MambaConfig,
+                                                                                             MambaForCausalLM)
+    config = config_class(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, state_size=state,
+                          expand=2, conv_kernel=4, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                          pad_token_id=0)
+    model = model_class(config)
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(head_scale)
     return model.eval()
 
 
-def make_falcon_mamba(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int = 64, head_scale: float = 8.0,
-                      state: int = 8) -> torch.nn.Module:
-    """A random `FalconMambaForCausalLM` (Mamba-1 with RMS norms on the time step, B and C; conv width 4)."""
-    torch.manual_seed(seed)
-    config = FalconMambaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, state_size=state,
-                               expand=2, conv_kernel=4, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
-                               pad_token_id=0)
-    model = FalconMambaForCausalLM(config)
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(head_scale)
-    return model.eval()
+def make_falcon_mamba(seed: int = 0, **kwargs) -> torch.nn.Module:
+    """A random `FalconMambaForCausalLM` (`make_mamba(falcon=True)`)."""
+    return make_mamba(seed, falcon=True, **kwargs)
 
 
 def make_bamba(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int = 64, head_scale: float = 8.0,
