@@ -44,11 +44,12 @@ def test_unsupported_models(target):
         speculative_generate(target, 3.5, torch.tensor([[1]]))
     with pytest.raises(ValueError, match="drafter: unknown"):
         speculative_generate(target, "medusa", torch.tensor([[1]]))
-    from transformers import FalconMambaConfig, FalconMambaForCausalLM
-    mamba = FalconMambaForCausalLM(FalconMambaConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1,
-                                                     state_size=8))
+    from transformers import Zamba2Config, Zamba2ForCausalLM
+    zamba = Zamba2ForCausalLM(Zamba2Config(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                           num_key_value_heads=4, mamba_d_state=4, mamba_headdim=8, n_mamba_heads=8,
+                                           intermediate_size=64, layers_block_type=["mamba", "hybrid"]))
     with pytest.raises(TypeError, match="multispec.ssm"):  # stateful, and no SSM adapter for it (yet)
-        speculative_generate(mamba, "ngram", torch.tensor([[1]]))
+        speculative_generate(zamba, "ngram", torch.tensor([[1]]))
 
 
 def test_bad_sampling_arguments(target):
