@@ -14,6 +14,8 @@ which any drafter can drive by providing a `feed` callback that returns its logi
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -390,6 +392,22 @@ def _grow_chain(spec: Chain, logits: torch.Tensor, feed: FeedFn, sampling: Sampl
                            draft_probs=q)
 
 
+@functools.lru_cache(maxsize=64)
+def _static_index(spec: StaticTree, device: torch.device) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """A static tree's index tensors on `device`, built once (a tensor made from a Python list is a
+    host-to-device copy on CUDA, which waits for the GPU): per depth d the fed nodes and their parents;
+    under 0, (all nodes, every node's parent)."""
+    index = {c: i for i, c in enumerate(spec.choices)}
+    parent_of = [index[c[:-1]] if len(c) > 1 else -1 for c in spec.choices]
+    has_child = {index[c[:-1]] for c in spec.choices if len(c) > 1}
+    out = {0: (torch.arange(len(parent_of), device=device), torch.tensor(parent_of, device=device))}
+    for d in range(1, max(len(c) for c in spec.choices) + 1):
+        fed = [i for i, c in enumerate(spec.choices) if len(c) == d and i in has_child]
+        if fed:
+            out[d] = (torch.tensor(fed, device=device), torch.tensor([parent_of[i] for i in fed], device=device))
+    return out
+
+
 def _grow_static(spec: StaticTree, root_logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,
                  generator: torch.Generator | None) -> DraftTree:
     b, device = root_logits.shape[0], root_logits.device
@@ -414,12 +432,11 @@ def _grow_static(spec: StaticTree, root_logits: torch.Tensor, feed: FeedFn, samp
                 tokens[:, i] = torch.topk(proc, rank + 1, dim=-1).indices[:, rank]
         to_feed = [i for i in level if i in has_child]
         if to_feed:
-            ids = torch.tensor(to_feed, device=device).expand(b, -1).contiguous()
-            parents = torch.tensor([parent_of[i] for i in to_feed], device=device).expand(b, -1).contiguous()
-            out = feed(ids, tokens[:, to_feed], parents)
+            ids, parents = _static_index(spec, device)[d]
+            out = feed(ids.expand(b, -1).contiguous(), tokens.index_select(1, ids), parents.expand(b, -1).contiguous())
             for j, i in enumerate(to_feed):
                 node_logits[i] = out[:, j]
-    parents = torch.tensor(parent_of, device=device).expand(b, n).contiguous()
+    parents = _static_index(spec, device)[0][1].expand(b, n).contiguous()
     valid = torch.ones(b, n, dtype=torch.bool, device=device)
     return DraftTree(tokens, parents, valid, q_all, dense=True)
 

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_linked_tree, check_same_device, check_tensor
+from .checks import check_linked_tree, check_same_device, check_tensor, links_in_tree
 from .chain_verify import _block_v
 from .common import argmax_ref, row_argmax, row_race, sample_ref
 from .dispatch import backend_for
@@ -367,6 +367,7 @@ def tree_verify_greedy(tokens: torch.Tensor, first_child: torch.Tensor, next_sib
     path = torch.full((b, t), -1, dtype=torch.long, device=tokens.device)
     acc = torch.zeros(b, dtype=torch.long, device=tokens.device)
     if b:
+        args[1], args[2] = links_in_tree(args[1]), links_in_tree(args[2])
         _tree_greedy_kernel[(b,)](out, path, acc, *args, t)
     return out, path, acc
 
@@ -402,6 +403,7 @@ def tree_verify_random(tokens: torch.Tensor, first_child: torch.Tensor, next_sib
         p = target_probs.float().contiguous()
         q = draft_probs.float().contiguous() if draft_probs is not None else p  # dummy when absent
         ws = torch.empty(b, v, dtype=torch.float32, device=tokens.device)
+        first_child, next_sibling = links_in_tree(first_child), links_in_tree(next_sibling)
         _tree_random_kernel[(b,)](out, path, acc, tokens, first_child, next_sibling, p, q,
                                   uniforms.float().contiguous(), exp_noise.float().contiguous(),
                                   is_greedy.to(torch.int8).contiguous(), ws, t, v, HAS_Q=draft_probs is not None,

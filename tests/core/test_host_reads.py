@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 
 import multispec.host as host
 import multispec.step_read as step_read
-from multispec import Session, speculative_generate, zoo
+from multispec import DynamicTree, Session, StaticTree, speculative_generate, zoo
 from multispec.drafters.base import Drafter
 from multispec.targets.static_step import capacity_for, static_pair
 from multispec.testing import source_prompts
@@ -88,6 +88,25 @@ def test_static_eagle_chain_reads_the_device_once_per_step(byte_pair, as_on_cuda
     assert loop.where[_READ] == steps, dict(loop.where)
     # besides: the last step's cut at the token budget builds the shortened path from the host's counts
     assert loop.total - steps <= 1, f"{loop.total} reads in {steps} steps: {dict(loop.where)}"
+
+
+@pytest.mark.parametrize("tree", [StaticTree.full([2, 2]), DynamicTree(depth=3, topk=2, total=6)],
+                         ids=["static-tree", "dynamic-tree"])
+def test_static_eagle_trees_read_the_device_once_per_step(byte_pair, as_on_cuda, tree, monkeypatch):
+    """Trees verified by the Triton kernels (as on CUDA; the interpreter here): one read a step too."""
+    monkeypatch.setenv("MULTISPEC_KERNELS", "triton")
+    ids, mask = source_prompts((40,))
+    target, drafter = static_pair(byte_pair.target, byte_pair.drafter, capacity=capacity_for(40, 32, 8, 16),
+                                  node_budget=8)
+    # a first generation builds what is built once (the static tree's index tensors on the device)
+    speculative_generate(target, drafter, ids, mask, max_new_tokens=4, tree=tree, eos_token_id=[], pad_token_id=0)
+    session = Session(target, drafter, tree=tree, eos_token_id=[], pad_token_id=0, rollback=False)
+    session.append(ids, mask)
+    with CountReads() as loop:
+        session.generate(32)
+    steps = len(session.stats.steps)
+    assert session.stats.mean_accepted_length > 1.5
+    assert loop.where[_READ] == steps and loop.total - steps <= 1, dict(loop.where)
 
 
 def test_ragged_batch_reads_once_per_step_plus_retirements(byte_pair, as_on_cuda):
