@@ -24,7 +24,7 @@ default (`cuda_graphs`), around the compiled function when `compile` is set.
 
 Host synchronisation: `StaticLeanCausalLM.feed` (bookkeeping and call) reads nothing back from the device
 (its check of the parents joins the step's one read, `multispec.host`), and `commit` takes the counts the
-session read; with an EAGLE chain the whole step reads the device once (tests/core/test_host_reads.py).
+session read; with an EAGLE chain or tree the whole step reads the device once (tests/core/test_host_reads.py).
 """
 
 from __future__ import annotations
