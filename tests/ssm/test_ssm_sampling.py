@@ -33,6 +33,8 @@ def _draws(target, seed=0):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["mamba2", "falcon_mamba", "bamba", "granite", "nemotron", "jamba"])
 def test_exact_rule_reproduces_ssm_target_distribution(kind):
+    """Power (`detectable_deviation(4000, 0.1, 12)`, level 1e-3, 90%): a 0.10 token moved by 2.8 points.
+    Negative control: `test_negative_control_broken_commit_fails` below."""
     model = {"mamba2": make_mamba2, "falcon_mamba": make_falcon_mamba, "bamba": make_bamba,
              "granite": make_granite_hybrid, "nemotron": make_nemotron_h, "jamba": make_jamba}[kind](seed=1)
     out = _draws(model)
