@@ -28,10 +28,11 @@ def register_command(group: str, name: str, help: str, add_arguments: Callable[[
 
 
 def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, temperature: float = 0.8,
-                      tree: str = "4/4/15") -> None:
+                      tree: str = "4/4/15", chain_k: int | None = 4) -> None:
     """The options every speed benchmark takes; with `pair` (the default zoo pair) also those of a benchmark
     on a zoo pair: --pair, --temperature, --chain-k and --tree. `--tree` parses to a `DynamicTree`, or stays
-    None: the benchmark then builds its own default tree, which `tree` names in the help."""
+    None: the benchmark then builds its own default tree, which `tree` names in the help; `chain_k` None leaves
+    --chain-k to the benchmark likewise."""
     parser.add_argument("--quick", action="store_true", help="a smaller run")
     if pair is not None:
         parser.add_argument("--pair", default=pair, help="zoo pair (default: %(default)s)")
@@ -43,7 +44,9 @@ def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, 
     parser.add_argument("--rounds", type=positive_int, default=3,
                         help="timed rounds over the prompts, a speedup per round (default %(default)s)")
     if pair is not None:
-        parser.add_argument("--chain-k", type=int, default=4, help="draft length of the chain rows")
+        parser.add_argument("--chain-k", type=positive_int, default=chain_k,
+                            help="draft length of the chain rows (default %s)"
+                                 % (chain_k or "the pair's, chosen on the validation split, else 4"))
         parser.add_argument("--tree", default=None, type=parse_tree, metavar="D/K/N",
                             help=f"dynamic tree: depth/top-k/total nodes (default {tree})")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
@@ -80,7 +83,7 @@ def _bench_core(args: argparse.Namespace) -> int:
 def _bench_text(args: argparse.Namespace) -> int:
     bench_text.run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
                    temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
-                   rounds=args.rounds, compile=args.compile)
+                   rounds=args.rounds, compile=args.compile, split=args.split)
     return 0
 
 
@@ -133,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     add_speed_options(core)
     core.set_defaults(func=_bench_core)
     text = suites.add_parser("text", help="a zoo text pair")
-    add_speed_options(text, pair="gemma3-270m-eagle", temperature=0.8, tree="4/4/15")
+    add_speed_options(text, pair="stdlib-bytes-large", temperature=0.8,
+                      tree="the pair's, chosen on the validation split, else 4/4/15", chain_k=None)
+    text.add_argument("--split", choices=["heldout", "validation"], default="heldout",
+                      help="prompts: held-out stdlib files (the test split, default) or validation files (where "
+                           "settings are chosen)")
     text.add_argument("--compile", action="store_true",
                       help="also the EAGLE rows on the compiled static step (Llama-family targets, e.g. stdlib-bytes)")
     text.set_defaults(func=_bench_text)

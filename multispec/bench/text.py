@@ -1,7 +1,8 @@
 """Text speed benchmark on a zoo pair (`multispec bench text`).
 
 Same prompts for every method: held-out CPython stdlib files (never trained on) and natural-language
-prompts. Greedy: plain decoding, `transformers` prompt lookup, our n-gram drafter, our EAGLE drafter
+prompts. Greedy: plain decoding, `transformers` prompt lookup (and assisted generation with the pair's small
+draft model, where it has one), our n-gram drafter, the draft model as a chain, our EAGLE drafter
 as a chain and as a dynamic tree, the hybrid (prompt lookup when it matches, EAGLE otherwise), Token
 Recycling and SuffixDecoding; each output is compared with plain greedy, and a differing token is classified
 as a floating-point near-tie when the target's top-2 logit gap there is below 1e-4. Sampling (temperature
@@ -14,10 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import (Chain, DynamicTree, HybridDrafter, NGramDrafter, SuffixDecodingDrafter,
+from .. import (Chain, DynamicTree, HybridDrafter, ModelDrafter, NGramDrafter, SuffixDecodingDrafter,
                  TokenRecyclingDrafter, speculative_generate)
 from .. import zoo
-from ..zoo.data import read_source, stdlib_files
+from ..zoo.data import _shuffled, read_source, stdlib_files
 from ..targets.lean import lean_unsupported
 from ..targets.lm_head import fast_head_applies, tall_lm_head
 from ..drafters.recycling import cpu_tree
@@ -31,16 +32,33 @@ NATURAL = [
     "Photosynthesis is the process by which plants",
     "Dear committee members, I am writing to",
 ]
+NATURAL_VALIDATION = [  # where settings are chosen; NATURAL is the test split's
+    "The river had flooded twice that spring, and the villagers",
+    "A good recipe for bread needs only four ingredients:",
+]
 NEAR_TIE = 1e-4
 
 
-def prompts(tokenizer, quick: bool) -> list[tuple[str, torch.Tensor]]:
-    files = stdlib_files("heldout")[: 2 if quick else 6]
-    out = []
-    for f in files:
-        text = read_source(f)
-        out.append((f"stdlib:{f.name}", text[:1200]))
-    out += [(f"natural:{i}", t) for i, t in enumerate(NATURAL[: 1 if quick else 4])]
+PROMPT_CHARS = 1200
+
+
+def prompt_files(split: str, count: int) -> list:
+    """`count` stdlib files of `split` to prompt with: the held-out (test) files in order, or validation files
+    long enough for a full prompt, in a fixed pseudo-random order."""
+    if split == "heldout":
+        return stdlib_files("heldout")[:count]
+    files = [f for f in _shuffled(stdlib_files(split), seed=2) if len(read_source(f)) >= 2 * PROMPT_CHARS]
+    return files[:count]
+
+
+def prompts(tokenizer, quick: bool, split: str = "heldout") -> list[tuple[str, torch.Tensor]]:
+    """Code prompts (the first 1200 characters of stdlib files of `split`) and natural-language ones."""
+    if split not in ("heldout", "validation"):
+        raise ValueError(f"split: expected 'heldout' (test) or 'validation', got {split!r}")
+    out = [(f"stdlib:{f.name}", read_source(f)[:PROMPT_CHARS]) for f in prompt_files(split, 2 if quick else 6)]
+    natural = NATURAL if split == "heldout" else NATURAL_VALIDATION
+    tag = "natural" if split == "heldout" else "natural-validation"
+    out += [(f"{tag}:{i}", t) for i, t in enumerate(natural[: 1 if quick else 4])]
     return [(name, tokenizer(text, return_tensors="pt")["input_ids"]) for name, text in out]
 
 
@@ -76,12 +94,14 @@ def _corpus(tokenizer, chars: int) -> list[list[int]]:
     return [d if isinstance(d, list) else list(d) for d in docs]
 
 
-def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: str | None = None,
+def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: str | None = None,
         max_new_tokens: int | None = None, temperature: float = 0.8, threads: int | None = None,
-        chain_k: int = 4, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
-        rounds: int = 3, compile: bool = False) -> dict:
-    """`compile`: also the EAGLE rows with `step="compiled"` (the static step under `torch.compile`), for
-    pairs whose target the lean engine runs."""
+        chain_k: int | None = None, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
+        rounds: int = 3, compile: bool = False, split: str = "heldout") -> dict:
+    """`chain_k` / `tree`: the draft shape of the chain and tree rows (default: the pair's, chosen on the
+    validation split, else 4 and 4/4/15). `compile`: also the EAGLE rows with `step="compiled"` (the static
+    step under `torch.compile`), for pairs whose target the lean engine runs. `split`: the prompts' split,
+    'heldout' (test: the reported figures) or 'validation'."""
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
@@ -89,10 +109,11 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
     if compile and lean_unsupported(target) is not None:
         raise ValueError(f"--compile: the compiled step runs Llama-family targets; {pair_name}'s target "
                          f"cannot ({lean_unsupported(target)})")
-    # 16 verified nodes: on CPUs the LM-head GEMM costs about the same for 16 rows as for 8
-    tree = tree or DynamicTree(depth=4, topk=4, total=15)
+    chain_k = chain_k or pair.chain_k or 4
+    # 16 verified nodes: on CPUs Gemma's LM-head GEMM costs about the same for 16 rows as for 8
+    tree = tree or pair.tree or DynamicTree(depth=4, topk=4, total=15)
     n = max_new_tokens or 128  # --quick: fewer prompts, not fewer tokens (short runs measure the prefill)
-    ps = prompts(tok, quick)
+    ps = prompts(tok, quick, split)
     no_eos = dict(eos_token_id=[], pad_token_id=0)
     hf_no_eos = dict(eos_token_id=None, pad_token_id=0)
     # The training-free drafters keep what they learn across the prompts of a round (Token Recycling's hot
@@ -114,11 +135,19 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
         """A drafter that learns across the prompts of a round, and starts over at the next round."""
         return Fresh(lambda: ours(make_drafter(), spec, **kw))
 
+    # control: our engine with no drafts (an empty chain each step), so the table shows how much of a
+    # speedup is the engine (the lean forward, one host read a step) rather than speculation
+    no_draft = ours(NGramDrafter, 0)
     greedy = {
         "plain": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False, **hf_no_eos),
+        "no_draft": no_draft,
         "hf_prompt_lookup": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False,
                                                         prompt_lookup_num_tokens=5, **hf_no_eos),
     }
+    draft = pair.draft_model  # a small model of the same tokenizer, where the pair has one
+    if draft is not None:
+        greedy["hf_assisted"] = lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False,
+                                                            assistant_model=draft, **hf_no_eos)
     if fast_head_applies(target):
         # control: the model's own decoding through the LM-head layout MULTISPEC_FAST_HEAD opted into (our
         # adapter uses it too), so the table shows how much of a speedup is that layout alone
@@ -128,6 +157,7 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
         # the same lookup as transformers' row (5 tokens), then at the chain length of the other rows
         "ngram_chain": ours(NGramDrafter, 5),
         f"ngram_chain_k{chain_k}": ours(NGramDrafter, chain_k),
+        **({f"draft_chain_k{chain_k}": ours(ModelDrafter(draft), chain_k)} if draft is not None else {}),
         f"eagle_chain_k{chain_k}": ours(eagle, chain_k),
         "eagle_chain_adaptive": ours(eagle, Chain(2 * chain_k, min_prob=0.3)),
         "eagle_dynamic_tree": ours(eagle, tree),
@@ -146,7 +176,8 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
     # them; with compiled rows on every prompt (each padded width compiles once, when a step first needs it)
     warmup = sorted(inputs, key=lambda ids: -ids.shape[1]) if compile else [max(inputs, key=lambda ids: ids.shape[1])]
     compare = lambda ref, out, ids: classify(target, sequences(ref), sequences(out))  # noqa: E731
-    tables = {"greedy": Recorder(greedy, "plain", compare=compare, also_against=["hf_prompt_lookup"])
+    peers = ["no_draft", "hf_prompt_lookup"] + (["hf_assisted"] if draft is not None else [])
+    tables = {"greedy": Recorder(greedy, "plain", compare=compare, also_against=peers)
               .run(repeat(inputs, rounds), warmup=warmup, desc="greedy")}
 
     g = torch.Generator().manual_seed(0)
@@ -154,6 +185,8 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
     sampling = {
         "plain": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=True, temperature=temperature,
                                              top_k=0, **hf_no_eos),
+        "no_draft": ours(NGramDrafter, 0, **sample),
+        **({f"draft_chain_k{chain_k}": ours(ModelDrafter(draft), chain_k, **sample)} if draft is not None else {}),
         f"eagle_chain_k{chain_k}": ours(eagle, chain_k, **sample),
         "eagle_dynamic_tree": ours(eagle, tree, **sample),
         f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k, **sample),
@@ -162,11 +195,11 @@ def run(pair_name: str = "gemma3-270m-eagle", quick: bool = False, json_path: st
     if compile:
         sampling[f"eagle_chain_k{chain_k}_compiled"] = ours(eagle, chain_k, step="compiled", **sample)
     torch.manual_seed(0)
-    tables["sampling"] = Recorder(sampling, "plain").run(repeat(inputs, rounds), warmup=warmup, desc="sampling")
+    tables["sampling"] = Recorder(sampling, "plain", also_against=["no_draft"]).run(repeat(inputs, rounds), warmup=warmup, desc="sampling")
     settings = {"pair": pair_name, "quick": quick, "max_new_tokens": n, "temperature": temperature,
                 "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
                 "dynamic_tree": [tree.depth, tree.topk, tree.total], "corpus_chars": corpus_chars, "rounds": rounds,
-                "compile": compile}
+                "compile": compile, "split": split}
     out = results("text", settings, tables, outputs_identical=outputs_identical(tables))
     _print(out)
     return save_results(out, json_path)

@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
+from ..int8 import dequantize_state, is_quantized, quantize_state
 from ..prompt import Prompt
 from ..rules import Verdict
 from ..sampling import SamplingConfig
@@ -103,10 +104,16 @@ class EagleHead(nn.Module):
         return self.decoder.lm_head(hidden), hidden
 
     # ---- persistence ------------------------------------------------------------------------------------
-    def save(self, folder: str | Path, dtype: torch.dtype = torch.float16) -> None:
+    def save(self, folder: str | Path, dtype: torch.dtype = torch.float16, int8: bool = False) -> None:
+        """Weights in `dtype`, or with `int8` each matrix in int8 with per-row scales (`multispec.int8`: half
+        the bytes of fp16; `load` dequantizes, and the dequantized head is the one every figure is measured on)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        tensors = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in self.state_dict().items()}
+        state = self.state_dict()
+        if int8:
+            tensors = quantize_state(state)
+        else:
+            tensors = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in state.items()}
         save_file(tensors, str(folder / "eagle.safetensors"))
         (folder / "eagle_config.json").write_text(json.dumps(asdict(self.config), indent=2))
 
@@ -117,6 +124,8 @@ class EagleHead(nn.Module):
             raise FileNotFoundError(f"folder: no eagle_config.json in {folder}")
         config = EagleConfig(**json.loads((folder / "eagle_config.json").read_text()))
         tensors = load_file(str(folder / "eagle.safetensors"))
+        if is_quantized(tensors):
+            tensors = dequantize_state(tensors)
         head = EagleHead(config, tensors["d2t"])
         head.load_state_dict({k: (v.to(dtype) if v.is_floating_point() else v) for k, v in tensors.items()})
         return head.to(dtype).eval()

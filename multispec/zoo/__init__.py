@@ -9,6 +9,7 @@ CLI: `multispec zoo list | path NAME | train NAME [--out DIR]`.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,9 @@ import torch
 from transformers import LlamaForCausalLM
 
 from ..drafters.eagle import EagleDrafter, EagleHead
+from ..tree import DynamicTree
 from ..targets import load_adapter_plugins
+from .bytes_large import load_large_target, train_large
 from .bytes_lm import ByteTokenizer, eagle_train_config, train_target
 from .gemma import load_gemma
 from .gemma_recipe import train_gemma_eagle
@@ -33,6 +36,11 @@ class ZooPair:
     drafter: Any  # a multispec Drafter
     tokenizer: Any  # callable(text, return_tensors="pt") and .decode(ids)
     name: str
+    draft_model: Any = None  # a small causal LM of the same tokenizer (a `ModelDrafter`, assisted generation)
+    # the drafter's chain length and dynamic tree chosen for this pair on the validation split
+    # (`draft_shape.json` beside its weights, written by benchmarks/choose_draft_shape.py); None: not chosen
+    chain_k: int | None = None
+    tree: DynamicTree | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,25 @@ def _train_bytes(folder: Path) -> dict:
     return report
 
 
+def _load_bytes_large(folder: Path) -> ZooPair:
+    if not (folder / "target" / "config.json").exists():
+        raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train stdlib-bytes-large`")
+    target = load_large_target(folder)
+    draft = _load_bytes(WEIGHTS / "stdlib-bytes").target  # the small pair's target: same bytes, same corpus
+    return ZooPair(target, EagleDrafter(EagleHead.load(folder / "eagle"), target), ByteTokenizer(),
+                   "stdlib-bytes-large", draft_model=draft, **_draft_shape(folder))
+
+
+def _draft_shape(folder: Path) -> dict:
+    """`chain_k` and `tree` from the pair's `draft_shape.json`, if it has one."""
+    file = folder / "draft_shape.json"
+    if not file.exists():
+        return {}
+    shape = json.loads(file.read_text())
+    depth, topk, total = (int(x) for x in shape["tree"].split("/"))
+    return {"chain_k": int(shape["chain_k"]), "tree": DynamicTree(depth=depth, topk=topk, total=total)}
+
+
 def _load_gemma(folder: Path) -> ZooPair:
     if not (folder / "eagle_config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained head; run `multispec zoo train gemma3-270m-eagle`")
@@ -77,6 +104,9 @@ ENTRIES: dict[str, ZooEntry] = {
     e.name: e for e in [
         ZooEntry("stdlib-bytes", "byte-level Llama (4 layers, 1.7M params) trained on CPython's stdlib + EAGLE head; "
                  "fully local, used by the tests", None, _load_bytes, _train_bytes),
+        ZooEntry("stdlib-bytes-large", "byte-level Llama (12 layers, hidden 256, 8.4M params, int8) trained on "
+                 "CPython's stdlib + EAGLE head; stdlib-bytes' target as its draft model; the README's first "
+                 "command", None, _load_bytes_large, train_large),
         ZooEntry("gemma3-270m-eagle", "Gemma 3 270M (GGUF from PyPI, dequantized to fp32) + EAGLE head with an "
                  "8192-token draft vocabulary, trained on CPython's stdlib", "gemma", _load_gemma, _train_gemma),
     ]

@@ -1,4 +1,5 @@
-"""Offline corpora: the CPython standard library's own source, split by file into train and held-out."""
+"""Offline corpora: the CPython standard library's own source, split by file into train, validation and
+held-out (test)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,23 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+# What the text pairs' recipes read of the train split, as {corpus seed: characters}: the targets and vocabulary
+# maps the first 3M characters of `corpus_text(seed=0)`, the EAGLE heads (and their self-generated data) the
+# first 600k of `corpus_text(seed=1)`. The train-split files outside both are never trained on.
+TRAINED_BUDGETS = {0: 3_000_000, 1: 600_000}
+
+
 def stdlib_files(split: str = "train") -> list[Path]:
-    """Sorted stdlib .py files of a split: 'train' or 'heldout' (see HELD_OUT)."""
-    if split not in ("train", "heldout"):
-        raise ValueError(f"split: expected 'train' or 'heldout', got {split!r}")
+    """Sorted stdlib .py files of a split: 'train', 'heldout' (see HELD_OUT: the test split, for reported
+    figures) or 'validation' (train-split files no text pair's recipe reads, see TRAINED_BUDGETS: where
+    settings are chosen)."""
+    if split not in ("train", "heldout", "validation"):
+        raise ValueError(f"split: expected 'train', 'validation' or 'heldout', got {split!r}")
+    if split == "validation":
+        read = set()
+        for seed, chars in TRAINED_BUDGETS.items():
+            read |= set(_read_files(seed, chars))
+        return sorted(set(stdlib_files("train")) - read)
     root = stdlib_root()
     held = {root / h for h in HELD_OUT}
     if split == "heldout":
@@ -39,13 +53,26 @@ def read_source(path: Path, max_bytes: int | None = None) -> str:
     return text if max_bytes is None else text[:max_bytes]
 
 
+def _shuffled(files: list[Path], seed: int) -> list[Path]:
+    root = stdlib_root()
+    return sorted(files, key=lambda p: hashlib.sha1(f"{seed}:{p.relative_to(root)}".encode()).hexdigest())
+
+
+def _read_files(seed: int, max_chars: int) -> list[Path]:
+    """The train-split files `corpus_text("train", max_chars, seed)` reads (the last one possibly in part)."""
+    out, total = [], 0
+    for p in _shuffled(stdlib_files("train"), seed):
+        out.append(p)
+        total += len(read_source(p))
+        if total >= max_chars:
+            break
+    return out
+
+
 def corpus_text(split: str = "train", max_chars: int | None = None, seed: int = 0) -> str:
     """The split's files concatenated in a fixed pseudo-random order (by hashed path), up to max_chars."""
-    files = stdlib_files(split)
-    root = stdlib_root()
-    files.sort(key=lambda p: hashlib.sha1(f"{seed}:{p.relative_to(root)}".encode()).hexdigest())
     parts, total = [], 0
-    for p in files:
+    for p in _shuffled(stdlib_files(split), seed):
         text = read_source(p)
         parts.append(text)
         total += len(text)

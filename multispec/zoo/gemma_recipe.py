@@ -17,4 +17,4 @@ def train_gemma_eagle(target, tokenizer, out_dir: str | Path) -> dict:
 
     return train_eagle(target, encode, out_dir, train_chars=TRAIN_CHARS, vocab_chars=3_000_000, draft_vocab=8192,
                        intermediate_size=1536, num_heads=8, kv_heads=2, train=RECIPE,
-                       sliding_window=128)
+                       sliding_window=128, int8=True)  # int8: the zoo's budget

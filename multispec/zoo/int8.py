@@ -1,9 +1,6 @@
-"""Int8 storage for shipped checkpoints: half the bytes of fp16, for pairs that would not fit the zoo's budget.
-
-Each weight matrix is stored as int8 with one fp16 scale per output row (symmetric, absmax / 127), so a
-value is off by at most half its row's scale; vectors (norms, biases) stay fp16. Loading dequantizes to
-fp32: the shipped model *is* the dequantized one, and every figure measured on the pair is measured on it.
-The `transformers` config is saved beside it, so the class and its config are the user's usual ones.
+"""Int8 storage for shipped `transformers` checkpoints: half the bytes of fp16, for pairs that would not fit
+the zoo's budget (the format: `multispec.int8`). The `transformers` config is saved beside the weights, so the
+class and its config are the user's usual ones; loading dequantizes to fp32.
 """
 
 from __future__ import annotations
@@ -13,21 +10,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..int8 import dequantize, dequantize_state, quantize, quantize_state  # noqa: F401 (re-exported)
+
+__all__ = ["FILE", "dequantize", "load_int8", "quantize", "save_int8"]
+
 FILE = "model.int8.safetensors"
-
-
-def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """int8 values and fp16 per-row scales of a 2-D `weight` (rows: output features)."""
-    if weight.dim() != 2:
-        raise ValueError(f"weight: expected a matrix, got shape {tuple(weight.shape)}")
-    w = weight.detach().float()
-    scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-8).half()
-    q = torch.round(w / scale.float()[:, None]).clamp(-127, 127).to(torch.int8)
-    return q, scale
-
-
-def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return q.float() * scale.float()[:, None]
 
 
 def save_int8(model, folder: str | Path) -> None:
@@ -37,13 +24,7 @@ def save_int8(model, folder: str | Path) -> None:
     model.config.save_pretrained(folder)
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.save_pretrained(folder)
-    tensors = {}
-    for name, value in model.state_dict().items():
-        if value.dim() == 2 and value.is_floating_point():
-            tensors[name + ".q"], tensors[name + ".scale"] = quantize(value)
-        else:
-            tensors[name] = value.detach().half() if value.is_floating_point() else value.detach()
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / FILE))
+    save_file(quantize_state(model.state_dict()), str(folder / FILE))
 
 
 def load_int8(cls, folder: str | Path):
@@ -54,15 +35,7 @@ def load_int8(cls, folder: str | Path):
     if not (folder / FILE).exists():
         raise FileNotFoundError(f"{folder}: no {FILE} (write it with multispec.zoo.int8.save_int8)")
     stored = load_file(str(folder / FILE))
-    state = {}
-    for name, value in stored.items():
-        if name.endswith(".scale"):
-            continue
-        if name.endswith(".q"):
-            base = name[: -len(".q")]
-            state[base] = dequantize(value, stored[base + ".scale"])
-        else:
-            state[name] = value.float() if value.is_floating_point() else value
+    state = dequantize_state(stored)
     model = cls(AutoConfig.from_pretrained(folder))
     model.load_state_dict(state, strict=True)
     return model.float().eval()

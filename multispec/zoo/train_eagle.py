@@ -34,9 +34,9 @@ def self_generated_chunks(target, chunks: list[torch.Tensor], count: int, prompt
 
 def train_eagle(target, encode, out_dir: str | Path, *, train_chars: int, vocab_chars: int, draft_vocab: int,
                 intermediate_size: int, num_heads: int, kv_heads: int, train: EagleTrainConfig,
-                generated: int = 0, sliding_window: int | None = None, seed: int = 0) -> dict:
+                generated: int = 0, sliding_window: int | None = None, seed: int = 0, int8: bool = False) -> dict:
     """Tokenize stdlib text with `encode(str) -> list[int]`, add `generated` self-generated chunks, train a
-    head, save it with a report."""
+    head, save it with a report (`int8`: stored in int8, see `EagleHead.save`)."""
     torch.manual_seed(seed)
     start = time.time()
     vocab_size = target.get_output_embeddings().weight.shape[0]
@@ -53,7 +53,7 @@ def train_eagle(target, encode, out_dir: str | Path, *, train_chars: int, vocab_
                          num_key_value_heads=kv_heads, sliding_window=sliding_window)
     head = EagleHead(config, d2t)
     history = EagleTrainer(target, head, train).fit(chunks)
-    head.save(out_dir)
+    head.save(out_dir, int8=int8)
     report = {"train_tokens": int(len(chunks) * train.seq_len), "self_generated_chunks": generated,
               "draft_vocab": len(d2t),
               "draft_vocab_coverage": round(coverage, 4), "epochs": train.epochs, "seconds": round(time.time() - start),

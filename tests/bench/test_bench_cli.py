@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from multispec import zoo
 from multispec.cli import main
 
 
@@ -28,20 +29,26 @@ def _check_results(res: dict, benchmark: str) -> None:
     assert {"cpu", "git_commit", "torch"} <= set(res["machine"])
 
 
-def test_bench_text_on_the_byte_pair(tmp_path):
+def test_bench_text_on_the_main_job_pair(tmp_path):
+    """The README's first command (shortened): every row, the draft model's and assisted generation's too."""
     path = tmp_path / "text.json"
-    assert main(["bench", "text", "--pair", "stdlib-bytes", "--quick", "--max-new-tokens", "12", "--rounds", "2",
-                 "--json", str(path)]) == 0
+    assert main(["bench", "text", "--pair", "stdlib-bytes-large", "--quick", "--max-new-tokens", "12", "--rounds",
+                 "2", "--json", str(path)]) == 0
     res = json.loads(path.read_text())
     _check_results(res, "text")
     assert res["outputs_identical"] is True
-    greedy = _check_table(res["tables"]["greedy"], {"plain", "hf_prompt_lookup", "ngram_chain", "ngram_chain_k4",
-                                                    "eagle_chain_k4", "eagle_dynamic_tree", "hybrid_chain_k4"})
+    k = res["settings"]["chain_k"]  # the pair's, chosen on the validation split
+    assert k == zoo.load("stdlib-bytes-large").chain_k and res["settings"]["split"] == "heldout"
+    greedy = _check_table(res["tables"]["greedy"], {"plain", "no_draft", "hf_prompt_lookup", "hf_assisted",
+                                                    "ngram_chain", f"ngram_chain_k{k}", f"draft_chain_k{k}",
+                                                    f"eagle_chain_k{k}", "eagle_dynamic_tree", f"hybrid_chain_k{k}"})
     # every greedy output of every round compared with plain decoding's for the same prompt
-    assert greedy["eagle_chain_k4"]["outputs"] == {"identical": 2 * len(res["settings"]["prompts"])}
-    assert greedy["eagle_chain_k4"]["mean_accepted_length"] > 1.5  # the trained pair agrees
-    assert "speedup_vs_hf_prompt_lookup" in greedy["eagle_chain_k4"]
-    _check_table(res["tables"]["sampling"], {"plain", "eagle_chain_k4"})
+    for name in ("no_draft", f"eagle_chain_k{k}", f"draft_chain_k{k}", "hf_assisted"):
+        assert greedy[name]["outputs"] == {"identical": 2 * len(res["settings"]["prompts"])}, name
+    assert greedy[f"eagle_chain_k{k}"]["mean_accepted_length"] > 1.5  # the trained pair agrees
+    for peer in ("no_draft", "hf_prompt_lookup", "hf_assisted"):
+        assert f"speedup_vs_{peer}" in greedy[f"eagle_chain_k{k}"]
+    _check_table(res["tables"]["sampling"], {"plain", "no_draft", f"draft_chain_k{k}", f"eagle_chain_k{k}"})
 
 
 def test_bench_text_compile_rows(tmp_path, monkeypatch):

@@ -36,3 +36,22 @@ def test_saved_model_reloads_as_its_dequantized_self(tmp_path):
     assert (tmp_path / FILE).stat().st_size < 0.6 * 2 * params  # about half of fp16
     with pytest.raises(FileNotFoundError, match=FILE):
         load_int8(LlamaForCausalLM, tmp_path / "nothing")
+
+
+def test_eagle_head_stored_in_int8_reloads_dequantized(tmp_path):
+    """`EagleHead.save(int8=True)`: half the bytes, `load` gives the dequantized head (its vocabulary map exact)."""
+    from multispec.drafters.eagle import EagleConfig, EagleHead
+
+    torch.manual_seed(0)
+    head = EagleHead(EagleConfig(hidden_size=96, draft_vocab_size=16, target_vocab_size=64, intermediate_size=192,
+                                 num_attention_heads=4, num_key_value_heads=2), torch.randperm(64)[:16])
+    head.save(tmp_path / "fp16")
+    head.save(tmp_path / "int8", int8=True)
+    loaded = EagleHead.load(tmp_path / "int8")
+    assert torch.equal(loaded.d2t, head.d2t)
+    for name, value in head.state_dict().items():
+        if value.is_floating_point():
+            expected = dequantize(*quantize(value)) if value.dim() == 2 else value.half().float()
+            assert torch.equal(loaded.state_dict()[name], expected), name
+    size = lambda d: (tmp_path / d / "eagle.safetensors").stat().st_size  # noqa: E731
+    assert size("int8") < 0.6 * size("fp16")

@@ -8,7 +8,7 @@ import torch
 
 from multispec import DynamicTree, speculative_generate, zoo
 from multispec.cli import main
-from multispec.zoo.data import HELD_OUT, read_source, stdlib_files
+from multispec.zoo.data import HELD_OUT, TRAINED_BUDGETS, corpus_text, read_source, stdlib_files
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def pair():
 
 
 def test_registry_and_cli(capsys):
-    assert {"stdlib-bytes", "gemma3-270m-eagle"} <= set(zoo.names())
+    assert {"stdlib-bytes", "stdlib-bytes-large", "gemma3-270m-eagle"} <= set(zoo.names())
     with pytest.raises(ValueError, match="name: unknown zoo entry"):
         zoo.path("gpt-17")
     assert main(["zoo", "list"]) == 0
@@ -43,6 +43,20 @@ def test_held_out_files_are_not_trained_on():
     assert all(str(p).endswith(HELD_OUT) for p in held)
 
 
+def test_validation_files_are_in_no_recipe_text():
+    """Validation files: train-split files whose text the pairs' training reads under none of the budgets,
+    checked against the corpus text itself."""
+    validation = stdlib_files("validation")
+    assert len(validation) >= 20 and not set(validation) & set(stdlib_files("heldout"))
+    assert set(validation) < set(stdlib_files("train"))
+    texts = [corpus_text("train", max_chars=chars, seed=seed) for seed, chars in TRAINED_BUDGETS.items()]
+    long_ones = [p for p in validation if len(read_source(p)) > 4000][:8]
+    assert long_ones
+    for p in long_ones:
+        probe = read_source(p)[1000:1400]  # an inner slice: a licence header may repeat across files
+        assert not any(probe in text for text in texts), p
+
+
 @pytest.mark.parametrize("tree", [4, DynamicTree(depth=4, topk=4, total=16)], ids=["chain", "dynamic"])
 def test_local_pair_is_lossless_and_accepts(pair, tree):
     prompt = read_source(stdlib_files("heldout")[0])[:400]
@@ -52,6 +66,22 @@ def test_local_pair_is_lossless_and_accepts(pair, tree):
     assert torch.equal(out.sequences, expected)
     assert out.stats.mean_accepted_length > 1.8  # a trained pair: most steps accept drafts
     assert isinstance(pair.tokenizer.decode(out.sequences[0, ids.shape[1]:]), str)
+
+
+@pytest.mark.parametrize("tree", [4, DynamicTree(depth=4, topk=4, total=16)], ids=["chain", "dynamic"])
+def test_main_job_pair_is_lossless_and_accepts(tree):
+    """`stdlib-bytes-large` (the README's first command): EAGLE output equals `generate`, most steps accept
+    drafts, and its draft model (the `stdlib-bytes` target) drafts for it losslessly too."""
+    pair = zoo.load("stdlib-bytes-large")
+    assert pair.draft_model is not None and pair.draft_model.config.num_hidden_layers < pair.target.config.num_hidden_layers
+    assert pair.chain_k and pair.tree is not None  # chosen on the validation split (draft_shape.json)
+    prompt = read_source(stdlib_files("heldout")[0])[:400]
+    ids = pair.tokenizer(prompt, return_tensors="pt")["input_ids"]
+    expected = pair.target.generate(ids, max_new_tokens=48, do_sample=False, pad_token_id=0)
+    for drafter in (pair.drafter, pair.draft_model):
+        out = speculative_generate(pair.target, drafter, ids, max_new_tokens=48, tree=tree, pad_token_id=0)
+        assert torch.equal(out.sequences, expected)
+        assert out.stats.mean_accepted_length > 1.8
 
 
 @pytest.mark.parametrize("name", ["stdlib-mamba2", "stdlib-bamba"])

@@ -1,0 +1,74 @@
+"""Choose a zoo pair's EAGLE draft shape (chain length, dynamic tree) on the validation split.
+
+Every candidate, greedy and sampled (T = 0.8), against plain decoding and our engine with no drafts, in
+interleaved rounds on validation prompts (stdlib files no recipe trained on, see `multispec.zoo.data`); the
+chosen chain and tree maximise the mean of the greedy and sampled speedups over plain decoding. The test
+split (the held-out files) is then run once with the choice: `multispec bench text`.
+
+    python benchmarks/choose_draft_shape.py --pair stdlib-bytes-large --json benchmarks/results/shapes.json
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from multispec import DynamicTree, NGramDrafter, speculative_generate, zoo
+from multispec.bench.machine import describe, save_results
+from multispec.bench.recorder import Recorder, format_table, repeat, results
+from multispec.bench.text import prompts
+
+CHAINS = (4, 5, 6, 8)
+TREES = ((4, 4, 15), (4, 3, 11), (5, 3, 11), (6, 2, 11))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pair", default="stdlib-bytes-large")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--full", action="store_true", help="all validation prompts (default: the quick set)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    pair = zoo.load(args.pair)
+    target, eagle, n = pair.target, pair.drafter, args.max_new_tokens
+    inputs = [ids for _, ids in prompts(pair.tokenizer, quick=not args.full, split="validation")]
+    tables = {}
+    for mode, kw in (("greedy", {}), ("sampling", dict(do_sample=True, temperature=0.8))):
+        g = torch.Generator().manual_seed(0)
+        sample = dict(kw, generator=g) if kw else {}
+
+        def ours(drafter, spec, sample=sample):
+            return lambda ids: speculative_generate(target, drafter, ids, max_new_tokens=n, tree=spec,
+                                                    eos_token_id=[], pad_token_id=0, **sample)
+
+        methods = {"plain": lambda ids, kw=kw: target.generate(ids, max_new_tokens=n, do_sample=bool(kw),
+                                                               eos_token_id=None, pad_token_id=0,
+                                                               **({"temperature": 0.8, "top_k": 0} if kw else {})),
+                   "no_draft": ours(NGramDrafter(), 0)}
+        methods |= {f"chain_k{k}": ours(eagle, k) for k in CHAINS}
+        methods |= {f"tree_{d}/{t}/{m}": ours(eagle, DynamicTree(d, t, m)) for d, t, m in TREES}
+        tables[mode] = Recorder(methods, "plain", also_against=["no_draft"]).run(
+            repeat(inputs, args.rounds), warmup=inputs[:1], desc=mode)
+
+    def score(name: str) -> float:
+        return (tables["greedy"]["methods"][name]["speedup"] + tables["sampling"]["methods"][name]["speedup"]) / 2
+
+    chain = max((f"chain_k{k}" for k in CHAINS), key=score)
+    tree = max((f"tree_{d}/{t}/{m}" for d, t, m in TREES), key=score)
+    chosen = {"chain_k": int(chain[len("chain_k"):]), "tree": tree[len("tree_"):]}
+    settings = {"pair": args.pair, "split": "validation", "prompts": len(inputs), "rounds": args.rounds,
+                "max_new_tokens": n, "threads": torch.get_num_threads(), "rule": "max mean of greedy and sampled speedup"}
+    out = results("draft-shape", settings, tables, chosen=chosen)
+    print(f"machine: {describe(out['machine'])}")
+    for mode, table in tables.items():
+        print(format_table(mode, table))
+    print(f"chosen on validation: chain k={chosen['chain_k']}, tree {chosen['tree']}")
+    save_results(out, args.json)
+
+
+if __name__ == "__main__":
+    main()
