@@ -7,7 +7,7 @@ from multispec import DynamicTree, HybridDrafter, NGramDrafter
 
 from .compare import build_tab, run_tab
 
-# the main job's pair first: its target costs about 10x a head call, so speculation shows what it buys;
+# the main job's pair first: its target costs about 8x its head's forward, so speculation shows what it buys;
 # on the small pair the target is barely dearer than its drafters
 PAIRS = ["stdlib-bytes-large", "stdlib-bytes", "gemma3-270m-eagle"]
 

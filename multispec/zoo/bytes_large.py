@@ -1,9 +1,9 @@
 """The main job's pair: a deeper, wider byte-level Llama on the stdlib corpus, its EAGLE head, and the
 `stdlib-bytes` target as its small draft model.
 
-`stdlib-bytes`' target costs about 3x its EAGLE head's forward, so speculation has little to save there;
-this target (12 layers, hidden 256, 8.4M parameters) costs about 10x a head call on a 2-core CPU, the
-regime speculative decoding is for. It is shipped in int8 (`multispec.zoo.int8`) to stay inside the zoo's
+`stdlib-bytes`' target costs little more than its EAGLE head's forward, so speculation has little to save
+there; this target (12 layers, hidden 256, 8.4M parameters) costs several head forwards (BENCHMARKS.md,
+"Text: stdlib-bytes-large pair"), the regime speculative decoding is for. It is shipped in int8 (`multispec.zoo.int8`) to stay inside the zoo's
 budget; the head is trained on the dequantized target, the model every figure is measured on.
 """
 
