@@ -36,11 +36,12 @@ def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, 
     parser.add_argument("--quick", action="store_true", help="a smaller run")
     if pair is not None:
         parser.add_argument("--pair", default=pair, help="zoo pair (default: %(default)s)")
-    parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=None,
+                        help="new tokens per prompt (default: the benchmark's)")
     if pair is not None:
         parser.add_argument("--temperature", type=float, default=temperature,
                             help="for the sampling rows (default %(default)s)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     parser.add_argument("--rounds", type=positive_int, default=3,
                         help="timed rounds over the prompts, a speedup per round (default %(default)s)")
     if pair is not None:

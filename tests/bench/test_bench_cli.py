@@ -93,3 +93,13 @@ def test_bench_core_runs_every_method(tmp_path):
     _check_results(res, "core")
     assert res["outputs_identical"] is True
     _check_table(res["tables"]["greedy"], {"plain", "hf_assisted", "draft_chain_k4", "recycling_tree", "suffix_tree"})
+
+
+@pytest.mark.parametrize("option", ["--max-new-tokens", "--chain-k", "--threads", "--rounds"])
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_bench_options_reject_non_positive_counts_before_loading(option, value, capsys):
+    """`--max-new-tokens 0` once ran 128 tokens and `--chain-k 0` printed `*_chain_k0` rows: a count below 1 is
+    refused by argparse, naming the option, before any model loads."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "text", "--quick", option, value])
+    assert exit_info.value.code == 2 and option in capsys.readouterr().err
