@@ -61,7 +61,8 @@ def main() -> None:
     tree = max((f"tree_{d}/{t}/{m}" for d, t, m in TREES), key=score)
     chosen = {"chain_k": int(chain[len("chain_k"):]), "tree": tree[len("tree_"):]}
     settings = {"pair": args.pair, "split": "validation", "prompts": len(inputs), "rounds": args.rounds,
-                "max_new_tokens": n, "threads": torch.get_num_threads(), "rule": "max mean of greedy and sampled speedup"}
+                "max_new_tokens": n, "threads": torch.get_num_threads(),
+                "rule": "max mean of greedy and sampled speedup"}
     out = results("draft-shape", settings, tables, chosen=chosen)
     print(f"machine: {describe(out['machine'])}")
     for mode, table in tables.items():

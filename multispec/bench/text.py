@@ -195,7 +195,8 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     if compile:
         sampling[f"eagle_chain_k{chain_k}_compiled"] = ours(eagle, chain_k, step="compiled", **sample)
     torch.manual_seed(0)
-    tables["sampling"] = Recorder(sampling, "plain", also_against=["no_draft"]).run(repeat(inputs, rounds), warmup=warmup, desc="sampling")
+    tables["sampling"] = Recorder(sampling, "plain", also_against=["no_draft"]).run(
+        repeat(inputs, rounds), warmup=warmup, desc="sampling")
     settings = {"pair": pair_name, "quick": quick, "max_new_tokens": n, "temperature": temperature,
                 "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
                 "dynamic_tree": [tree.depth, tree.topk, tree.total], "corpus_chars": corpus_chars, "rounds": rounds,

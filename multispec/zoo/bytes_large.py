@@ -3,8 +3,9 @@
 
 `stdlib-bytes`' target costs little more than its EAGLE head's forward, so speculation has little to save
 there; this target (12 layers, hidden 256, 8.4M parameters) costs several head forwards (BENCHMARKS.md,
-"Text: stdlib-bytes-large pair"), the regime speculative decoding is for. It is shipped in int8 (`multispec.zoo.int8`) to stay inside the zoo's
-budget; the head is trained on the dequantized target, the model every figure is measured on.
+"Text: stdlib-bytes-large pair"), the regime speculative decoding is for. It is shipped in int8
+(`multispec.zoo.int8`) to stay inside the zoo's budget; the head is trained on the dequantized target, the
+model every figure is measured on.
 """
 
 from __future__ import annotations

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from safetensors.torch import load_file, save_file
 
-from ..int8 import dequantize, dequantize_state, quantize, quantize_state  # noqa: F401 (re-exported)
+from ..int8 import dequantize, dequantize_state, quantize, quantize_state
 
 __all__ = ["FILE", "dequantize", "load_int8", "quantize", "save_int8"]
 

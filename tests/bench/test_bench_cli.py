@@ -32,23 +32,24 @@ def _check_results(res: dict, benchmark: str) -> None:
 def test_bench_text_on_the_main_job_pair(tmp_path):
     """The README's first command (shortened): every row, the draft model's and assisted generation's too."""
     path = tmp_path / "text.json"
+    # one round: the 12-layer target's 1200-byte prefills dominate this test's time
     assert main(["bench", "text", "--pair", "stdlib-bytes-large", "--quick", "--max-new-tokens", "12", "--rounds",
-                 "2", "--json", str(path)]) == 0
+                 "1", "--json", str(path)]) == 0
     res = json.loads(path.read_text())
     _check_results(res, "text")
     assert res["outputs_identical"] is True
     k = res["settings"]["chain_k"]  # the pair's, chosen on the validation split
     assert k == zoo.load("stdlib-bytes-large").chain_k and res["settings"]["split"] == "heldout"
-    greedy = _check_table(res["tables"]["greedy"], {"plain", "no_draft", "hf_prompt_lookup", "hf_assisted",
-                                                    "ngram_chain", f"ngram_chain_k{k}", f"draft_chain_k{k}",
-                                                    f"eagle_chain_k{k}", "eagle_dynamic_tree", f"hybrid_chain_k{k}"})
-    # every greedy output of every round compared with plain decoding's for the same prompt
+    rows = {"plain", "no_draft", "hf_prompt_lookup", "hf_assisted", "ngram_chain", f"ngram_chain_k{k}",
+            f"draft_chain_k{k}", f"eagle_chain_k{k}", "eagle_dynamic_tree", f"hybrid_chain_k{k}"}
+    greedy = _check_table(res["tables"]["greedy"], rows, rounds=1)
+    # every greedy output compared with plain decoding's for the same prompt
     for name in ("no_draft", f"eagle_chain_k{k}", f"draft_chain_k{k}", "hf_assisted"):
-        assert greedy[name]["outputs"] == {"identical": 2 * len(res["settings"]["prompts"])}, name
+        assert greedy[name]["outputs"] == {"identical": len(res["settings"]["prompts"])}, name
     assert greedy[f"eagle_chain_k{k}"]["mean_accepted_length"] > 1.5  # the trained pair agrees
     for peer in ("no_draft", "hf_prompt_lookup", "hf_assisted"):
         assert f"speedup_vs_{peer}" in greedy[f"eagle_chain_k{k}"]
-    _check_table(res["tables"]["sampling"], {"plain", "no_draft", f"draft_chain_k{k}", f"eagle_chain_k{k}"})
+    _check_table(res["tables"]["sampling"], {"plain", "no_draft", f"draft_chain_k{k}", f"eagle_chain_k{k}"}, rounds=1)
 
 
 def test_bench_text_compile_rows(tmp_path, monkeypatch):

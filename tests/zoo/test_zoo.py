@@ -73,7 +73,8 @@ def test_main_job_pair_is_lossless_and_accepts(tree):
     """`stdlib-bytes-large` (the README's first command): EAGLE output equals `generate`, most steps accept
     drafts, and its draft model (the `stdlib-bytes` target) drafts for it losslessly too."""
     pair = zoo.load("stdlib-bytes-large")
-    assert pair.draft_model is not None and pair.draft_model.config.num_hidden_layers < pair.target.config.num_hidden_layers
+    draft_layers = pair.draft_model.config.num_hidden_layers
+    assert draft_layers < pair.target.config.num_hidden_layers
     assert pair.chain_k and pair.tree is not None  # chosen on the validation split (draft_shape.json)
     prompt = read_source(stdlib_files("heldout")[0])[:400]
     ids = pair.tokenizer(prompt, return_tensors="pt")["input_ids"]
