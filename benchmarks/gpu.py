@@ -216,6 +216,11 @@ def _cuda_pairs() -> dict:
     target = byte.target.to(CUDA)
     pairs["stdlib-bytes"] = (target, {"eagle": EagleDrafter(byte.drafter.head.to(CUDA), target)}, byte.tokenizer,
                              lambda m: m)
+    large = zoo.load("stdlib-bytes-large")  # the main job's pair: a 12-layer target, its chain length
+    big = large.target.to(CUDA)
+    pairs["stdlib-bytes-large"] = (big, {"eagle": EagleDrafter(large.drafter.head.to(CUDA), big),
+                                         "draft_model": ModelDrafter(large.draft_model.to(CUDA))},
+                                   large.tokenizer, lambda m: m)
     try:
         ssm = zoo.load("stdlib-mamba2")
         ssm_draft = zoo.load("stdlib-mamba2-ssm-draft")
@@ -228,10 +233,16 @@ def _cuda_pairs() -> dict:
     return pairs
 
 
+# the chain length of each pair's EAGLE rows: 4 for the byte pair (its earlier GPU runs), the length chosen on
+# the validation split for the main job's pair (`draft_shape.json`)
+CHAIN_K = {"stdlib-bytes": 4, "stdlib-bytes-large": 8}
+
+
 def time_pairs(quick: bool, rounds: int, static: bool = True) -> dict:
     tables = {}
     n = 64 if quick else 128
     for name, (model, drafters, tok, adapter) in _cuda_pairs().items():
+        k = CHAIN_K.get(name, 4)
         inputs = [ids.to(CUDA) for _, ids in prompts(tok, quick=True)]
         no_eos = dict(eos_token_id=[], pad_token_id=0)
 
@@ -243,19 +254,23 @@ def time_pairs(quick: bool, rounds: int, static: bool = True) -> dict:
                                                                max_new_tokens=n, do_sample=False,
                                                                eos_token_id=None, pad_token_id=0))}
         methods["ar_adapter"] = spec(NGramDrafter(), 0)
+        if "draft_model" in drafters:  # transformers' assisted generation with the same draft model
+            methods["hf_assisted"] = _synced(lambda ids: model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False, eos_token_id=None,
+                pad_token_id=0, assistant_model=drafters["draft_model"].lm.model))
         methods["ngram_chain_k4"] = spec(NGramDrafter(), 4)
         for row, drafter in drafters.items():
-            methods[f"{row}_chain_k4"] = spec(drafter, 4)
-        if name == "stdlib-bytes" and static:
+            methods[f"{row}_chain_k{k}"] = spec(drafter, k)
+        if "eagle" in drafters and static:
             # the same EAGLE chain through the static-shape step: CUDA graphs around the plain static function,
-            # and around its torch.compile'd form (captured and compiled on the warm-up input)
-            budget = 8
+            # and (byte pair) around its torch.compile'd form (captured and compiled on the warm-up input)
+            budget = 8 if k < 8 else 16
             capacity = capacity_for(max(ids.shape[1] for ids in inputs), n, budget)
-            for label, comp in (("graphs", False), ("compiled_graphs", True)):
+            for label, comp in (("graphs", False), ("compiled_graphs", True))[: 2 if name == "stdlib-bytes" else 1]:
                 t_s, d_s = static_pair(model, drafters["eagle"], capacity=capacity, node_budget=budget, compile=comp,
                                        cuda_graphs=True)
-                methods[f"eagle_chain_k4_static_{label}"] = _synced(
-                    lambda ids, t_s=t_s, d_s=d_s: speculative_generate(t_s, d_s, ids, max_new_tokens=n, tree=4,
+                methods[f"eagle_chain_k{k}_static_{label}"] = _synced(
+                    lambda ids, t_s=t_s, d_s=d_s: speculative_generate(t_s, d_s, ids, max_new_tokens=n, tree=k,
                                                                        **no_eos))
         compare = lambda ref, out, ids, m=model: classify(m, sequences(ref), sequences(out))  # noqa: E731
         tables[name] = Recorder(methods, "plain", compare=compare, also_against=["ar_adapter"]).run(
