@@ -276,103 +276,129 @@ class StaticLeanCausalLM(LeanCausalLM):
     @torch.no_grad()
     def feed(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None, *,
              inputs_embeds: torch.Tensor | None = None, request: FeatureRequest = NO_FEATURES) -> TargetOutput:
-        """`HFCausalLM.feed` without host synchronisation on CUDA: the pending forest's ancestry is always
-        rebuilt from its parents (no branch on the parents' values), the attention window's first column
-        is a tensor, and the mask is built at once in the static layout ([B, N, capacity], bool)."""
+        """`HFCausalLM.feed` without host synchronisation on CUDA: the call's bookkeeping (the pending forest's
+        ancestry, positions and the mask in the static layout, `static_feed_tables`) runs on tensors alone, so
+        on CUDA it is captured in the same graph as the decoder pass and one replay does the whole feed."""
         b, m = tokens.shape
         n = next((s for s in self.buckets if s >= m), None)
         mixed = self.sliding_window is not None and set(self.layer_types) != {"sliding_attention"}
         if n is None or m == 0 or mixed or parents.shape != (b, m) or b != self.batch_size or request.image_embeds:
             return super().feed(tokens, parents, valid, inputs_embeds=inputs_embeds, request=request)
         device = self.device
-        tokens, parents = tokens.to(device), parents.to(device)
-        valid = torch.ones(b, m, dtype=torch.bool, device=device) if valid is None else valid.to(device)
-        p0, width = self.num_pending, self.width
-        before = parents < p0 + torch.arange(m, device=device)
-        # deferred to the step's host read on CUDA (multispec.host); until then no index leaves the forest
-        require(before.all(), lambda: ValueError("parents: a node's parent must be fed before it"))
-        parents = torch.where(before, parents, -1)
-        has_parent = (parents >= 0) & valid
-        kept_parents = torch.cat([self.pending.parents, torch.where(has_parent, parents, -1)], 1)
-        anc = ancestor_mask_from_parents(kept_parents)  # [B, P0+M, P0+M]
-        pos = (self.length - self.start_col)[:, None] + anc.sum(dim=-1) - 1  # a pending root sits at the length
-        new_pos = pos[:, p0:]
-        col = torch.arange(self.capacity, device=device)
-        prefix = (col >= self.start_col[:, None]) & (col < self.length[:, None])  # [B, C]: committed, own row
-        if self.window is not None:  # every row still sees at least its last `window` committed tokens
-            prefix &= col >= (self.length.min() - self.window).clamp(min=0)
-        allowed = torch.zeros(b, n, self.capacity, dtype=torch.bool, device=device)
-        allowed[:, :m] = prefix[:, None, :] & valid[:, :, None]
-        allowed[:, :m, width: width + p0 + m] = anc[:, p0:]
-        if self.sliding_window is not None:
-            key_pos = (col - self.start_col[:, None])
-            key_pos[:, width: width + p0 + m] = pos
-            allowed[:, :m] &= (new_pos[:, :, None] - key_pos[:, None, :]) < self.sliding_window
-        allowed[:, m:, 0] = True  # padding nodes read column 0 (finite), never a row of nothing
-        inp = tokens if inputs_embeds is None else inputs_embeds.to(device)
-        logits, features = self._static(inp, new_pos, allowed[:, None], request, m, n)
-        self.pending = _Pending(kept_parents, pos, anc)
-        return TargetOutput(logits, features)
-
-    def _static(self, inp: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, request: FeatureRequest,
-                m: int, n: int) -> tuple[torch.Tensor, Features | None]:
-        """Run `m` nodes padded to `n` through the static step; their K/V land after the used columns."""
-        b = inp.shape[0]
-        used = self.cache.layers[0].used
+        p0, used = self.num_pending, self.cache.layers[0].used
+        if used != self.width + p0:  # the pending nodes' K/V sit right after the committed columns
+            raise RuntimeError(f"static cache: {used} columns used, expected {self.width} committed + {p0} pending")
         self.check_capacity(used + n)
         for layer in self.cache.layers:
             layer.ensure(b)
+        valid = torch.ones(b, m, dtype=torch.bool, device=device) if valid is None else valid.to(device)
+        inp = tokens.to(device) if inputs_embeds is None else inputs_embeds.to(device)
         # padded to the budget, in fresh tensors: dynamo guards on strides, size-1 dimensions' included, and
         # the bookkeeping hands over slices of wider tensors
-        inp, positions = _padded(inp, n), _padded(positions, n)
-        cols = torch.arange(used, used + n, device=self.device)
-        logits, hidden, layers = self._call(inp, positions, mask, cols, tuple(request.layers), request.hidden)
+        dynamic = (_padded(inp, n), parents.to(device), valid, self.pending.parents, self.length, self.start_col,
+                   torch.arange(used, used + n, device=device))
+        out = self._call(dynamic, p0, tuple(request.layers), request.hidden)
+        logits, hidden, layers, ok, kept_parents, pos, anc = out
         for layer in self.cache.layers:
             layer.used = used + m
         self.static_calls += 1
-        copy_out = self.cuda_graphs or self.compiled and self.device.type == "cuda"  # graph outputs get reused
+        copy_out = self.cuda_graphs or self.compiled and device.type == "cuda"  # graph outputs get reused
         keep = (lambda t: t[:, :m].clone()) if copy_out else (lambda t: t[:, :m])  # noqa: E731
+        if self.cuda_graphs:
+            ok, kept_parents, pos, anc = ok.clone(), kept_parents.clone(), pos.clone(), anc.clone()
+        # deferred to the step's host read on CUDA (multispec.host); the tables clamp a bad parent to -1 first
+        require(ok, lambda: ValueError("parents: a node's parent must be fed before it"))
+        self.pending = _Pending(kept_parents, pos, anc)
         features = None
         if request.hidden or request.layers:
             features = Features(keep(hidden) if request.hidden else None,
                                 {i: keep(t) for i, t in zip(request.layers, layers)})
-        return keep(logits), features
+        return TargetOutput(keep(logits), features)
 
-    def _call(self, inp, positions, mask, cols, layers_wanted: tuple[int, ...], want_hidden: bool):
+    def _fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
+             layers_wanted: tuple[int, ...], want_hidden: bool):
+        """The whole feed on tensors: its tables, then the decoder pass (what a CUDA graph captures)."""
+        ok, kept_parents, pos, anc, positions, mask = static_feed_tables(
+            parents, valid, pending_parents, length, start_col, cols, p0=p0, n=inp.shape[1], capacity=self.capacity,
+            window=self.window, sliding_window=self.sliding_window)
         weights, rope, embed, final_norm, head = self._static_weights()
         kv = tuple((layer._keys, layer._values) for layer in self.cache.layers)
-        rest = (rope, kv, weights, embed, final_norm, head, layers_wanted, want_hidden)
+        logits, hidden, layers = self._step(inp, positions, mask, cols, rope, kv, weights, embed, final_norm, head,
+                                            layers_wanted, want_hidden)
+        return logits, hidden, layers, ok, kept_parents, pos, anc
+
+    def _call(self, dynamic: tuple, p0: int, layers_wanted: tuple[int, ...], want_hidden: bool):
+        run = lambda *args: self._fed(*args, p0=p0, layers_wanted=layers_wanted, want_hidden=want_hidden)  # noqa
         if not self.cuda_graphs:
-            return self._step(inp, positions, mask, cols, *rest)
-        key = (inp.shape, inp.dtype, mask.dtype, layers_wanted, want_hidden,
-               tuple(t.data_ptr() for pair in kv for t in pair))
+            return run(*dynamic)
+        inp, parents = dynamic[:2]
+        kv = tuple(t.data_ptr() for layer in self.cache.layers for t in (layer._keys, layer._values))
+        key = (inp.shape, inp.dtype, parents.shape[1], p0, layers_wanted, want_hidden, kv)
         graph = self._graphs.get(key)
         if graph is None:
-            graph = self._capture((inp, positions, mask, cols), rest)
+            graph = self._capture(run, dynamic)
             self._graphs[key] = graph
         else:
-            for static, new in zip(graph.inputs, (inp, positions, mask, cols)):
+            for static, new in zip(graph.inputs, dynamic):
                 static.copy_(new)
             graph.graph.replay()
         return graph.outputs
 
-    def _capture(self, dynamic: tuple, rest: tuple) -> _Graph:
-        """Warm up (and compile) on a side stream, then capture the step; the capture's own run is this call's
+    def _capture(self, run: Callable, dynamic: tuple) -> _Graph:
+        """Warm up (and compile) on a side stream, then capture the feed; the capture's own run is this call's
         result (the K/V it writes go to this call's columns)."""
+        self._static_weights()  # built before the capture (its tables are allocations of their own)
         inputs = tuple(t.clone() for t in dynamic)
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(2):
-                self._step(*inputs, *rest)
+                run(*inputs)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         if self._graph_pool is None:
             self._graph_pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._graph_pool):
-            outputs = self._step(*inputs, *rest)
+            outputs = run(*inputs)
         graph.replay()
         return _Graph(graph, inputs, outputs)
+
+
+def static_feed_tables(parents: torch.Tensor, valid: torch.Tensor, pending_parents: torch.Tensor,
+                       length: torch.Tensor, start_col: torch.Tensor, cols: torch.Tensor, *, p0: int, n: int,
+                       capacity: int, window: int | None, sliding_window: int | None):
+    """A static feed's bookkeeping from tensors alone (no host read, no value-dependent shape), as
+    `HFCausalLM.feed` does it: `parents` [B, M] pending indices of the new nodes' parents, `valid` [B, M],
+    `pending_parents` [B, P0] those of the nodes fed since the last commit, `length` / `start_col` [B] each
+    row's committed end and first column, `cols` [N] the cache columns this call writes (the first pending
+    node sits at `cols[0] - P0`). Returns (all parents precede their child: a 0-d bool; the pending forest's
+    parents [B, P0+M], positions [B, P0+M] and ancestor-or-self mask [B, P0+M, P0+M]; the new nodes'
+    positions padded to N [B, N]; the mask [B, 1, N, capacity], bool, True = attend; padding rows read
+    column 0 only)."""
+    b, m = parents.shape
+    device = parents.device
+    before = parents < p0 + torch.arange(m, device=device)
+    parents = torch.where(before, parents, -1)  # a bad parent cannot index out of the forest before the check
+    has_parent = (parents >= 0) & valid
+    kept_parents = torch.cat([pending_parents, torch.where(has_parent, parents, -1)], 1)
+    anc = ancestor_mask_from_parents(kept_parents)  # [B, P0+M, P0+M]
+    pos = (length - start_col)[:, None] + anc.sum(dim=-1) - 1  # a pending root sits at the row's length
+    new_pos = pos[:, p0:]
+    col = torch.arange(capacity, device=device)
+    prefix = (col >= start_col[:, None]) & (col < length[:, None])  # [B, C]: committed, own row
+    if window is not None:  # every row still sees at least its last `window` committed tokens
+        prefix &= col >= (length.min() - window).clamp(min=0)
+    rel = col - (cols[0] - p0)  # the pending index a column holds
+    pending_col = (rel >= 0) & (rel < p0 + m)
+    rel = rel.clamp(0, p0 + m - 1)
+    allowed = torch.where(pending_col, anc[:, p0:].index_select(2, rel), prefix[:, None, :] & valid[:, :, None])
+    if sliding_window is not None:
+        key_pos = torch.where(pending_col, pos.index_select(1, rel), col - start_col[:, None])  # [B, C]
+        allowed &= (new_pos[:, :, None] - key_pos[:, None, :]) < sliding_window
+    padding = (col == 0).expand(b, n - m, capacity)  # padding nodes read column 0 (finite), never nothing
+    allowed = torch.cat([allowed, padding], 1)[:, None]
+    positions = torch.cat([new_pos, new_pos.new_zeros(b, n - m)], 1)
+    return before.all(), kept_parents, pos, anc, positions, allowed
 
 
 # ---- opting a pair in ---------------------------------------------------------------------------------------
