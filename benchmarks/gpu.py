@@ -209,27 +209,33 @@ def _synced(fn):
     return call
 
 
-def _cuda_pairs() -> dict:
-    """name -> (target, {row: drafter}, tokenizer, target adapter or the model)."""
+PAIRS = ("stdlib-bytes", "stdlib-bytes-large", "stdlib-mamba2")
+
+
+def _cuda_pairs(names: tuple[str, ...] = PAIRS) -> dict:
+    """name -> (target, {row: drafter}, tokenizer, target adapter or the model), for the pairs in `names`."""
     pairs = {}
-    byte = zoo.load("stdlib-bytes")
-    target = byte.target.to(CUDA)
-    pairs["stdlib-bytes"] = (target, {"eagle": EagleDrafter(byte.drafter.head.to(CUDA), target)}, byte.tokenizer,
-                             lambda m: m)
-    large = zoo.load("stdlib-bytes-large")  # the main job's pair: a 12-layer target, its chain length
-    big = large.target.to(CUDA)
-    pairs["stdlib-bytes-large"] = (big, {"eagle": EagleDrafter(large.drafter.head.to(CUDA), big),
-                                         "draft_model": ModelDrafter(large.draft_model.to(CUDA))},
-                                   large.tokenizer, lambda m: m)
-    try:
-        ssm = zoo.load("stdlib-mamba2")
-        ssm_draft = zoo.load("stdlib-mamba2-ssm-draft")
-        llama = zoo.load("stdlib-bytes").target.to(CUDA)
-        pairs["stdlib-mamba2"] = (ssm.target.to(CUDA), {
-            "llama_draft": ModelDrafter(llama, window=DRAFT_WINDOW),
-            "ssm_draft": ModelDrafter(ssm_draft.drafter.lm.model.to(CUDA))}, ssm.tokenizer, Mamba2Target)
-    except Exception as err:  # e.g. a transformers too old for the SSM path: say so, time the rest
-        print(f"stdlib-mamba2 skipped: {type(err).__name__}: {err}", flush=True)
+    if "stdlib-bytes" in names:
+        byte = zoo.load("stdlib-bytes")
+        target = byte.target.to(CUDA)
+        pairs["stdlib-bytes"] = (target, {"eagle": EagleDrafter(byte.drafter.head.to(CUDA), target)},
+                                 byte.tokenizer, lambda m: m)
+    if "stdlib-bytes-large" in names:  # the main job's pair: a 12-layer target, its chosen chain length
+        large = zoo.load("stdlib-bytes-large")
+        big = large.target.to(CUDA)
+        pairs["stdlib-bytes-large"] = (big, {"eagle": EagleDrafter(large.drafter.head.to(CUDA), big),
+                                             "draft_model": ModelDrafter(large.draft_model.to(CUDA))},
+                                       large.tokenizer, lambda m: m)
+    if "stdlib-mamba2" in names:
+        try:
+            ssm = zoo.load("stdlib-mamba2")
+            ssm_draft = zoo.load("stdlib-mamba2-ssm-draft")
+            llama = zoo.load("stdlib-bytes").target.to(CUDA)
+            pairs["stdlib-mamba2"] = (ssm.target.to(CUDA), {
+                "llama_draft": ModelDrafter(llama, window=DRAFT_WINDOW),
+                "ssm_draft": ModelDrafter(ssm_draft.drafter.lm.model.to(CUDA))}, ssm.tokenizer, Mamba2Target)
+        except Exception as err:  # e.g. a transformers too old for the SSM path: say so, time the rest
+            print(f"stdlib-mamba2 skipped: {type(err).__name__}: {err}", flush=True)
     return pairs
 
 
@@ -238,10 +244,11 @@ def _cuda_pairs() -> dict:
 CHAIN_K = {"stdlib-bytes": 4, "stdlib-bytes-large": 8}
 
 
-def time_pairs(quick: bool, rounds: int, static: bool = True) -> dict:
+def time_pairs(quick: bool, rounds: int, static: bool = True, compiled: bool = True,
+               names: tuple[str, ...] = PAIRS) -> dict:
     tables = {}
     n = 64 if quick else 128
-    for name, (model, drafters, tok, adapter) in _cuda_pairs().items():
+    for name, (model, drafters, tok, adapter) in _cuda_pairs(names).items():
         k = CHAIN_K.get(name, 4)
         inputs = [ids.to(CUDA) for _, ids in prompts(tok, quick=True)]
         no_eos = dict(eos_token_id=[], pad_token_id=0)
@@ -266,7 +273,7 @@ def time_pairs(quick: bool, rounds: int, static: bool = True) -> dict:
             # and (byte pair) around its torch.compile'd form (captured and compiled on the warm-up input)
             budget = 8 if k < 8 else 16
             capacity = capacity_for(max(ids.shape[1] for ids in inputs), n, budget)
-            for label, comp in (("graphs", False), ("compiled_graphs", True))[: 2 if name == "stdlib-bytes" else 1]:
+            for label, comp in (("graphs", False), ("compiled_graphs", True))[: 2 if name == "stdlib-bytes" and compiled else 1]:
                 t_s, d_s = static_pair(model, drafters["eagle"], capacity=capacity, node_budget=budget, compile=comp,
                                        cuda_graphs=True)
                 methods[f"eagle_chain_k{k}_static_{label}"] = _synced(
@@ -287,14 +294,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-sweep", action="store_true", help="skip the tree-scan tile sweep")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-static", action="store_true", help="skip the static-step rows (CUDA graphs, compile)")
+    ap.add_argument("--no-compiled", action="store_true", help="skip the static step's torch.compile row")
+    ap.add_argument("--no-kernels", action="store_true", help="end to end only")
+    ap.add_argument("--pairs", default=",".join(PAIRS), help=f"comma-separated, of {', '.join(PAIRS)}")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/gpu.py needs a CUDA GPU", file=sys.stderr)
         return 2
-    out = {"kernels": time_kernels(args.quick)}
+    names = tuple(p for p in args.pairs.split(",") if p)
+    unknown = sorted(set(names) - set(PAIRS))
+    if unknown:
+        ap.error(f"--pairs: unknown {', '.join(unknown)} (expected some of {', '.join(PAIRS)})")
+    out = {} if args.no_kernels else {"kernels": time_kernels(args.quick)}
     if not args.no_sweep:
         out["scan_sweep"] = sweep_scan()
-    tables = {} if args.no_e2e else time_pairs(args.quick, args.rounds, static=not args.no_static)
+    tables = {} if args.no_e2e else time_pairs(args.quick, args.rounds, static=not args.no_static,
+                                                   compiled=not args.no_compiled, names=names)
     res = results("gpu", {"quick": args.quick, "rounds": args.rounds, "device": torch.cuda.get_device_name(0)},
                   tables, outputs_identical=outputs_identical(tables), **out)
     if args.json:

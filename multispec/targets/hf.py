@@ -355,17 +355,21 @@ class HFCausalLM(Target, FeedingEngine):
             # padded slots copy their own (stale, past the new length) column onto itself; they must
             # not share a destination with a real entry, or index_put may keep the wrong write
             src = torch.where(keep, self.width + path, dest)
-            for layer in self.cache.layers:
-                if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
-                    continue
-                for name in ("keys", "values"):
-                    t = getattr(layer, name)
-                    t[rows, :, dest] = t[rows, :, src]
+            self._move_columns(rows, dest, src)
         self.length = self.length + kept
         self.host_length = [n + c for n, c in zip(self.host_length, counts)]
         self.width = max(self.host_length, default=0)
         self._crop(self.width)
         self._reset_pending(b)
+
+    def _move_columns(self, rows: torch.Tensor, dest: torch.Tensor, src: torch.Tensor) -> None:
+        """Copy each layer's K/V cache column `src[b, j]` of row `rows[b, j]` to column `dest[b, j]`."""
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+                continue
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                t[rows, :, dest] = t[rows, :, src]
 
     def checkpoint(self) -> tuple:
         """The committed lengths: columns below them are never written again, so going back is a crop."""

@@ -222,6 +222,7 @@ class StaticLeanCausalLM(LeanCausalLM):
             if torch._dynamo.config.recompile_limit < limit:
                 torch._dynamo.config.recompile_limit = limit
         self._kv: dict[tuple, torch.Tensor] = {}
+        self._joint: dict[int, torch.Tensor] = {}  # batch size -> every layer's K and V (see `kv_buffer`)
         self._graphs: dict[tuple, _Graph] = {}
         self._graph_pool = None
         self._weights: tuple | None = None
@@ -240,16 +241,35 @@ class StaticLeanCausalLM(LeanCausalLM):
                              f"({self.capacity}); build it with a larger `capacity`")
 
     def kv_buffer(self, batch: int, layer: int, slot: str) -> torch.Tensor:
-        """The engine's fixed K or V buffer for `batch` rows (zeros when new: masked columns must stay finite)."""
+        """The engine's fixed K or V buffer for `batch` rows (zeros when new: masked columns must stay finite).
+        Where every layer has the same K/V shape, all of them are views of one tensor [2 * layers, batch,
+        kv heads, capacity, head dim] (`_joint`), so a commit moves every layer's columns in one copy."""
         key = (batch, layer, slot)
         if key not in self._kv:
-            attn = self.model.model.layers[layer].self_attn
-            kv_heads = attn.k_proj.weight.shape[0] // attn.head_dim
-            buf = torch.zeros(batch, kv_heads, self.capacity, attn.head_dim, dtype=self.dtype, device=self.device)
+            layers = self.model.model.layers
+            shapes = [(a.k_proj.weight.shape[0] // a.head_dim, a.head_dim) for a in (ly.self_attn for ly in layers)]
+            if len(set(shapes)) == 1:
+                joint = torch.zeros(2 * len(layers), batch, shapes[0][0], self.capacity, shapes[0][1],
+                                    dtype=self.dtype, device=self.device)
+                self._joint[batch] = joint
+                for i in range(len(layers)):
+                    self._kv[(batch, i, "_keys")], self._kv[(batch, i, "_values")] = joint[2 * i], joint[2 * i + 1]
+            else:
+                kv_heads, head_dim = shapes[layer]
+                self._kv[key] = torch.zeros(batch, kv_heads, self.capacity, head_dim, dtype=self.dtype,
+                                            device=self.device)
             if self.device.type == "cuda":
-                torch._dynamo.mark_static_address(buf)
-            self._kv[key] = buf
+                for k in [k for k in self._kv if k[0] == batch]:
+                    torch._dynamo.mark_static_address(self._kv[k])
         return self._kv[key]
+
+    def _move_columns(self, rows: torch.Tensor, dest: torch.Tensor, src: torch.Tensor) -> None:
+        joint = self._joint.get(rows.shape[0])
+        if joint is not None and all(layer._keys is self._kv.get((rows.shape[0], i, "_keys"))
+                                     for i, layer in enumerate(self.cache.layers)):
+            joint[:, rows, :, dest] = joint[:, rows, :, src]  # every layer's K and V in one copy
+            return
+        super()._move_columns(rows, dest, src)
 
     def _static_weights(self) -> tuple:
         """(per-layer weights, rope table, embedding, final norm, head), rebuilt when the packing changes."""
