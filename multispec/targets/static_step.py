@@ -4,16 +4,19 @@ compiled away (`torch.compile`) and, on CUDA, replayed from a captured CUDA grap
 `StaticLeanCausalLM` is `LeanCausalLM` (same bookkeeping, same prefill) whose tree-feeding calls run one
 function of fixed shapes, `static_step`:
 
-- the K/V cache is one buffer per layer of `capacity` columns, allocated once per batch size and engine
+- the K/V cache is one tensor for all layers (`capacity` columns), allocated once per batch size and engine
   (reused across generations: a captured graph keeps reading the same addresses);
 - the new nodes are padded to a node budget (the smallest of `node_budget`'s sizes that holds them), with
   position 0 and a mask row that attends to column 0 only; their K/V land in the spare columns after the
   real nodes, which the bookkeeping never reads;
 - positions, the mask over all `capacity` columns (bool, made additive inside the graph) and the cache
-  columns to write are tensors, so nothing about the step's state is baked into the graph.
+  columns to write are tensors, so nothing about the step's state is baked into the graph; they are built
+  from the engine's state by `static_feed_tables`, on tensors alone.
 
-One compiled function (or captured graph) then serves every step of a given (batch size, budget, input
-kind, feature request): the number of graphs does not grow with the number of steps (tests check it).
+One compiled function serves every step of a given (batch size, budget, input kind, feature request). On
+CUDA one graph is captured per feed shape (budget, new nodes, pending nodes: a handful for a chain or a
+fixed tree) around the tables and the decoder pass together, so a feed is a few input copies and one replay
+(measured on an H100: BENCHMARKS.md, GPU). Neither number grows with the number of steps (tests check it).
 The prefill (one per generation, of the prompt's length) stays eager.
 
 Opt in with `speculative_generate(..., step="static" | "compiled")` (`static_engines`: engines built once

@@ -91,6 +91,11 @@ def test_static_eagle_greedy_equals_eager_and_generate(byte_pair, tree):
     assert type(pair.drafter.lm) is not StaticLeanCausalLM  # the given drafter is left as it was
     # one graph per (engine, padded width): the head's catch-up and per-depth widths, the target's tree
     assert backend.graphs <= 4
+    # every layer's K/V are views of one tensor per engine, which a commit moves in one copy
+    for engine in (target, drafter.lm):
+        joint = engine._joint[1]
+        assert all(layer._keys.untyped_storage().data_ptr() == joint.untyped_storage().data_ptr()
+                   for layer in engine.cache.layers)
 
 
 def test_graphs_do_not_grow_with_steps(byte_pair):
@@ -205,12 +210,14 @@ def test_cuda_graphs_equal_eager(byte_pair, compile, tree):
     assert torch.equal(eager.sequences, expected)
     target, static_drafter = static_pair(model, drafter, capacity=256, node_budget=8, compile=compile)
     assert target.cuda_graphs and static_drafter.lm.cuda_graphs
+    graphs = []
     for _ in range(2):  # the second generation replays the graphs the first one captured
         out = _spec(target, static_drafter, ids, mask, 32, TREES[tree])
         assert torch.equal(out.sequences, eager.sequences)
-    graphs = len(target._graphs) + len(static_drafter.lm._graphs)
-    assert 2 <= graphs <= 4
-    assert target.static_calls + static_drafter.lm.static_calls > 4 * graphs
+        graphs.append(len(target._graphs) + len(static_drafter.lm._graphs))
+    # one graph per feed shape (padded width, new nodes, pending nodes): a handful, none new the second time
+    assert graphs[1] == graphs[0] and 2 <= graphs[0] <= 16
+    assert target.static_calls + static_drafter.lm.static_calls > 2 * graphs[0]
 
 
 def test_step_switch_builds_static_engines_once_and_keeps_them(byte_pair):
