@@ -273,14 +273,21 @@ def time_pairs(quick: bool, rounds: int, static: bool = True, compiled: bool = T
             # and (byte pair) around its torch.compile'd form (captured and compiled on the warm-up input)
             budget = 8 if k < 8 else 16
             capacity = capacity_for(max(ids.shape[1] for ids in inputs), n, budget)
-            for label, comp in (("graphs", False), ("compiled_graphs", True))[: 2 if name == "stdlib-bytes" and compiled else 1]:
+            kinds = (("graphs", False), ("compiled_graphs", True))[: 2 if name == "stdlib-bytes" and compiled else 1]
+            for label, comp in kinds:
                 t_s, d_s = static_pair(model, drafters["eagle"], capacity=capacity, node_budget=budget, compile=comp,
                                        cuda_graphs=True)
                 methods[f"eagle_chain_k{k}_static_{label}"] = _synced(
                     lambda ids, t_s=t_s, d_s=d_s: speculative_generate(t_s, d_s, ids, max_new_tokens=n, tree=k,
                                                                        **no_eos))
+            # control: the graph step with no drafts (one token a step), so the table shows how much of the
+            # static rows' speedup is the graphs (plain `generate` runs eagerly) rather than speculation
+            t_0, _ = static_pair(model, NGramDrafter(), capacity=capacity, node_budget=budget, cuda_graphs=True)
+            methods["no_draft_static_graphs"] = _synced(
+                lambda ids: speculative_generate(t_0, NGramDrafter(), ids, max_new_tokens=n, tree=0, **no_eos))
         compare = lambda ref, out, ids, m=model: classify(m, sequences(ref), sequences(out))  # noqa: E731
-        tables[name] = Recorder(methods, "plain", compare=compare, also_against=["ar_adapter"]).run(
+        against = [m for m in ("ar_adapter", "no_draft_static_graphs") if m in methods]
+        tables[name] = Recorder(methods, "plain", compare=compare, also_against=against).run(
             repeat(inputs, rounds), desc=f"gpu {name}")
         print(format_table(f"{name} (CUDA, batch 1, greedy)", tables[name]), flush=True)
     return tables

@@ -243,7 +243,7 @@ def format_table(title: str, table: dict, columns: Sequence[tuple[str, str]] = (
     unit = table["unit"]
     extra = [c for c in table["methods"][table["baseline"]] if c.startswith("speedup_vs_") and not c.endswith("spread")]
     head = (f"{title:30s} {unit + '/s':>9s} {'speedup [spread]':>20s} "
-            + "".join(f"{'vs ' + c[len('speedup_vs_'):]:>22s}" for c in extra)
+            + "".join(f" {'vs ' + c[len('speedup_vs_'):]:>21s}" for c in extra)
             + f" {'acc. len':>8s} {'ms per step':>24s}" + "".join(f" {h:>10s}" for _, h in columns) + "  outputs")
     lines = [head]
     for name, r in table["methods"].items():
@@ -259,7 +259,7 @@ def format_table(title: str, table: dict, columns: Sequence[tuple[str, str]] = (
         shown = "reference" if name == table["baseline"] else (
             ", ".join(f"{n} {v}" for v, n in r["outputs"].items()) if "outputs" in r else "")
         lines.append(f"{name:30s} {r[f'{unit}_per_s']:9.2f} {ratio('speedup'):>20s} "
-                     + "".join(f"{ratio(c):>22s}" for c in extra)
+                     + "".join(f" {ratio(c):>21s}" for c in extra)
                      + f" {mal:>8s} {split:>24s}" + "".join(cells) + f"  {shown}")
     lines.append(f"{table['rounds']} rounds ({table['round_inputs']}, inputs per round {table['inputs_per_round']})")
     return "\n".join(lines)
