@@ -29,6 +29,7 @@ from .tree_scan import conv_sources
 from .versions import SSM_TRANSFORMERS
 
 MAMBA = "linear_attention"  # the cache layer kind of a Mamba mixer
+HYBRID = "hybrid"  # a Mamba mixer and attention in one layer (their states and K/V in one cache layer)
 
 
 def feed_forward(mlp, x: torch.Tensor) -> torch.Tensor:
@@ -45,10 +46,11 @@ _QKV: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
-                   cache_layer) -> torch.Tensor:
+                   cache_layer, key_scale: float = 1.0) -> torch.Tensor:
     """`BambaAttention` over the tree nodes, appending their K/V to `cache_layer`: what the module computes,
     with q/k/v fused into one matmul and grouped heads left to SDPA (the module's SDPA path repeats the
-    whole cached K/V per head group whenever a mask is given, i.e. every verify step)."""
+    whole cached K/V per head group whenever a mask is given, i.e. every verify step). `key_scale`: keys
+    are multiplied by it before the rotary embedding (Falcon-H1's `key_multiplier`)."""
     b, m, _ = h.shape
     w = attn.q_proj.weight
     key = tuple((p.data_ptr(), p._version) for p in (attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight))
@@ -61,6 +63,8 @@ def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tens
     heads, kv_heads, d = w.shape[0] // attn.head_dim, attn.k_proj.weight.shape[0] // attn.head_dim, attn.head_dim
     qkv = F.linear(h, hit[1], hit[2]).view(b, m, heads + 2 * kv_heads, d).transpose(1, 2)
     q, k, v = qkv.split([heads, kv_heads, kv_heads], dim=1)
+    if key_scale != 1.0:
+        k = k * key_scale
     if rotary is not None:  # None: no position embedding (NoPE, e.g. Granite 4.0-H)
         cos, sin = (t[:, None] for t in rotary)
         rd = cos.shape[-1]  # partial rotary: the first `rd` dims of each head rotate
@@ -92,7 +96,8 @@ class BambaTarget(HFCausalLM):
         super().__init__(model, name="model")
         self.decoder = model.model
         # the Mamba layers: those transformers keeps a recurrent state for ("linear_attention" cache layers)
-        self.mamba_layers = [i for i, kind in enumerate(cache_layer_types(model.config)) if kind == MAMBA]
+        # (a "hybrid" layer holds a Mamba mixer and attention side by side, as in Falcon-H1)
+        self.mamba_layers = [i for i, kind in enumerate(cache_layer_types(model.config)) if kind in (MAMBA, HYBRID)]
         self.conv: dict[int, torch.Tensor] = {}
         self.ssm: dict[int, torch.Tensor] = {}
         self._step: dict[int, _Mamba2Step] | None = None
@@ -345,3 +350,40 @@ class JambaTarget(BambaTarget):
 
 def _jamba_norms(mixer, step: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
     return rms_norm(mixer.dt_layernorm, step), rms_norm(mixer.b_layernorm, B), rms_norm(mixer.c_layernorm, C)
+
+
+class FalconH1Target(BambaTarget):
+    """Target adapter for `FalconH1ForCausalLM` (TII Falcon-H1): every layer runs a Mamba-2 mixer and
+    attention side by side on the same normed input and adds both to the residual stream, then an MLP.
+    Falcon-H1's muP multipliers are applied where the model applies them: the embeddings, the mixer's input
+    and projection sections (`mamba2_tree_mix` reads them from the mixer), its output, the attention's input,
+    keys and output, the MLP's gate and down projection (its own module) and the logits. The mixer's gated
+    norm is optional (`mamba_rms_norm`). Prompts prefill through the model's own forward."""
+
+    model_type = "falcon_h1"
+    own_prefill = False
+
+    def __init__(self, model: PreTrainedModel):
+        super().__init__(model)
+        config = model.config
+        self.embedding_scale = float(config.embedding_multiplier)
+        self.logits_scale = float(config.lm_head_multiplier)
+
+    def _embed(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden * self.embedding_scale
+
+    def _tree_layer(self, i: int, layer, hidden: torch.Tensor, rotary, masks, parents, ancestors, sources,
+                    step: dict) -> torch.Tensor:
+        h = rms_norm(layer.input_layernorm, hidden)
+        ssm, step[i] = mamba2_tree_mix(layer.mamba, h, self.conv[i], self.ssm[i], parents, ancestors, sources)
+        attn = tree_attention(layer.self_attn, h * layer.attention_in_multiplier, rotary, masks,
+                              self.cache.layers[i], key_scale=layer.self_attn.key_multiplier)
+        hidden = hidden + ssm * layer.ssm_out_multiplier + attn * layer.attn_out_multiplier
+        return hidden + layer.feed_forward(rms_norm(layer.pre_ff_layernorm, hidden))
+
+    @property
+    def _final_norm(self):
+        return self.decoder.final_layernorm
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.lm_head(hidden).float() * self.logits_scale

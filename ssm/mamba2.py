@@ -47,8 +47,13 @@ def _consts(mixer) -> _Mamba2Consts:
 
 
 def _in_proj(mixer, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(gate, pre-conv inputs, raw dt) of every position; `F.linear`: no module-call overhead."""
-    proj = F.linear(h, mixer.in_proj.weight, mixer.in_proj.bias)
+    """(gate, pre-conv inputs, raw dt) of every position; `F.linear`: no module-call overhead. Falcon-H1's
+    mixer scales its input (`ssm_in_multiplier`) and each section of the projection (`mup_vector`)."""
+    scale = getattr(mixer, "ssm_in_multiplier", 1.0)
+    proj = F.linear(h * scale if scale != 1.0 else h, mixer.in_proj.weight, mixer.in_proj.bias)
+    mup = getattr(mixer, "mup_vector", None)
+    if mup is not None:
+        proj = proj * mup.to(proj.dtype)
     return proj.split([mixer.intermediate_size, mixer.conv_dim, mixer.num_heads], dim=-1)
 
 
@@ -64,7 +69,13 @@ def _scan_inputs(mixer, conv: torch.Tensor, dt: torch.Tensor):
 
 
 def _out_proj(mixer, y: torch.Tensor, gate: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    y = gated_rms_norm(mixer.norm, y.reshape(*gate.shape[:2], -1).to(dtype), gate)
+    y = y.reshape(*gate.shape[:2], -1).to(dtype)
+    if getattr(mixer, "mamba_rms_norm", True) is False:  # Falcon-H1 without its norm: the gate alone
+        y = y * F.silu(gate)
+    elif hasattr(mixer.norm, "norm_before_gate"):  # Falcon-H1's gated norm: groups, gate before or after
+        y = falcon_gated_rms_norm(mixer.norm, y, gate)
+    else:
+        y = gated_rms_norm(mixer.norm, y, gate)
     return F.linear(y.to(dtype), mixer.out_proj.weight, mixer.out_proj.bias)
 
 
@@ -107,6 +118,20 @@ def gated_rms_norm(norm, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     groups = z.shape[-1] // norm.group_size
     z = F.rms_norm(z.view(*z.shape[:-1], groups, norm.group_size), (norm.group_size,), eps=norm.variance_epsilon)
     return norm.weight * z.view_as(y).to(y.dtype)
+
+
+def falcon_gated_rms_norm(norm, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """`FalconH1RMSNormGated(y, gate)`: a per-group RMS norm (`n_groups` groups), the silu gate applied
+    before it or, with `norm_before_gate`, after it."""
+    z, silu = y.float(), F.silu(gate.float())
+    if not norm.norm_before_gate:
+        z = z * silu
+    size = z.shape[-1] // norm.n_groups
+    z = F.rms_norm(z.view(*z.shape[:-1], norm.n_groups, size), (size,), eps=norm.variance_epsilon)
+    z = norm.weight.float() * z.view_as(y)
+    if norm.norm_before_gate:
+        z = z * silu
+    return z.to(y.dtype)
 
 
 def mamba2_committed_state(mixer, step: _Mamba2Step, on_path: torch.Tensor, ssm_state: torch.Tensor) -> torch.Tensor:

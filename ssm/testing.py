@@ -1,14 +1,14 @@
 """Tiny randomly initialised state-space models of the real `transformers` classes (Mamba-2, Mamba,
-FalconMamba, the hybrids Bamba, GraniteMoeHybrid, Nemotron-H and Jamba), for tests and examples (no download
+FalconMamba, the hybrids Bamba, GraniteMoeHybrid, Nemotron-H, Jamba and Falcon-H1), for tests and examples (no download
 needed)."""
 
 from __future__ import annotations
 
 import torch
-from transformers import (BambaConfig, BambaForCausalLM, FalconMambaConfig, FalconMambaForCausalLM,
-                          GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, JambaConfig, JambaForCausalLM,
-                          Mamba2Config, Mamba2ForCausalLM,
-                          MambaConfig, MambaForCausalLM, NemotronHConfig, NemotronHForCausalLM)
+from transformers import (BambaConfig, BambaForCausalLM, FalconH1Config, FalconH1ForCausalLM, FalconMambaConfig,
+                          FalconMambaForCausalLM, GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, JambaConfig,
+                          JambaForCausalLM, Mamba2Config, Mamba2ForCausalLM, MambaConfig, MambaForCausalLM,
+                          NemotronHConfig, NemotronHForCausalLM)
 
 from multispec.testing import VOCAB
 
@@ -133,4 +133,30 @@ def make_jamba(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int =
     model = JambaForCausalLM(config)
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(head_scale)
+    return model.eval()
+
+
+def make_falcon_h1(seed: int = 0, vocab: int = VOCAB, layers: int = 3, hidden: int = 64, head_scale: float = 8.0,
+                   rms_norm: bool = True, norm_before_gate: bool = False) -> torch.nn.Module:
+    """A random `FalconH1ForCausalLM`: every layer a Mamba-2 mixer (2 groups, 8 heads of 16, conv width 4,
+    its gated norm unless `rms_norm` is False) beside attention (4 heads, 2 KV heads, RoPE), then an MLP;
+    every muP multiplier of the config set away from 1 (a branch applied at the wrong place shows)."""
+    torch.manual_seed(seed)
+    config = FalconH1Config(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, mamba_d_ssm=2 * hidden,
+        mamba_n_heads=hidden * 2 // 16, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4,
+        mamba_chunk_size=16, mamba_rms_norm=rms_norm, mamba_norm_before_gate=norm_before_gate,
+        embedding_multiplier=3.0, lm_head_multiplier=0.5, key_multiplier=0.7, attention_in_multiplier=1.3,
+        attention_out_multiplier=0.8, ssm_in_multiplier=1.2, ssm_out_multiplier=0.6,
+        ssm_multipliers=[0.9, 1.1, 0.8, 1.2, 1.05], mlp_multipliers=[1.5, 0.7], tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, max_position_embeddings=1024)
+    model = FalconH1ForCausalLM(config)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+        for layer in model.model.layers:
+            layer.mamba.A_log.uniform_(-2.0, 1.0)
+            layer.mamba.dt_bias.uniform_(-3.0, 0.5)
+            if rms_norm:
+                layer.mamba.norm.weight.uniform_(0.5, 1.5)
     return model.eval()

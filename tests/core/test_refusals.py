@@ -22,8 +22,6 @@ def _config(name: str):
         return t.Zamba2Config(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                               num_key_value_heads=4, mamba_d_state=4, mamba_headdim=8, n_mamba_heads=8,
                               intermediate_size=64, layers_block_type=["mamba", "hybrid", "mamba"])
-    if name == "FalconH1":
-        return t.FalconH1Config(**SMALL, mamba_d_state=4, mamba_d_head=8, mamba_n_heads=8, mamba_d_ssm=64)
     if name == "Qwen3Next":
         return t.Qwen3NextConfig(**SMALL, full_attention_interval=2, linear_num_value_heads=2,
                                  linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
@@ -32,8 +30,8 @@ def _config(name: str):
     raise KeyError(name)
 
 
-# (GraniteMoeHybrid, NemotronH, FalconMamba and Jamba are served by multispec.ssm: tests/ssm)
-CLASSES = ["Lfm2", "Zamba2", "FalconH1", "Qwen3Next"]
+# (GraniteMoeHybrid, NemotronH, FalconMamba, Jamba and FalconH1 are served by multispec.ssm: tests/ssm)
+CLASSES = ["Lfm2", "Zamba2", "Qwen3Next"]
 
 
 @pytest.mark.parametrize("name", CLASSES)

@@ -8,10 +8,10 @@ import torch
 
 from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate, zoo
 from multispec.prompt import Prompt
-from multispec.ssm import (BambaTarget, FalconMambaTarget, GraniteMoeHybridTarget, JambaTarget, Mamba2Target,
-                          MambaTarget, NemotronHTarget)
-from multispec.ssm.testing import (make_bamba, make_falcon_mamba, make_granite_hybrid, make_jamba, make_mamba,
-                                   make_mamba2, make_nemotron_h)
+from multispec.ssm import (BambaTarget, FalconH1Target, FalconMambaTarget, GraniteMoeHybridTarget, JambaTarget,
+                          Mamba2Target, MambaTarget, NemotronHTarget)
+from multispec.ssm.testing import (make_bamba, make_falcon_h1, make_falcon_mamba, make_granite_hybrid, make_jamba,
+                                   make_mamba, make_mamba2, make_nemotron_h)
 from multispec.testing import (greedy_rows_alone, make_perturbed_copy, make_target, ragged_prompts,
                                source_prompts)
 
@@ -19,11 +19,14 @@ from test_tree_scan import path_of, random_parents
 
 
 ADAPTERS = {"mamba2": Mamba2Target, "mamba": MambaTarget, "falcon_mamba": FalconMambaTarget, "bamba": BambaTarget,
-            "granitemoehybrid": GraniteMoeHybridTarget, "nemotron_h": NemotronHTarget, "jamba": JambaTarget}
+            "granitemoehybrid": GraniteMoeHybridTarget, "nemotron_h": NemotronHTarget, "jamba": JambaTarget,
+            "falcon_h1": FalconH1Target}
 # granite: Granite 4.0-H's class (Mamba-2 + NoPE attention, experts + shared MLP, scaled branches)
+# falcon_h1: Falcon-H1's class (Mamba-2 and attention side by side in every layer, muP multipliers)
 # nemotron: Nemotron-H's class (single-mixer blocks: Mamba-2, NoPE attention, MLP, experts)
 MAKERS = {"mamba2": make_mamba2, "mamba": make_mamba, "falcon_mamba": make_falcon_mamba, "bamba": make_bamba,
-          "granite": make_granite_hybrid, "nemotron": make_nemotron_h, "jamba": make_jamba}
+          "granite": make_granite_hybrid, "nemotron": make_nemotron_h, "jamba": make_jamba,
+          "falcon_h1": make_falcon_h1}
 
 
 # Commit strategies per family: the replay baseline exists for the pure SSM targets only.
@@ -66,6 +69,25 @@ def test_tree_logits_equal_each_path_decoded_alone(mamba, batch, backend, monkey
                 seq = torch.cat([prompt[:-1], tree_tokens[r, path_of(parents[r], node)]])
                 want = mamba(seq[None]).logits[0, -1]
                 assert torch.allclose(logits[r, node], want, atol=1e-4, rtol=1e-4), (r, node)
+
+
+@pytest.mark.parametrize("rms_norm,before", [(False, False), (True, True)], ids=["no-norm", "norm-before-gate"])
+def test_falcon_h1_mixer_variants_tree_logits(rms_norm, before):
+    """Falcon-H1's optional mixer norm (`mamba_rms_norm`; the gate before or after it): tree logits of every
+    node equal its path decoded alone (the other variant runs in every test above)."""
+    model = make_falcon_h1(seed=2, rms_norm=rms_norm, norm_before_gate=before)
+    ids, mask = ragged_prompts(2, seed=3)
+    parents = random_parents(2, 6, seed=4)
+    tokens = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(6))
+    target = FalconH1Target(model)
+    tokens[:, 0] = target.prefill(Prompt(ids, mask)).roots
+    logits = target.score(tokens, parents).logits
+    with torch.no_grad():
+        for r in range(2):
+            prompt = ids[r, mask[r].bool()]
+            for node in range(6):
+                seq = torch.cat([prompt[:-1], tokens[r, path_of(parents[r], node)]])
+                assert torch.allclose(logits[r, node], model(seq[None]).logits[0, -1], atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("kind,replay", COMMITS, ids=COMMIT_IDS)
