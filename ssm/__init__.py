@@ -3,8 +3,8 @@
 Importing this package registers its target adapters and draft engines with the core, so
 `multispec.speculative_generate` accepts `transformers`' `Mamba2ForCausalLM`, `MambaForCausalLM`,
 `FalconMambaForCausalLM` and the hybrids `BambaForCausalLM`, `GraniteMoeHybridForCausalLM`,
-`NemotronHForCausalLM`, `JambaForCausalLM` and `FalconH1ForCausalLM` directly, as targets and as draft
-models (the core imports this package by itself when it meets a stateful model).
+`NemotronHForCausalLM`, `JambaForCausalLM`, `FalconH1ForCausalLM` and `Lfm2ForCausalLM` directly, as
+targets and as draft models (the core imports this package by itself when it meets a stateful model).
 """
 
 from multispec.targets import register_draft_engine, register_target_adapter
@@ -12,7 +12,7 @@ from multispec.zoo import register_entry
 
 from . import cli as _cli
 from .draft import StatefulDraftEngine
-from .hybrid import BambaTarget, FalconH1Target, GraniteMoeHybridTarget, JambaTarget, NemotronHTarget
+from .hybrid import BambaTarget, FalconH1Target, GraniteMoeHybridTarget, JambaTarget, Lfm2Target, NemotronHTarget
 from .mamba1 import FalconMambaTarget, MambaTarget, tree_selective_scan
 from .mamba2 import Mamba2Target
 from .target import SSMTarget
@@ -37,14 +37,15 @@ for _matches, _adapter, _cls in ((_is("mamba2"), Mamba2Target, "Mamba2ForCausalL
                                   "GraniteMoeHybridForCausalLM"),
                                  (_is_type("nemotron_h"), NemotronHTarget, "NemotronHForCausalLM"),
                                  (_is_type("jamba"), JambaTarget, "JambaForCausalLM"),
-                                 (_is_type("falcon_h1"), FalconH1Target, "FalconH1ForCausalLM")):
+                                 (_is_type("falcon_h1"), FalconH1Target, "FalconH1ForCausalLM"),
+                                 (_is_type("lfm2"), Lfm2Target, "Lfm2ForCausalLM")):
     register_target_adapter(_matches, _adapter, serves=f"{_cls} (multispec.ssm)")
     register_draft_engine(_matches, lambda model, _adapter=_adapter: StatefulDraftEngine(_adapter(model)))
 for _entry in zoo_entries():
     register_entry(_entry)
 _cli.register()
 
-__all__ = ["BambaTarget", "FalconH1Target", "FalconMambaTarget", "GraniteMoeHybridTarget", "JambaTarget",
+__all__ = ["BambaTarget", "FalconH1Target", "FalconMambaTarget", "GraniteMoeHybridTarget", "JambaTarget", "Lfm2Target",
            "NemotronHTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "tree_conv1d",
            "tree_selective_scan", "tree_ssd",
            "tree_state"]

@@ -25,7 +25,8 @@ from multispec.versions import require
 from .mamba2 import _Mamba2Step, mamba2_commit_layers, mamba2_prefill_mix, mamba2_tree_mix
 from .mamba1 import mamba1_tree_mix
 from .target import accepted_nodes, commit_layer_states, mamba_ssm_prefill, rms_norm
-from .tree_scan import conv_sources
+from .kernels import tree_conv1d_dispatch
+from .tree_scan import conv_sources, gather_windows
 from .versions import SSM_TRANSFORMERS
 
 MAMBA = "linear_attention"  # the cache layer kind of a Mamba mixer
@@ -46,11 +47,12 @@ _QKV: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
-                   cache_layer, key_scale: float = 1.0) -> torch.Tensor:
+                   cache_layer, key_scale: float = 1.0, qk_norms: tuple | None = None) -> torch.Tensor:
     """`BambaAttention` over the tree nodes, appending their K/V to `cache_layer`: what the module computes,
     with q/k/v fused into one matmul and grouped heads left to SDPA (the module's SDPA path repeats the
     whole cached K/V per head group whenever a mask is given, i.e. every verify step). `key_scale`: keys
-    are multiplied by it before the rotary embedding (Falcon-H1's `key_multiplier`)."""
+    are multiplied by it before the rotary embedding (Falcon-H1's `key_multiplier`). `qk_norms`: per-head
+    RMS norms of queries and keys, applied before the rotary embedding (LFM2's `q_layernorm`, `k_layernorm`)."""
     b, m, _ = h.shape
     w = attn.q_proj.weight
     key = tuple((p.data_ptr(), p._version) for p in (attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight))
@@ -65,6 +67,8 @@ def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tens
     q, k, v = qkv.split([heads, kv_heads, kv_heads], dim=1)
     if key_scale != 1.0:
         k = k * key_scale
+    if qk_norms is not None:
+        q, k = rms_norm(qk_norms[0], q), rms_norm(qk_norms[1], k)
     if rotary is not None:  # None: no position embedding (NoPE, e.g. Granite 4.0-H)
         cos, sin = (t[:, None] for t in rotary)
         rd = cos.shape[-1]  # partial rotary: the first `rd` dims of each head rotate
@@ -79,7 +83,8 @@ def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tens
     keys, values = cache_layer.update(rotate(k), v, None)
     out = F.scaled_dot_product_attention(rotate(q), keys, values, attn_mask=mask, scale=attn.scaling,
                                          enable_gqa=heads != kv_heads)
-    return F.linear(out.transpose(1, 2).reshape(b, m, -1), attn.o_proj.weight, attn.o_proj.bias)
+    out_proj = attn.o_proj if hasattr(attn, "o_proj") else attn.out_proj
+    return F.linear(out.transpose(1, 2).reshape(b, m, -1), out_proj.weight, out_proj.bias)
 
 
 class BambaTarget(HFCausalLM):
@@ -97,7 +102,7 @@ class BambaTarget(HFCausalLM):
         self.decoder = model.model
         # the Mamba layers: those transformers keeps a recurrent state for ("linear_attention" cache layers)
         # (a "hybrid" layer holds a Mamba mixer and attention side by side, as in Falcon-H1)
-        self.mamba_layers = [i for i, kind in enumerate(cache_layer_types(model.config)) if kind in (MAMBA, HYBRID)]
+        self.mamba_layers = [i for i, kind in enumerate(cache_layer_types(model.config)) if kind in self.state_kinds]
         self.conv: dict[int, torch.Tensor] = {}
         self.ssm: dict[int, torch.Tensor] = {}
         self._step: dict[int, _Mamba2Step] | None = None
@@ -168,6 +173,7 @@ class BambaTarget(HFCausalLM):
         return self._logits(hidden), (Features(hidden) if request.hidden else None)
 
     # ---- the class's layer pieces (a subclass for another hybrid of the same layout overrides them) -------
+    state_kinds = (MAMBA, HYBRID)  # the cache layer kinds whose layers keep a state (`mamba_layers`)
     residual_scale = 1.0  # a branch's output is scaled by this before it joins the residual stream
     own_prefill = True  # unpadded prompts through `_prefill_unpadded` (else always the model's own forward)
 
@@ -387,3 +393,65 @@ class FalconH1Target(BambaTarget):
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.lm_head(hidden).float() * self.logits_scale
+
+
+class Lfm2Target(BambaTarget):
+    """Target adapter for `Lfm2ForCausalLM` (Liquid AI LFM2): gated short-convolution layers (`in_proj` to
+    B, C, x; a depthwise causal conv of width `conv_L_cache` over B * x; C times its output) and attention
+    layers with per-head query/key RMS norms and RoPE, each pre-normed and followed by an MLP. A conv layer
+    keeps only its conv window: over a tree each node's window is read along its path (`tree_conv1d`, the
+    Mamba layers' tree conv), and the commit sets it to the last accepted node's window. Prompts prefill
+    through the model's own forward."""
+
+    model_type = "lfm2"
+    own_prefill = False
+    state_kinds = ("conv",)
+
+    def _mamba(self, i: int):
+        return self.decoder.layers[i].conv  # `conv_kernel_size`: the window `_score` computes sources for
+
+    def _zero_states(self, mixer, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # no recurrent state: a [B, 0] placeholder keeps the shared bookkeeping (select, rollback) uniform
+        return (torch.zeros(b, mixer.conv.in_channels, mixer.conv_kernel_size, dtype=self.dtype, device=self.device),
+                torch.zeros(b, 0, device=self.device))
+
+    @torch.no_grad()
+    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
+                 inputs_embeds: torch.Tensor | None = None) -> Features | None:
+        pos = (mask2d.long().cumsum(-1) - 1).clamp(min=0)
+        tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
+        out = self.decoder(attention_mask=mask2d, position_ids=pos, past_key_values=self.cache, use_cache=True,
+                           **tokens)
+        for i in self.mamba_layers:
+            self.conv[i] = self.cache.get_conv_state(i).clone()
+            self.ssm[i] = torch.zeros(ids.shape[0], 0, device=self.device)
+        return Features(out.last_hidden_state) if request.hidden else None
+
+    def _tree_layer(self, i: int, layer, hidden: torch.Tensor, rotary, masks, parents, ancestors, sources,
+                    step: dict) -> torch.Tensor:
+        h = rms_norm(layer.operator_norm, hidden)
+        if i in self.conv:
+            conv = layer.conv
+            gate_b, gate_c, x = F.linear(h, conv.in_proj.weight, conv.in_proj.bias).chunk(3, dim=-1)
+            step[i] = gate_b * x  # the conv's inputs: the commit reads the accepted node's window from them
+            y = tree_conv1d_dispatch(step[i], self.conv[i], parents, conv.conv.weight.squeeze(1), conv.conv.bias,
+                                     sources=sources)
+            h = F.linear(gate_c * y.to(h.dtype), conv.out_proj.weight, conv.out_proj.bias)
+        else:
+            attn = layer.self_attn
+            h = tree_attention(attn, h, rotary, masks, self.cache.layers[i],
+                               qk_norms=(attn.q_layernorm, attn.k_layernorm))
+        hidden = hidden + h
+        return hidden + layer.feed_forward(rms_norm(layer.ffn_norm, hidden))
+
+    def _committed_states(self, layers: list[int], on_path, has, last) -> tuple[list, list]:
+        rows = torch.arange(on_path.shape[0], device=on_path.device)
+        convs = []
+        for i in layers:
+            window = gather_windows(self._step[i], self.conv[i], self._sources[rows, last][:, None])[:, 0]
+            convs.append(torch.where(has[:, None, None], window.to(self.conv[i].dtype), self.conv[i]))
+        return convs, [self.ssm[i] for i in layers]
+
+    @property
+    def _final_norm(self):
+        return self.decoder.embedding_norm

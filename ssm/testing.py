@@ -1,14 +1,14 @@
 """Tiny randomly initialised state-space models of the real `transformers` classes (Mamba-2, Mamba,
-FalconMamba, the hybrids Bamba, GraniteMoeHybrid, Nemotron-H, Jamba and Falcon-H1), for tests and examples (no download
-needed)."""
+FalconMamba, the hybrids Bamba, GraniteMoeHybrid, Nemotron-H, Jamba, Falcon-H1 and LFM2), for tests and
+examples (no download needed)."""
 
 from __future__ import annotations
 
 import torch
 from transformers import (BambaConfig, BambaForCausalLM, FalconH1Config, FalconH1ForCausalLM, FalconMambaConfig,
                           FalconMambaForCausalLM, GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, JambaConfig,
-                          JambaForCausalLM, Mamba2Config, Mamba2ForCausalLM, MambaConfig, MambaForCausalLM,
-                          NemotronHConfig, NemotronHForCausalLM)
+                          JambaForCausalLM, Lfm2Config, Lfm2ForCausalLM, Mamba2Config, Mamba2ForCausalLM,
+                          MambaConfig, MambaForCausalLM, NemotronHConfig, NemotronHForCausalLM)
 
 from multispec.testing import VOCAB
 
@@ -159,4 +159,22 @@ def make_falcon_h1(seed: int = 0, vocab: int = VOCAB, layers: int = 3, hidden: i
             layer.mamba.dt_bias.uniform_(-3.0, 0.5)
             if rms_norm:
                 layer.mamba.norm.weight.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+def make_lfm2(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int = 64, head_scale: float = 8.0,
+              attention_layers: tuple[int, ...] = (1, 3)) -> torch.nn.Module:
+    """A random `Lfm2ForCausalLM`: gated short-conv layers (width 3, with bias) and attention at
+    `attention_layers` (4 heads, 2 KV heads, per-head query/key norms, RoPE); norm weights set away from 1."""
+    torch.manual_seed(seed)
+    config = Lfm2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                        num_attention_heads=4, num_key_value_heads=2, full_attn_idxs=list(attention_layers),
+                        conv_bias=True, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                        max_position_embeddings=1024)
+    model = Lfm2ForCausalLM(config)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+                p.uniform_(0.5, 1.5)
     return model.eval()

@@ -63,6 +63,15 @@ def check_causal_lm(model: object, name: str, allow_stateful: bool = False) -> N
 KV_CACHE_LAYER_TYPES = {"full_attention", "sliding_attention", "dummy"}
 
 
+def keeps_state(model: object) -> bool:
+    """Whether `model` keeps anything but attention key/values across tokens: it flags itself stateful, or a
+    cache layer `transformers` would build for it is not attention (LFM2's conv layers, without the flag)."""
+    if getattr(model, "_is_stateful", False):
+        return True
+    config = getattr(model, "config", None)
+    return config is not None and any(kind not in KV_CACHE_LAYER_TYPES for kind in cache_layer_types(config))
+
+
 def cache_layer_types(config) -> list[str]:
     """The kind of cache layer `transformers` builds for each decoder layer of `config` ("full_attention",
     "sliding_attention", "linear_attention", "conv", "hybrid", ...): what the model keeps per layer, read from

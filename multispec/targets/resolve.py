@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import FeedingEngine, Target
-from .hf import HFCausalLM, check_causal_lm
+from .hf import HFCausalLM, check_causal_lm, keeps_state
 from .lean import LeanCausalLM, lean_unsupported
 from .lean_gemma import LeanGemma3CausalLM, lean_gemma_unsupported
 from .registry import ADAPTERS, DRAFT_ENGINES, registered
@@ -31,7 +31,7 @@ def as_target(model: Any) -> Target:
 def registered_feeding_engine(model: Any) -> FeedingEngine | None:
     """A registered target adapter for `model` that also feeds trees incrementally (e.g. a VLM adapter, so
     a small VLM can draft with its images), else None."""
-    if getattr(model, "_is_stateful", False):
+    if keeps_state(model):
         return None
     adapter = registered(ADAPTERS, model)
     return adapter if isinstance(adapter, FeedingEngine) else None
@@ -39,7 +39,7 @@ def registered_feeding_engine(model: Any) -> FeedingEngine | None:
 
 def stateful_draft_engine(model: Any) -> Any | None:
     """The registered feeding engine for a stateful draft model (None if the model is not stateful)."""
-    if not getattr(model, "_is_stateful", False):
+    if not keeps_state(model):
         return None
     engine = registered(DRAFT_ENGINES, model)
     if engine is None:

@@ -6,7 +6,7 @@ import torch
 import transformers
 
 from multispec import ModelDrafter, speculative_generate
-from multispec.targets.hf import cache_layer_types
+from multispec.targets.hf import cache_layer_types, check_causal_lm, keeps_state
 from multispec.testing import make_target
 
 SMALL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
@@ -30,8 +30,8 @@ def _config(name: str):
     raise KeyError(name)
 
 
-# (GraniteMoeHybrid, NemotronH, FalconMamba, Jamba and FalconH1 are served by multispec.ssm: tests/ssm)
-CLASSES = ["Lfm2", "Zamba2", "Qwen3Next"]
+# (GraniteMoeHybrid, NemotronH, FalconMamba, Jamba, FalconH1 and Lfm2 are served by multispec.ssm: tests/ssm)
+CLASSES = ["Zamba2", "Qwen3Next"]
 
 
 @pytest.mark.parametrize("name", CLASSES)
@@ -48,15 +48,19 @@ def test_hybrid_and_recurrent_classes_are_refused_before_any_forward(name):
         speculative_generate(llama, ModelDrafter(model), ids, max_new_tokens=4)
 
 
-def test_lfm2_is_refused_although_it_does_not_flag_itself_stateful():
+def test_lfm2_keeps_state_although_it_does_not_flag_itself_stateful():
     """The case the flag missed: LFM2 keeps conv states without `_is_stateful`; it used to crash inside
-    transformers' cache at batch 2 and be silently wrong at batch 1. An LFM2 of attention layers only
-    keeps a plain KV cache and is admitted."""
+    transformers' cache at batch 2 and be silently wrong at batch 1. Its conv layers mark it stateful (so
+    `multispec.ssm`'s adapter and draft engine take it, tests/ssm); an LFM2 of attention layers only keeps
+    a plain KV cache and is not."""
     model = transformers.Lfm2ForCausalLM(_config("Lfm2")).eval()
     assert not getattr(model, "_is_stateful", False)
     assert cache_layer_types(model.config) == ["conv", "full_attention", "conv"]
-    all_attention = transformers.Lfm2Config(**SMALL)
-    assert set(cache_layer_types(all_attention)) == {"full_attention"}
+    assert keeps_state(model)
+    with pytest.raises(TypeError, match="Lfm2ForCausalLM keeps cache layers that are not attention"):
+        check_causal_lm(model, "target")  # the generic adapter alone still refuses it
+    all_attention = transformers.Lfm2ForCausalLM(transformers.Lfm2Config(**SMALL)).eval()
+    assert set(cache_layer_types(all_attention.config)) == {"full_attention"} and not keeps_state(all_attention)
 
 
 def test_attention_classes_with_windows_pass_the_check():
