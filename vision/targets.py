@@ -1,5 +1,5 @@
 """Vision-language models as speculative targets (and draft models): `transformers`' Llava, LLaVA-NeXT,
-LLaVA-OneVision and Qwen2-VL / Qwen2.5-VL classes, as users load them.
+LLaVA-OneVision, Mistral 3 and Qwen2-VL / Qwen2.5-VL classes, as users load them.
 
 Prefill runs the model's own vision tower and projector (`get_image_features`) and places the image
 embeddings at the prompt's image tokens, as the model's forward does; everything after the prompt is text,
@@ -91,16 +91,37 @@ class VisionLanguageTarget(HFCausalLM):
 
 
 class LlavaTarget(VisionLanguageTarget):
-    """`LlavaForConditionalGeneration`, and the any-resolution `LlavaNextForConditionalGeneration` and
+    """`LlavaForConditionalGeneration`, the any-resolution `LlavaNextForConditionalGeneration` and
     `LlavaOnevisionForConditionalGeneration` (tiles per `image_sizes`, unpadding and image-newline embeddings:
-    the model's own `get_image_features` packs them in the order of the prompt's image tokens)."""
+    the model's own `get_image_features` packs them in the order of the prompt's image tokens), and
+    `Mistral3ForConditionalGeneration` (a Pixtral tower over each image at its own `image_sizes`, patches merged
+    by the projector; its row-break and end tokens are text in the prompt)."""
 
-    model_types = ("llava", "llava_next", "llava_onevision")
+    model_types = ("llava", "llava_next", "llava_onevision", "mistral3")
     prefill_inputs = frozenset({"pixel_values", "image_sizes", "batch_num_images"})
+
+    # Pixtral (Mistral 3) runs all images as one sequence with a block-diagonal mask, whose size grows with
+    # the square of the batch's patches: its images go through the tower this many at a time (the same result)
+    pixtral_chunk = 16
+
+    def check_prompt(self, prompt: Prompt) -> None:
+        super().check_prompt(prompt)
+        needs_sizes = self.model.config.model_type in ("mistral3", "llava_next", "llava_onevision")
+        if needs_sizes and "pixel_values" in prompt.inputs and "image_sizes" not in prompt.inputs:
+            raise ValueError(f"image_sizes: {type(self.model).__name__} needs each image's (height, width) with "
+                             "pixel_values; the processor returns it with input_ids")
 
     def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
         extra = {k: inputs[k] for k in ("image_sizes", "batch_num_images") if k in inputs}
         pixels = inputs["pixel_values"].to(self.device, self.dtype)
+        if self.model.config.model_type == "mistral3":
+            parts = []
+            for i in range(0, pixels.shape[0], self.pixtral_chunk):
+                out = self.model.model.get_image_features(
+                    pixel_values=pixels[i: i + self.pixtral_chunk], return_dict=True,
+                    image_sizes=extra["image_sizes"][i: i + self.pixtral_chunk])
+                parts.extend(out.pooler_output)
+            return torch.cat(parts, dim=0)
         out = self.model.model.get_image_features(pixel_values=pixels, return_dict=True, **extra)
         return torch.cat(list(out.pooler_output), dim=0)
 

@@ -12,7 +12,9 @@ from .processing import AnswerExample
 
 VOCAB = 128
 IMAGE_TOKEN = 3  # inside the text vocabulary, as in the released checkpoints
-VLM_KINDS = ("llava-clip", "llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "qwen2.5-vl")
+VLM_KINDS = ("llava-clip", "llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "qwen2.5-vl", "mistral3")
+# rows of a Mistral 3 batch: images of these sizes (height, width), 4x4 patches merged 2x2: 8 tokens each
+MISTRAL3_SIZES = [(16, 32), (32, 16), (16, 32)]
 # any-resolution tiles of 16x16 (LLaVA-NeXT / OneVision): images are cut into up to 2x2 tiles plus a base view
 PINPOINTS = [[16, 16], [16, 32], [32, 16], [32, 32]]
 # rows of a `vlm_prompts` batch get images of these sizes (rows 0 and 2 alike: a wrong-image control)
@@ -25,7 +27,8 @@ _TEXT = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden
 def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -> torch.nn.Module:
     """A random VLM: Llava with a CLIP tower (16x16 images, 4x4 patches, CLS dropped: 16 image tokens) or a
     SigLIP tower (no CLS: strategy "full", 16 tokens); LLaVA-NeXT / LLaVA-OneVision with any-resolution tiles
-    (`_anyres_vlm`); Qwen2-VL / Qwen2.5-VL with 4x4 patches merged 2x2.
+    (`_anyres_vlm`); Qwen2-VL / Qwen2.5-VL with 4x4 patches merged 2x2; Mistral 3 (Pixtral tower of 4x4
+    patches at each image's own size, merged 2x2 by the projector; Mistral text).
     The LM head is scaled so argmax ties are rare."""
     from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,
                               SiglipVisionConfig)
@@ -64,6 +67,15 @@ def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -
                                       video_token_id=4, vision_start_token_id=5, vision_end_token_id=6,
                                       tie_word_embeddings=False)
             model = Qwen2_5_VLForConditionalGeneration(config)
+    elif kind == "mistral3":
+        from transformers import Mistral3Config, Mistral3ForConditionalGeneration, MistralConfig, PixtralVisionConfig
+
+        vision = PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                     head_dim=16, patch_size=4, image_size=32, num_channels=3)
+        config = Mistral3Config(vision_config=vision, text_config=MistralConfig(**_TEXT, sliding_window=None),
+                                image_token_index=IMAGE_TOKEN, spatial_merge_size=2, vision_feature_layer=-1,
+                                tie_word_embeddings=False)
+        model = Mistral3ForConditionalGeneration(config)
     else:
         raise ValueError(f"kind: expected one of {VLM_KINDS}, got {kind!r}")
     with torch.no_grad():
@@ -132,9 +144,17 @@ def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int
     if anyres:
         images = anyres_images(kind, [ANYRES_SIZES[r % len(ANYRES_SIZES)] for r in range(len(before))], seed)
         counts = anyres_token_counts(kind, images)
+    sizes = []
     for r, (nb, na) in enumerate(zip(before, after)):
         if anyres:
             n_image = counts[r]
+        elif kind == "mistral3":  # each image at its own size, zero-padded to the batch's (as the processor does)
+            h, w = MISTRAL3_SIZES[r % len(MISTRAL3_SIZES)]
+            image = torch.zeros(3, 32, 32)
+            image[:, :h, :w] = torch.randn(3, h, w, generator=g)
+            pixels.append(image)
+            sizes.append((h, w))
+            n_image = (h // 8) * (w // 8)
         elif qwen:
             grid = (1, 4, 4 if r % 2 == 0 else 8)  # (t, h, w) in patches; the 2x2 merge gives h*w/4 tokens
             patches = grid[0] * grid[1] * grid[2]
@@ -161,6 +181,8 @@ def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int
         out.update(pixel_values=torch.cat(pixels), image_grid_thw=torch.tensor(grids), mm_token_type_ids=token_types)
     elif anyres:
         out.update(images)
+    elif sizes:
+        out.update(pixel_values=torch.stack(pixels), image_sizes=torch.tensor(sizes))
     else:
         out.update(pixel_values=torch.stack(pixels))
     return out

@@ -129,7 +129,7 @@ def _first_tokens(model, inputs, seed=0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["llava-siglip", "llava-next", "llava-onevision", "qwen2-vl"])
+@pytest.mark.parametrize("kind", ["llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "mistral3"])
 def test_sampled_first_token_follows_the_target(kind):
     """Power (`detectable_deviation(4000, 0.1, 20)`, level 1e-3, 90%): a 0.10 token moved by 3.1 points.
     Negative control: samples drawn with another image fail the same test."""
@@ -229,3 +229,11 @@ def test_lean_llava_target_refuses_a_text_model_it_cannot_run():
     assert type(as_target(gelu)) is LlavaTarget  # the reference path still takes it
     with pytest.raises(TypeError, match="hidden_act"):
         LeanLlavaTarget(gelu)
+
+
+def test_mistral3_without_image_sizes_is_refused_by_name():
+    model = make_vlm("mistral3", seed=1)
+    inputs = vlm_prompts("mistral3")
+    inputs.pop("image_sizes")
+    with pytest.raises(ValueError, match="image_sizes: Mistral3ForConditionalGeneration needs"):
+        speculative_generate(model, "ngram", max_new_tokens=2, **inputs)
