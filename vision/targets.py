@@ -1,5 +1,5 @@
 """Vision-language models as speculative targets (and draft models): `transformers`' Llava, LLaVA-NeXT,
-LLaVA-OneVision, Mistral 3 and Qwen2-VL / Qwen2.5-VL classes, as users load them.
+LLaVA-OneVision, Mistral 3, Idefics3 / SmolVLM and Qwen2-VL / Qwen2.5-VL classes, as users load them.
 
 Prefill runs the model's own vision tower and projector (`get_image_features`) and places the image
 embeddings at the prompt's image tokens, as the model's forward does; everything after the prompt is text,
@@ -175,6 +175,30 @@ class Qwen2VLTarget(VisionLanguageTarget):
         self.rope_deltas = self.rope_deltas[rows.to(self.device)]
 
 
+class Idefics3Target(VisionLanguageTarget):
+    """`Idefics3ForConditionalGeneration` and `SmolVLMForConditionalGeneration`: `pixel_values` [B, images per
+    row, C, H, W] (an all-zero image is padding and gives no tokens) with `pixel_attention_mask` [B, images,
+    H, W]; the model's own tower, pixel shuffle and connector give each image's tokens, in prompt order.
+    Positions count tokens."""
+
+    model_types = ("idefics3", "smolvlm")
+    prefill_inputs = frozenset({"pixel_values", "pixel_attention_mask"})
+
+    def check_prompt(self, prompt: Prompt) -> None:
+        super().check_prompt(prompt)
+        pixels = prompt.inputs.get("pixel_values")
+        if pixels is not None and (pixels.dim() != 5 or pixels.shape[0] != prompt.input_ids.shape[0]):
+            raise ValueError(f"pixel_values: {type(self.model).__name__} takes [batch, images per row, channels, "
+                             f"height, width] with one entry per prompt row, got {tuple(pixels.shape)}")
+
+    def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
+        mask = inputs.get("pixel_attention_mask")
+        out = self.model.model.get_image_features(
+            pixel_values=inputs["pixel_values"].to(self.device, self.dtype), return_dict=True,
+            pixel_attention_mask=None if mask is None else mask.to(self.device))
+        return torch.cat(list(out.pooler_output), dim=0)
+
+
 def text_model_view(model: PreTrainedModel) -> PreTrainedModel:
     """A causal LM of the VLM's text config whose decoder and head *are* the VLM's (shared modules, no
     copy): what the core's lean engine drives once the image embeddings are in place. Built once per
@@ -225,7 +249,7 @@ class LeanLlavaTarget(LlavaTarget, LeanCausalLM):
         return torch.cat(list(out.pooler_output), dim=0)
 
 
-ADAPTERS = (LlavaTarget, Qwen2VLTarget)
+ADAPTERS = (LlavaTarget, Qwen2VLTarget, Idefics3Target)
 
 
 def vision_adapter_for(model: Any) -> type[VisionLanguageTarget] | None:

@@ -12,7 +12,8 @@ from .processing import AnswerExample
 
 VOCAB = 128
 IMAGE_TOKEN = 3  # inside the text vocabulary, as in the released checkpoints
-VLM_KINDS = ("llava-clip", "llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "qwen2.5-vl", "mistral3")
+VLM_KINDS = ("llava-clip", "llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "qwen2.5-vl", "mistral3",
+             "idefics3", "smolvlm")
 # rows of a Mistral 3 batch: images of these sizes (height, width), 4x4 patches merged 2x2: 8 tokens each
 MISTRAL3_SIZES = [(16, 32), (32, 16), (16, 32)]
 # any-resolution tiles of 16x16 (LLaVA-NeXT / OneVision): images are cut into up to 2x2 tiles plus a base view
@@ -28,7 +29,8 @@ def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -
     """A random VLM: Llava with a CLIP tower (16x16 images, 4x4 patches, CLS dropped: 16 image tokens) or a
     SigLIP tower (no CLS: strategy "full", 16 tokens); LLaVA-NeXT / LLaVA-OneVision with any-resolution tiles
     (`_anyres_vlm`); Qwen2-VL / Qwen2.5-VL with 4x4 patches merged 2x2; Mistral 3 (Pixtral tower of 4x4
-    patches at each image's own size, merged 2x2 by the projector; Mistral text).
+    patches at each image's own size, merged 2x2 by the projector; Mistral text); Idefics3 / SmolVLM (16x16
+    images, 4x4 patches, pixel shuffle by 2: 4 tokens an image; up to 2 images a row, Llama text).
     The LM head is scaled so argmax ties are rare."""
     from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,
                               SiglipVisionConfig)
@@ -76,6 +78,17 @@ def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -
                                 image_token_index=IMAGE_TOKEN, spatial_merge_size=2, vision_feature_layer=-1,
                                 tie_word_embeddings=False)
         model = Mistral3ForConditionalGeneration(config)
+    elif kind in ("idefics3", "smolvlm"):
+        import transformers
+
+        prefix = "Idefics3" if kind == "idefics3" else "SmolVLM"
+        vision = getattr(transformers, f"{prefix}VisionConfig")(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=16,
+            patch_size=4)
+        config = getattr(transformers, f"{prefix}Config")(
+            vision_config=vision, text_config=LlamaConfig(**_TEXT), scale_factor=2, image_token_id=IMAGE_TOKEN,
+            tie_word_embeddings=False)
+        model = getattr(transformers, f"{prefix}ForConditionalGeneration")(config)
     else:
         raise ValueError(f"kind: expected one of {VLM_KINDS}, got {kind!r}")
     with torch.no_grad():
@@ -148,6 +161,11 @@ def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int
     for r, (nb, na) in enumerate(zip(before, after)):
         if anyres:
             n_image = counts[r]
+        elif kind in ("idefics3", "smolvlm"):  # rows 0 and 2: one image; row 1: two (the second one's slot
+            n_images = 2 if r % 3 == 1 else 1   # in the other rows is an all-zero padding image)
+            pixels.append(torch.stack([torch.randn(3, 16, 16, generator=g) if i < n_images else torch.zeros(3, 16, 16)
+                                       for i in range(2)]))
+            n_image = 4 * n_images
         elif kind == "mistral3":  # each image at its own size, zero-padded to the batch's (as the processor does)
             h, w = MISTRAL3_SIZES[r % len(MISTRAL3_SIZES)]
             image = torch.zeros(3, 32, 32)
@@ -183,6 +201,10 @@ def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int
         out.update(images)
     elif sizes:
         out.update(pixel_values=torch.stack(pixels), image_sizes=torch.tensor(sizes))
+    elif kind in ("idefics3", "smolvlm"):
+        stacked = torch.stack(pixels)  # [rows, 2 images, 3, 16, 16]
+        out.update(pixel_values=stacked,
+                   pixel_attention_mask=torch.ones(stacked.shape[:2] + (16, 16), dtype=torch.bool))
     else:
         out.update(pixel_values=torch.stack(pixels))
     return out

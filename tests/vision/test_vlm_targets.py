@@ -11,7 +11,7 @@ from multispec import DynamicTree, Prompt, SamplingConfig, speculative_generate
 from multispec.drafters import ModelDrafter
 from multispec.targets import FeatureRequest, as_target
 from multispec.testing import chi_square_pvalue, make_perturbed_copy, make_target
-from multispec.vision import LlavaTarget, Qwen2VLTarget
+from multispec.vision import Idefics3Target, LlavaTarget, Qwen2VLTarget
 from multispec.vision.testing import IMAGE_TOKEN, VLM_KINDS, make_vlm, row_of, vlm_prompts
 
 
@@ -39,7 +39,8 @@ def test_tree_logits_equal_the_model_forward_on_each_path(vlm):
     kind, model = vlm
     inputs = vlm_prompts(kind)
     target = as_target(model)
-    assert isinstance(target, Qwen2VLTarget if kind.startswith("qwen") else LlavaTarget)
+    assert isinstance(target, Qwen2VLTarget if kind.startswith("qwen") else
+                      Idefics3Target if kind in ("idefics3", "smolvlm") else LlavaTarget)
     prompt = Prompt.build(**inputs)
     request = FeatureRequest(hidden=True, layers=(0, 2), image_embeds=True)
     prefilled = target.prefill(prompt, request)
@@ -129,7 +130,7 @@ def _first_tokens(model, inputs, seed=0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "mistral3"])
+@pytest.mark.parametrize("kind", ["llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "mistral3", "idefics3"])
 def test_sampled_first_token_follows_the_target(kind):
     """Power (`detectable_deviation(4000, 0.1, 20)`, level 1e-3, 90%): a 0.10 token moved by 3.1 points.
     Negative control: samples drawn with another image fail the same test."""
@@ -236,4 +237,12 @@ def test_mistral3_without_image_sizes_is_refused_by_name():
     inputs = vlm_prompts("mistral3")
     inputs.pop("image_sizes")
     with pytest.raises(ValueError, match="image_sizes: Mistral3ForConditionalGeneration needs"):
+        speculative_generate(model, "ngram", max_new_tokens=2, **inputs)
+
+
+def test_idefics3_pixel_values_without_the_images_axis_are_refused_by_name():
+    model = make_vlm("idefics3", seed=1)
+    inputs = vlm_prompts("idefics3")
+    inputs["pixel_values"] = inputs["pixel_values"][:, 0]  # [rows, 3, H, W]: the per-row images axis lost
+    with pytest.raises(ValueError, match=r"pixel_values: Idefics3ForConditionalGeneration takes \[batch, images"):
         speculative_generate(model, "ngram", max_new_tokens=2, **inputs)
