@@ -1,5 +1,5 @@
 """Vision-language models as speculative targets (and draft models): `transformers`' Llava, LLaVA-NeXT,
-LLaVA-OneVision, Mistral 3, Idefics3 / SmolVLM and Qwen2-VL / Qwen2.5-VL classes, as users load them.
+LLaVA-OneVision, Mistral 3, Idefics3 / SmolVLM, Gemma 3 and Qwen2-VL / Qwen2.5-VL classes, as users load them.
 
 Prefill runs the model's own vision tower and projector (`get_image_features`) and places the image
 embeddings at the prompt's image tokens, as the model's forward does; everything after the prompt is text,
@@ -199,6 +199,27 @@ class Idefics3Target(VisionLanguageTarget):
         return torch.cat(list(out.pooler_output), dim=0)
 
 
+class Gemma3VLTarget(VisionLanguageTarget):
+    """`Gemma3ForConditionalGeneration`: SigLIP tower and pooled projector (`mm_tokens_per_image` tokens an
+    image); in the prompt the tokens of one image attend to each other both ways (and earlier tokens causally),
+    as the model's own mask does from `token_type_ids` (here read from the image tokens themselves, which the
+    processor marks alike); sliding-window layers apply their window on top. Positions count tokens."""
+
+    model_types = ("gemma3",)
+    prefill_inputs = frozenset({"pixel_values", "token_type_ids"})
+    per_token_inputs = frozenset({"token_type_ids"})
+
+    def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
+        out = self.model.model.get_image_features(inputs["pixel_values"].to(self.device, self.dtype), return_dict=True)
+        return out.pooler_output.reshape(-1, out.pooler_output.shape[-1])
+
+    def _prefill_allowed(self, ids: torch.Tensor, mask2d: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        image = (ids == self.image_token_id) & mask2d.bool()
+        starts = image & ~torch.nn.functional.pad(image, (1, 0))[:, :-1]
+        block = torch.where(image, starts.long().cumsum(-1), 0)  # 1, 2, ... per image run; 0 for text
+        return allowed | ((block[:, :, None] == block[:, None, :]) & (block[:, :, None] > 0))
+
+
 def text_model_view(model: PreTrainedModel) -> PreTrainedModel:
     """A causal LM of the VLM's text config whose decoder and head *are* the VLM's (shared modules, no
     copy): what the core's lean engine drives once the image embeddings are in place. Built once per
@@ -249,7 +270,7 @@ class LeanLlavaTarget(LlavaTarget, LeanCausalLM):
         return torch.cat(list(out.pooler_output), dim=0)
 
 
-ADAPTERS = (LlavaTarget, Qwen2VLTarget, Idefics3Target)
+ADAPTERS = (LlavaTarget, Qwen2VLTarget, Idefics3Target, Gemma3VLTarget)
 
 
 def vision_adapter_for(model: Any) -> type[VisionLanguageTarget] | None:

@@ -13,7 +13,7 @@ from .processing import AnswerExample
 VOCAB = 128
 IMAGE_TOKEN = 3  # inside the text vocabulary, as in the released checkpoints
 VLM_KINDS = ("llava-clip", "llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "qwen2.5-vl", "mistral3",
-             "idefics3", "smolvlm")
+             "idefics3", "smolvlm", "gemma3")
 # rows of a Mistral 3 batch: images of these sizes (height, width), 4x4 patches merged 2x2: 8 tokens each
 MISTRAL3_SIZES = [(16, 32), (32, 16), (16, 32)]
 # any-resolution tiles of 16x16 (LLaVA-NeXT / OneVision): images are cut into up to 2x2 tiles plus a base view
@@ -30,7 +30,8 @@ def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -
     SigLIP tower (no CLS: strategy "full", 16 tokens); LLaVA-NeXT / LLaVA-OneVision with any-resolution tiles
     (`_anyres_vlm`); Qwen2-VL / Qwen2.5-VL with 4x4 patches merged 2x2; Mistral 3 (Pixtral tower of 4x4
     patches at each image's own size, merged 2x2 by the projector; Mistral text); Idefics3 / SmolVLM (16x16
-    images, 4x4 patches, pixel shuffle by 2: 4 tokens an image; up to 2 images a row, Llama text).
+    images, 4x4 patches, pixel shuffle by 2: 4 tokens an image; up to 2 images a row, Llama text); Gemma 3
+    (SigLIP, 16x16 images pooled to 4 tokens; Gemma 3 text with a sliding layer of window 6 and a global one).
     The LM head is scaled so argmax ties are rare."""
     from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,
                               SiglipVisionConfig)
@@ -89,6 +90,20 @@ def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -
             vision_config=vision, text_config=LlamaConfig(**_TEXT), scale_factor=2, image_token_id=IMAGE_TOKEN,
             tie_word_embeddings=False)
         model = getattr(transformers, f"{prefix}ForConditionalGeneration")(config)
+    elif kind == "gemma3":
+        from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig, SiglipVisionConfig
+
+        text = Gemma3TextConfig(**_TEXT, head_dim=16, sliding_window=6, query_pre_attn_scalar=16,
+                                layer_types=["sliding_attention", "full_attention"])
+        vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                    image_size=16, patch_size=4)
+        config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                              image_token_index=IMAGE_TOKEN, boi_token_index=4, eoi_token_index=5,
+                              tie_word_embeddings=False)
+        model = Gemma3ForConditionalGeneration(config)
+        with torch.no_grad():  # the projection initialises to zeros (no image would matter): random, about as
+            # loud as the sqrt(hidden)-scaled text embeddings
+            model.model.multi_modal_projector.mm_input_projection_weight.normal_(0.0, 0.05)
     else:
         raise ValueError(f"kind: expected one of {VLM_KINDS}, got {kind!r}")
     with torch.no_grad():
@@ -166,6 +181,9 @@ def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int
             pixels.append(torch.stack([torch.randn(3, 16, 16, generator=g) if i < n_images else torch.zeros(3, 16, 16)
                                        for i in range(2)]))
             n_image = 4 * n_images
+        elif kind == "gemma3":
+            pixels.append(torch.randn(3, 16, 16, generator=g))
+            n_image = 4
         elif kind == "mistral3":  # each image at its own size, zero-padded to the batch's (as the processor does)
             h, w = MISTRAL3_SIZES[r % len(MISTRAL3_SIZES)]
             image = torch.zeros(3, 32, 32)
@@ -201,6 +219,8 @@ def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int
         out.update(images)
     elif sizes:
         out.update(pixel_values=torch.stack(pixels), image_sizes=torch.tensor(sizes))
+    elif kind == "gemma3":  # the processor's token types: 1 at image tokens
+        out.update(pixel_values=torch.stack(pixels), token_type_ids=token_types)
     elif kind in ("idefics3", "smolvlm"):
         stacked = torch.stack(pixels)  # [rows, 2 images, 3, 16, 16]
         out.update(pixel_values=stacked,
@@ -221,7 +241,10 @@ def row_of(inputs: dict[str, torch.Tensor], r: int) -> dict[str, torch.Tensor]:
         out.update(pixel_values=inputs["pixel_values"][start:start + sizes[r]], image_grid_thw=grids[r:r + 1],
                    mm_token_type_ids=inputs["mm_token_type_ids"][r, keep][None])
     else:  # one image per row: every per-image input (pixel_values, image_sizes, batch_num_images) by row
-        out.update({k: v[r:r + 1] for k, v in inputs.items() if k not in ("input_ids", "attention_mask")})
+        out.update({k: v[r:r + 1] for k, v in inputs.items()
+                    if k not in ("input_ids", "attention_mask", "token_type_ids")})
+        if "token_type_ids" in inputs:  # one per token, like input_ids
+            out["token_type_ids"] = inputs["token_type_ids"][r, keep][None]
     return out
 
 

@@ -214,12 +214,17 @@ class HFCausalLM(Target, FeedingEngine):
         causal = q[None, :, None] >= q[None, None, :]
         allowed = causal & mask2d.bool()[:, None, :]
         # fully padded query rows attend to themselves only (their output is never used)
-        allowed = allowed | torch.eye(n, dtype=torch.bool, device=self.device)[None]
+        allowed = self._prefill_allowed(ids, mask2d, allowed | torch.eye(n, dtype=torch.bool, device=self.device)[None])
         masks = self._layer_masks(allowed, pos[:, :, None] - pos[:, None, :])
         tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
         _, features = self._run(request, attention_mask=masks, position_ids=self._prefill_positions(pos),
                                 cache_position=q, logits_to_keep=1, **tokens)
         return features
+
+    def _prefill_allowed(self, ids: torch.Tensor, mask2d: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """Which prompt tokens each prompt token attends to [B, L, L] (causal, padding excluded; adapters whose
+        model attends otherwise in the prompt, e.g. bidirectionally within an image, widen it here)."""
+        return allowed
 
     def _prefill_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """The position ids the model reads for the prefilled tokens, given each token's index among its

@@ -11,7 +11,7 @@ from multispec import DynamicTree, Prompt, SamplingConfig, speculative_generate
 from multispec.drafters import ModelDrafter
 from multispec.targets import FeatureRequest, as_target
 from multispec.testing import chi_square_pvalue, make_perturbed_copy, make_target
-from multispec.vision import Idefics3Target, LlavaTarget, Qwen2VLTarget
+from multispec.vision import Gemma3VLTarget, Idefics3Target, LlavaTarget, Qwen2VLTarget
 from multispec.vision.testing import IMAGE_TOKEN, VLM_KINDS, make_vlm, row_of, vlm_prompts
 
 
@@ -25,8 +25,9 @@ def _extend(inputs: dict, tokens: torch.Tensor) -> dict:
     out = dict(inputs)
     out["input_ids"] = torch.cat([inputs["input_ids"], tokens[None]], 1)
     out["attention_mask"] = torch.ones_like(out["input_ids"])
-    if "mm_token_type_ids" in inputs:
-        out["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(tokens)[None]], 1)
+    for name in ("mm_token_type_ids", "token_type_ids"):  # one per token: appended text is type 0
+        if name in inputs:
+            out[name] = torch.cat([inputs[name], torch.zeros_like(tokens)[None]], 1)
     return out
 
 
@@ -40,7 +41,8 @@ def test_tree_logits_equal_the_model_forward_on_each_path(vlm):
     inputs = vlm_prompts(kind)
     target = as_target(model)
     assert isinstance(target, Qwen2VLTarget if kind.startswith("qwen") else
-                      Idefics3Target if kind in ("idefics3", "smolvlm") else LlavaTarget)
+                      Idefics3Target if kind in ("idefics3", "smolvlm") else
+                      Gemma3VLTarget if kind == "gemma3" else LlavaTarget)
     prompt = Prompt.build(**inputs)
     request = FeatureRequest(hidden=True, layers=(0, 2), image_embeds=True)
     prefilled = target.prefill(prompt, request)
@@ -130,7 +132,8 @@ def _first_tokens(model, inputs, seed=0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "mistral3", "idefics3"])
+@pytest.mark.parametrize("kind", ["llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "mistral3", "idefics3",
+                                  "gemma3"])
 def test_sampled_first_token_follows_the_target(kind):
     """Power (`detectable_deviation(4000, 0.1, 20)`, level 1e-3, 90%): a 0.10 token moved by 3.1 points.
     Negative control: samples drawn with another image fail the same test."""
