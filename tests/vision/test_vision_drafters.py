@@ -1,5 +1,5 @@
-"""VLM drafters (plain EAGLE, ViSpec, SpecVLM) on tiny random Llava (SigLIP), LLaVA-NeXT and Qwen2-VL models: after a
-short online distillation on the target's own answers they are accepted (mean accepted length asserted),
+"""VLM drafters (plain EAGLE, ViSpec, SpecVLM) on tiny random Llava (SigLIP), LLaVA-NeXT, Qwen2-VL and Gemma 3
+models: after a short online distillation on the target's own answers they are accepted (mean accepted length asserted),
 and greedy speculation equals the target's own `generate` for batch 1 and a ragged batch of 3 with a
 different image per row, chains and dynamic trees. Also: what each mode puts in the draft sequence, the
 ViSpec fusion's [I | 0] start, the SpecVLM gate, resumable training, and errors by name."""
@@ -16,7 +16,7 @@ from multispec.vision.testing import (IMAGE_TOKEN, forbid_special_tokens, make_v
                                      tiny_head, vlm_prompts)
 
 MODES = ("eagle", "vispec", "specvlm")
-KINDS = ("llava-siglip", "llava-next", "qwen2-vl")
+KINDS = ("llava-siglip", "llava-next", "qwen2-vl", "gemma3")
 
 
 @pytest.fixture(scope="module")
