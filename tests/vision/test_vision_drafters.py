@@ -1,6 +1,6 @@
 """VLM drafters (plain EAGLE, ViSpec, SpecVLM) on tiny random Llava (SigLIP), LLaVA-NeXT, Qwen2-VL and Gemma 3
-models: after a short online distillation on the target's own answers they are accepted (mean accepted length asserted),
-and greedy speculation equals the target's own `generate` for batch 1 and a ragged batch of 3 with a
+models: after a short online distillation on the target's own answers they are accepted (mean accepted
+length asserted), and greedy speculation equals the target's own `generate` for batch 1 and a ragged batch of 3 with a
 different image per row, chains and dynamic trees. Also: what each mode puts in the draft sequence, the
 ViSpec fusion's [I | 0] start, the SpecVLM gate, resumable training, and errors by name."""
 
