@@ -13,6 +13,17 @@ from transformers import (BambaConfig, BambaForCausalLM, FalconH1Config, FalconH
 from multispec.testing import VOCAB
 
 
+def _randomised(model: torch.nn.Module, head_scale: float, mixers: list) -> torch.nn.Module:
+    """`model` in eval mode with its LM head scaled by `head_scale` (argmax ties become rare) and each Mamba-2
+    mixer's decays drawn wider than the default init (so the state carries information across steps)."""
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+        for mixer in mixers:
+            mixer.A_log.uniform_(-2.0, 1.0)
+            mixer.dt_bias.uniform_(-3.0, 0.5)
+    return model.eval()
+
+
 def make_mamba2(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int = 64, head_scale: float = 8.0,
                 state: int = 16, groups: int = 2) -> torch.nn.Module:
     """A random `Mamba2ForCausalLM` (2 groups, 8 heads of 16, conv width 4); runs its PyTorch path on CPU.
@@ -22,12 +33,7 @@ def make_mamba2(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int 
                           head_dim=16, state_size=state, n_groups=groups, conv_kernel=4, chunk_size=16,
                           tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model = Mamba2ForCausalLM(config)
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(head_scale)
-        for layer in model.backbone.layers:
-            layer.mixer.A_log.uniform_(-2.0, 1.0)
-            layer.mixer.dt_bias.uniform_(-3.0, 0.5)
-    return model.eval()
+    return _randomised(model, head_scale, [layer.mixer for layer in model.backbone.layers])
 
 
 def make_mamba(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int = 64, head_scale: float = 8.0,
@@ -62,13 +68,8 @@ def make_bamba(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int =
                          mamba_d_conv=4, mamba_chunk_size=16, tie_word_embeddings=False, bos_token_id=1,
                          eos_token_id=2, pad_token_id=0, max_position_embeddings=1024)
     model = BambaForCausalLM(config)
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(head_scale)
-        for layer in model.model.layers:
-            if hasattr(layer, "mamba"):  # a Mamba-2 layer (its `block_type`, `layer_type` before transformers 5.13)
-                layer.mamba.A_log.uniform_(-2.0, 1.0)
-                layer.mamba.dt_bias.uniform_(-3.0, 0.5)
-    return model.eval()
+    # a Mamba-2 layer has `mamba` (its `block_type`, `layer_type` before transformers 5.13)
+    return _randomised(model, head_scale, [layer.mamba for layer in model.model.layers if hasattr(layer, "mamba")])
 
 
 def make_granite_hybrid(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int = 64, head_scale: float = 8.0,
@@ -89,13 +90,7 @@ def make_granite_hybrid(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidd
         attention_multiplier=0.1, logits_scaling=2.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
         pad_token_id=0, max_position_embeddings=1024)
     model = GraniteMoeHybridForCausalLM(config)
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(head_scale)
-        for layer in model.model.layers:
-            if layer.mamba is not None:
-                layer.mamba.A_log.uniform_(-2.0, 1.0)
-                layer.mamba.dt_bias.uniform_(-3.0, 0.5)
-    return model.eval()
+    return _randomised(model, head_scale, [layer.mamba for layer in model.model.layers if layer.mamba is not None])
 
 
 def make_nemotron_h(seed: int = 0, vocab: int = VOCAB, hidden: int = 64, head_scale: float = 8.0,
@@ -110,13 +105,8 @@ def make_nemotron_h(seed: int = 0, vocab: int = VOCAB, hidden: int = 64, head_sc
         num_experts_per_tok=2, moe_intermediate_size=hidden, moe_shared_expert_intermediate_size=hidden,
         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0, max_position_embeddings=1024)
     model = NemotronHForCausalLM(config)
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(head_scale)
-        for layer in model.model.layers:
-            if layer.block_type == "linear_attention":
-                layer.mixer.A_log.uniform_(-2.0, 1.0)
-                layer.mixer.dt_bias.uniform_(-3.0, 0.5)
-    return model.eval()
+    return _randomised(model, head_scale,
+                       [layer.mixer for layer in model.model.layers if layer.block_type == "linear_attention"])
 
 
 def make_jamba(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int = 64, head_scale: float = 8.0,
@@ -152,14 +142,12 @@ def make_falcon_h1(seed: int = 0, vocab: int = VOCAB, layers: int = 3, hidden: i
         ssm_multipliers=[0.9, 1.1, 0.8, 1.2, 1.05], mlp_multipliers=[1.5, 0.7], tie_word_embeddings=False,
         bos_token_id=1, eos_token_id=2, pad_token_id=0, max_position_embeddings=1024)
     model = FalconH1ForCausalLM(config)
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(head_scale)
-        for layer in model.model.layers:
-            layer.mamba.A_log.uniform_(-2.0, 1.0)
-            layer.mamba.dt_bias.uniform_(-3.0, 0.5)
-            if rms_norm:
+    _randomised(model, head_scale, [layer.mamba for layer in model.model.layers])
+    if rms_norm:
+        with torch.no_grad():
+            for layer in model.model.layers:
                 layer.mamba.norm.weight.uniform_(0.5, 1.5)
-    return model.eval()
+    return model
 
 
 def make_lfm2(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int = 64, head_scale: float = 8.0,
