@@ -18,7 +18,8 @@ from . import cli as _cli
 from .compress import ElasticCompressor, QueryAdaptor
 from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead, build_draft_sequence
-from .targets import Gemma3VLTarget, Idefics3Target, LlavaTarget, Qwen2VLTarget, VisionLanguageTarget, vision_adapter_for
+from .targets import (Gemma3VLTarget, Idefics3Target, LlavaTarget, Qwen2VLTarget, Qwen3VLTarget, VisionLanguageTarget,
+                      vision_adapter_for)
 from .zoo_pair import zoo_entry
 
 register_target_adapter(lambda model: vision_adapter_for(model) is not None,
@@ -26,6 +27,7 @@ register_target_adapter(lambda model: vision_adapter_for(model) is not None,
 register_entry(zoo_entry())
 _cli.register()
 
-__all__ = ["DistillConfig", "ElasticCompressor", "Gemma3VLTarget", "Idefics3Target", "LlavaTarget", "QueryAdaptor", "Qwen2VLTarget",
+__all__ = ["DistillConfig", "ElasticCompressor", "Gemma3VLTarget", "Idefics3Target", "LlavaTarget", "QueryAdaptor",
+           "Qwen2VLTarget", "Qwen3VLTarget",
            "VisionDistiller", "VisionDraftConfig", "VisionEagleDrafter", "VisionEagleHead", "VisionLanguageTarget",
            "build_draft_sequence", "vision_adapter_for"]

@@ -1,5 +1,6 @@
 """Vision-language models as speculative targets (and draft models): `transformers`' Llava, LLaVA-NeXT,
-LLaVA-OneVision, Mistral 3, Idefics3 / SmolVLM, Gemma 3 and Qwen2-VL / Qwen2.5-VL classes, as users load them.
+LLaVA-OneVision, Mistral 3, Idefics3 / SmolVLM, Gemma 3 and Qwen2-VL / Qwen2.5-VL / Qwen3-VL classes, as users
+load them.
 
 Prefill runs the model's own vision tower and projector (`get_image_features`) and places the image
 embeddings at the prompt's image tokens, as the model's forward does; everything after the prompt is text,
@@ -45,6 +46,11 @@ class VisionLanguageTarget(HFCausalLM):
     def _prepare_positions(self, prompt: Prompt, image_tokens: torch.Tensor) -> None:
         """Called before the prefill: adapters with their own position scheme set it up here."""
 
+    def _place_images(self, embeds: torch.Tensor, image_tokens: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
+        """The prompt's input embeddings with the image embeddings at its image tokens (an adapter whose model
+        places them inside its own forward, with more than the embeddings, returns `embeds` unchanged)."""
+        return embeds.masked_scatter(image_tokens[..., None], image)
+
     def check_prompt(self, prompt: Prompt) -> None:
         super().check_prompt(prompt)
         mask = prompt.attention_mask.bool()
@@ -74,7 +80,7 @@ class VisionLanguageTarget(HFCausalLM):
             if image.shape[0] != n:
                 raise ValueError(f"pixel_values: the images give {image.shape[0]} embeddings, but input_ids hold {n} "
                                  "image tokens")
-            embeds = embeds.masked_scatter(image_tokens[..., None], image)
+            embeds = self._place_images(embeds, image_tokens, image)
         self._prepare_positions(prompt, image_tokens)
         out = self.start(ids, mask, inputs_embeds=embeds, request=request)
         if request.image_embeds:
@@ -220,6 +226,29 @@ class Gemma3VLTarget(VisionLanguageTarget):
         return allowed | ((block[:, :, None] == block[:, None, :]) & (block[:, :, None] > 0))
 
 
+class Qwen3VLTarget(Qwen2VLTarget):
+    """`Qwen3VLForConditionalGeneration`: Qwen2-VL's 3-axis positions (interleaved M-RoPE inside the model), and
+    deepstack: features of the vision tower's intermediate layers are added to the hidden states at the image
+    positions after the first decoder layers. The prefill therefore hands the model its own encoder outputs
+    (`mm_encoder_outputs`) with the prompt's plain token embeddings, and the model places the image embeddings
+    and the deepstack features itself; the tree nodes after the prompt are text and need neither."""
+
+    model_types = ("qwen3_vl",)
+
+    def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
+        out = self.model.model.get_image_features(inputs["pixel_values"].to(self.device),
+                                                  inputs["image_grid_thw"].to(self.device), return_dict=True)
+        self._encoder_outputs = out  # for the prefill's forward (`_prefill_extra`)
+        return torch.cat(list(out.pooler_output), dim=0)
+
+    def _place_images(self, embeds: torch.Tensor, image_tokens: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
+        return embeds
+
+    def _prefill_extra(self) -> dict:
+        out, self._encoder_outputs = getattr(self, "_encoder_outputs", None), None  # this prefill's alone
+        return {} if out is None else {"mm_encoder_outputs": {"image": out}}
+
+
 def text_model_view(model: PreTrainedModel) -> PreTrainedModel:
     """A causal LM of the VLM's text config whose decoder and head *are* the VLM's (shared modules, no
     copy): what the core's lean engine drives once the image embeddings are in place. Built once per
@@ -270,7 +299,7 @@ class LeanLlavaTarget(LlavaTarget, LeanCausalLM):
         return torch.cat(list(out.pooler_output), dim=0)
 
 
-ADAPTERS = (LlavaTarget, Qwen2VLTarget, Idefics3Target, Gemma3VLTarget)
+ADAPTERS = (LlavaTarget, Qwen2VLTarget, Qwen3VLTarget, Idefics3Target, Gemma3VLTarget)
 
 
 def vision_adapter_for(model: Any) -> type[VisionLanguageTarget] | None:

@@ -13,7 +13,7 @@ from .processing import AnswerExample
 VOCAB = 128
 IMAGE_TOKEN = 3  # inside the text vocabulary, as in the released checkpoints
 VLM_KINDS = ("llava-clip", "llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "qwen2.5-vl", "mistral3",
-             "idefics3", "smolvlm", "gemma3")
+             "idefics3", "smolvlm", "gemma3", "qwen3-vl")
 # rows of a Mistral 3 batch: images of these sizes (height, width), 4x4 patches merged 2x2: 8 tokens each
 MISTRAL3_SIZES = [(16, 32), (32, 16), (16, 32)]
 # any-resolution tiles of 16x16 (LLaVA-NeXT / OneVision): images are cut into up to 2x2 tiles plus a base view
@@ -48,6 +48,17 @@ def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -
                              vision_feature_select_strategy="full" if siglip else "default",
                              vision_feature_layer=-1, projector_hidden_act="gelu", tie_word_embeddings=False)
         model = LlavaForConditionalGeneration(config)
+    elif kind == "qwen3-vl":  # Qwen2-VL's layout, interleaved M-RoPE, deepstack from both tower layers
+        from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+        rope = dict(rope_type="default", rope_theta=1e4, mrope_section=[2, 3, 3], mrope_interleaved=True)
+        vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=4,
+                      spatial_merge_size=2, temporal_patch_size=2, in_channels=3, deepstack_visual_indexes=[0, 1],
+                      num_position_embeddings=16)
+        config = Qwen3VLConfig(text_config=dict(_TEXT, head_dim=16, rope_parameters=rope), vision_config=vision,
+                               image_token_id=IMAGE_TOKEN, video_token_id=4, vision_start_token_id=5,
+                               vision_end_token_id=6, tie_word_embeddings=False)
+        model = Qwen3VLForConditionalGeneration(config)
     elif kind in ("qwen2-vl", "qwen2.5-vl"):
         rope = dict(rope_type="default", rope_theta=1e4, mrope_section=[2, 3, 3])  # sums to head_dim / 2
         text = dict(_TEXT, rope_parameters=rope)

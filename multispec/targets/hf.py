@@ -218,8 +218,13 @@ class HFCausalLM(Target, FeedingEngine):
         masks = self._layer_masks(allowed, pos[:, :, None] - pos[:, None, :])
         tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
         _, features = self._run(request, attention_mask=masks, position_ids=self._prefill_positions(pos),
-                                cache_position=q, logits_to_keep=1, **tokens)
+                                cache_position=q, logits_to_keep=1, **tokens, **self._prefill_extra())
         return features
+
+    def _prefill_extra(self) -> dict:
+        """Further keyword arguments of the prefill's forward (e.g. a VLM's encoder outputs that its own forward
+        places, `multispec.vision`); none by default."""
+        return {}
 
     def _prefill_allowed(self, ids: torch.Tensor, mask2d: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
         """Which prompt tokens each prompt token attends to [B, L, L] (causal, padding excluded; adapters whose

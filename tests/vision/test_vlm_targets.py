@@ -133,7 +133,7 @@ def _first_tokens(model, inputs, seed=0):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "mistral3", "idefics3",
-                                  "gemma3"])
+                                  "qwen3-vl", "gemma3"])
 def test_sampled_first_token_follows_the_target(kind):
     """Power (`detectable_deviation(4000, 0.1, 20)`, level 1e-3, 90%): a 0.10 token moved by 3.1 points.
     Negative control: samples drawn with another image fail the same test."""
