@@ -222,8 +222,8 @@ class HFCausalLM(Target, FeedingEngine):
         return features
 
     def _prefill_extra(self) -> dict:
-        """Further keyword arguments of the prefill's forward (e.g. a VLM's encoder outputs that its own forward
-        places, `multispec.vision`); none by default."""
+        """Further keyword arguments of the prefill's forward (e.g. a vision-language model's encoder outputs
+        that its own forward places); none by default."""
         return {}
 
     def _prefill_allowed(self, ids: torch.Tensor, mask2d: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
