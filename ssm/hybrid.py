@@ -132,9 +132,12 @@ class BambaTarget(HFCausalLM):
         out = self.decoder(attention_mask=mask2d, position_ids=pos, past_key_values=self.cache, use_cache=True,
                            **tokens)
         for i in self.mamba_layers:
-            self.conv[i] = self.cache.get_conv_state(i).clone()
-            self.ssm[i] = self.cache.get_recurrent_state(i).float().clone()
+            self.conv[i], self.ssm[i] = self._cached_states(i, ids.shape[0])
         return Features(out.last_hidden_state) if request.hidden else None
+
+    def _cached_states(self, i: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer i's (conv, SSM) states as the model's own forward left them in the cache."""
+        return self.cache.get_conv_state(i).clone(), self.cache.get_recurrent_state(i).float().clone()
 
     def _prefill_unpadded(self, ids: torch.Tensor) -> None:
         """Mamba-2 layers through `mamba2_prefill_mix` (conv1d + chunked SSD), attention layers through the
@@ -415,17 +418,8 @@ class Lfm2Target(BambaTarget):
         return (torch.zeros(b, mixer.conv.in_channels, mixer.conv_kernel_size, dtype=self.dtype, device=self.device),
                 torch.zeros(b, 0, device=self.device))
 
-    @torch.no_grad()
-    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
-                 inputs_embeds: torch.Tensor | None = None) -> Features | None:
-        pos = (mask2d.long().cumsum(-1) - 1).clamp(min=0)
-        tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
-        out = self.decoder(attention_mask=mask2d, position_ids=pos, past_key_values=self.cache, use_cache=True,
-                           **tokens)
-        for i in self.mamba_layers:
-            self.conv[i] = self.cache.get_conv_state(i).clone()
-            self.ssm[i] = torch.zeros(ids.shape[0], 0, device=self.device)
-        return Features(out.last_hidden_state) if request.hidden else None
+    def _cached_states(self, i: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cache.get_conv_state(i).clone(), torch.zeros(b, 0, device=self.device)
 
     def _tree_layer(self, i: int, layer, hidden: torch.Tensor, rotary, masks, parents, ancestors, sources,
                     step: dict) -> torch.Tensor:
