@@ -47,12 +47,15 @@ _QKV: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
-                   cache_layer, key_scale: float = 1.0, qk_norms: tuple | None = None) -> torch.Tensor:
+                   cache_layer, key_scale: float = 1.0, qk_norms: tuple | None = None,
+                   adapters: tuple | None = None) -> torch.Tensor:
     """`BambaAttention` over the tree nodes, appending their K/V to `cache_layer`: what the module computes,
     with q/k/v fused into one matmul and grouped heads left to SDPA (the module's SDPA path repeats the
     whole cached K/V per head group whenever a mask is given, i.e. every verify step). `key_scale`: keys
     are multiplied by it before the rotary embedding (Falcon-H1's `key_multiplier`). `qk_norms`: per-head
-    RMS norms of queries and keys, applied before the rotary embedding (LFM2's `q_layernorm`, `k_layernorm`)."""
+    RMS norms of queries and keys, applied before the rotary embedding (LFM2's `q_layernorm`, `k_layernorm`).
+    `adapters`: low-rank modules whose outputs add to the queries, keys and values (Zamba2's per-layer
+    adapters on its shared attention block)."""
     b, m, _ = h.shape
     w = attn.q_proj.weight
     key = tuple((p.data_ptr(), p._version) for p in (attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight))
@@ -63,7 +66,10 @@ def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tens
         hit = (key, torch.cat([p.weight for p in parts]), bias)
         _QKV[attn] = hit
     heads, kv_heads, d = w.shape[0] // attn.head_dim, attn.k_proj.weight.shape[0] // attn.head_dim, attn.head_dim
-    qkv = F.linear(h, hit[1], hit[2]).view(b, m, heads + 2 * kv_heads, d).transpose(1, 2)
+    qkv = F.linear(h, hit[1], hit[2])
+    if adapters is not None:
+        qkv = qkv + torch.cat([adapter(h) for adapter in adapters], dim=-1)
+    qkv = qkv.view(b, m, heads + 2 * kv_heads, d).transpose(1, 2)
     q, k, v = qkv.split([heads, kv_heads, kv_heads], dim=1)
     if key_scale != 1.0:
         k = k * key_scale
@@ -449,3 +455,50 @@ class Lfm2Target(BambaTarget):
     @property
     def _final_norm(self):
         return self.decoder.embedding_norm
+
+
+class Zamba2Target(BambaTarget):
+    """Target adapter for `Zamba2ForCausalLM` (Zyphra Zamba2): every layer is a Mamba-2 block; before some
+    ("hybrid" layers) a shared transformer block reads the hidden state concatenated with the input
+    embeddings (attention with its per-layer low-rank adapters on q, k, v, optional RoPE, then an MLP with its
+    adapter, no residual of its own), whose projected output adds to that layer's Mamba input. The shared
+    block's weights repeat every `num_mem_blocks` hybrid layers; its K/V sit in the hybrid layer's own cache
+    layer. Prompts prefill through the model's own forward."""
+
+    model_type = "zamba2"
+    own_prefill = False
+
+    def _mamba(self, i: int):
+        layer = self.decoder.layers[i]
+        return layer.mamba if hasattr(layer, "mamba") else layer.mamba_decoder.mamba
+
+    def _rotary(self, hidden: torch.Tensor, positions: torch.Tensor):
+        rotary = getattr(self.decoder, "rotary_emb", None)  # only with `use_mem_rope`
+        return None if rotary is None else rotary(hidden, position_ids=positions)
+
+    def _embed(self, hidden: torch.Tensor) -> torch.Tensor:
+        self._embeddings = hidden  # the shared blocks read the input embeddings again
+        return hidden
+
+    def _tree_layer(self, i: int, layer, hidden: torch.Tensor, rotary, masks, parents, ancestors, sources,
+                    step: dict) -> torch.Tensor:
+        mamba_layer, branch = layer, None
+        if hasattr(layer, "shared_transformer"):
+            shared, mamba_layer = layer.shared_transformer, layer.mamba_decoder
+            attn = shared.self_attn
+            h = rms_norm(shared.input_layernorm, torch.cat([hidden, self._embeddings], dim=-1))
+            adapters = None
+            if attn.config.use_shared_attention_adapter:
+                slot = attn.layer_dic[i]
+                adapters = (attn.linear_q_adapter_list[slot], attn.linear_k_adapter_list[slot],
+                            attn.linear_v_adapter_list[slot])
+            h = tree_attention(attn, h, rotary, masks, self.cache.layers[i], adapters=adapters)
+            branch = F.linear(shared.feed_forward(rms_norm(shared.pre_ff_layernorm, h), i), layer.linear.weight,
+                              layer.linear.bias)
+        h = rms_norm(mamba_layer.input_layernorm, hidden if branch is None else hidden + branch)
+        h, step[i] = mamba2_tree_mix(mamba_layer.mamba, h, self.conv[i], self.ssm[i], parents, ancestors, sources)
+        return hidden + h
+
+    @property
+    def _final_norm(self):
+        return self.decoder.final_layernorm

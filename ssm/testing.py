@@ -1,5 +1,5 @@
 """Tiny randomly initialised state-space models of the real `transformers` classes (Mamba-2, Mamba,
-FalconMamba, the hybrids Bamba, GraniteMoeHybrid, Nemotron-H, Jamba, Falcon-H1 and LFM2), for tests and
+FalconMamba, the hybrids Bamba, GraniteMoeHybrid, Nemotron-H, Jamba, Falcon-H1, LFM2 and Zamba2), for tests and
 examples (no download needed)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import torch
 from transformers import (BambaConfig, BambaForCausalLM, FalconH1Config, FalconH1ForCausalLM, FalconMambaConfig,
                           FalconMambaForCausalLM, GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, JambaConfig,
                           JambaForCausalLM, Lfm2Config, Lfm2ForCausalLM, Mamba2Config, Mamba2ForCausalLM,
-                          MambaConfig, MambaForCausalLM, NemotronHConfig, NemotronHForCausalLM)
+                          MambaConfig, MambaForCausalLM, NemotronHConfig, NemotronHForCausalLM, Zamba2Config,
+                          Zamba2ForCausalLM)
 
 from multispec.testing import VOCAB
 
@@ -166,3 +167,27 @@ def make_lfm2(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int = 
             if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
                 p.uniform_(0.5, 1.5)
     return model.eval()
+
+
+def make_zamba2(seed: int = 0, vocab: int = VOCAB, hidden: int = 64, head_scale: float = 8.0,
+                kinds: tuple[str, ...] = ("mamba", "hybrid", "mamba", "hybrid", "hybrid"), rope: bool = True
+                ) -> torch.nn.Module:
+    """A random `Zamba2ForCausalLM`: a Mamba-2 block per layer (2 groups, 8 heads of 16, conv width 4) and,
+    at each "hybrid" layer of `kinds`, a shared transformer block (4 heads of 32 over the concatenated
+    hidden state and embeddings, RoPE unless `rope` is False) with per-layer adapters; two shared blocks
+    alternate, so the third hybrid layer reuses the first block's weights with its own adapters."""
+    torch.manual_seed(seed)
+    config = Zamba2Config(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=len(kinds), layers_block_type=list(kinds),
+        num_attention_heads=4, num_key_value_heads=4, intermediate_size=2 * hidden, n_mamba_heads=hidden * 2 // 16,
+        mamba_headdim=16, mamba_ngroups=2, mamba_d_state=16, mamba_d_conv=4, chunk_size=16, num_mem_blocks=2,
+        use_shared_attention_adapter=True, adapter_rank=8, use_mem_rope=rope, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, max_position_embeddings=1024)
+    model = Zamba2ForCausalLM(config)
+    mixers = [layer.mamba if hasattr(layer, "mamba") else layer.mamba_decoder.mamba for layer in model.model.layers]
+    _randomised(model, head_scale, mixers)
+    with torch.no_grad():  # adapters start near zero; make them matter
+        for name, p in model.named_parameters():
+            if "adapter" in name:
+                p.normal_(0.0, 0.05)
+    return model
