@@ -3,8 +3,8 @@
 Importing this package registers its target adapters and draft engines with the core, so
 `multispec.speculative_generate` accepts `transformers`' `Mamba2ForCausalLM`, `MambaForCausalLM`,
 `FalconMambaForCausalLM` and the hybrids `BambaForCausalLM`, `GraniteMoeHybridForCausalLM`,
-`NemotronHForCausalLM`, `JambaForCausalLM`, `FalconH1ForCausalLM`, `Lfm2ForCausalLM` and `Zamba2ForCausalLM`
-directly, as
+`NemotronHForCausalLM`, `JambaForCausalLM`, `FalconH1ForCausalLM`, `Lfm2ForCausalLM`, `Zamba2ForCausalLM` and
+`Qwen3NextForCausalLM` directly, as
 targets and as draft models (the core imports this package by itself when it meets a stateful model).
 """
 
@@ -17,6 +17,8 @@ from .hybrid import (BambaTarget, FalconH1Target, GraniteMoeHybridTarget, JambaT
                      Zamba2Target)
 from .mamba1 import FalconMambaTarget, MambaTarget, tree_selective_scan
 from .mamba2 import Mamba2Target
+from .qwen3_next import Qwen3NextTarget
+from .delta_rule import tree_gated_delta_rule
 from .target import SSMTarget
 from .tree_scan import tree_conv1d, tree_ssd, tree_state
 from .zoo_pair import zoo_entries
@@ -41,7 +43,8 @@ for _matches, _adapter, _cls in ((_is("mamba2"), Mamba2Target, "Mamba2ForCausalL
                                  (_is_type("jamba"), JambaTarget, "JambaForCausalLM"),
                                  (_is_type("falcon_h1"), FalconH1Target, "FalconH1ForCausalLM"),
                                  (_is_type("lfm2"), Lfm2Target, "Lfm2ForCausalLM"),
-                                 (_is_type("zamba2"), Zamba2Target, "Zamba2ForCausalLM")):
+                                 (_is_type("zamba2"), Zamba2Target, "Zamba2ForCausalLM"),
+                                 (_is_type("qwen3_next"), Qwen3NextTarget, "Qwen3NextForCausalLM")):
     register_target_adapter(_matches, _adapter, serves=f"{_cls} (multispec.ssm)")
     register_draft_engine(_matches, lambda model, _adapter=_adapter: StatefulDraftEngine(_adapter(model)))
 for _entry in zoo_entries():
@@ -51,4 +54,4 @@ _cli.register()
 __all__ = ["BambaTarget", "FalconH1Target", "FalconMambaTarget", "GraniteMoeHybridTarget", "JambaTarget", "Lfm2Target",
            "NemotronHTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "tree_conv1d",
            "tree_selective_scan", "tree_ssd",
-           "tree_state", "Zamba2Target"]
+           "tree_state", "Zamba2Target", "Qwen3NextTarget", "tree_gated_delta_rule"]

@@ -46,6 +46,18 @@ def feed_forward(mlp, x: torch.Tensor) -> torch.Tensor:
 _QKV: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+def rotate_heads(x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    """RoPE on heads [B, heads, T, D] with (cos, sin) [B, T, rd]: the first `rd` dims of each head rotate
+    (partial rotary), the rest pass; None: no position embedding (NoPE, e.g. Granite 4.0-H)."""
+    if rotary is None:
+        return x
+    cos, sin = (t[:, None] for t in rotary)
+    rd = cos.shape[-1]
+    x_rot, x_pass = x[..., :rd], x[..., rd:]
+    turned = torch.cat([-x_rot[..., rd // 2:], x_rot[..., : rd // 2]], dim=-1)
+    return torch.cat([x_rot * cos + turned * sin, x_pass], dim=-1)
+
+
 def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
                    cache_layer, key_scale: float = 1.0, qk_norms: tuple | None = None,
                    adapters: tuple | None = None) -> torch.Tensor:
@@ -75,19 +87,8 @@ def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tens
         k = k * key_scale
     if qk_norms is not None:
         q, k = rms_norm(qk_norms[0], q), rms_norm(qk_norms[1], k)
-    if rotary is not None:  # None: no position embedding (NoPE, e.g. Granite 4.0-H)
-        cos, sin = (t[:, None] for t in rotary)
-        rd = cos.shape[-1]  # partial rotary: the first `rd` dims of each head rotate
-
-    def rotate(x: torch.Tensor) -> torch.Tensor:
-        if rotary is None:
-            return x
-        x_rot, x_pass = x[..., :rd], x[..., rd:]
-        turned = torch.cat([-x_rot[..., rd // 2:], x_rot[..., : rd // 2]], dim=-1)
-        return torch.cat([x_rot * cos + turned * sin, x_pass], dim=-1)
-
-    keys, values = cache_layer.update(rotate(k), v, None)
-    out = F.scaled_dot_product_attention(rotate(q), keys, values, attn_mask=mask, scale=attn.scaling,
+    keys, values = cache_layer.update(rotate_heads(k, rotary), v, None)
+    out = F.scaled_dot_product_attention(rotate_heads(q, rotary), keys, values, attn_mask=mask, scale=attn.scaling,
                                          enable_gqa=heads != kv_heads)
     out_proj = attn.o_proj if hasattr(attn, "o_proj") else attn.out_proj
     return F.linear(out.transpose(1, 2).reshape(b, m, -1), out_proj.weight, out_proj.bias)
@@ -177,7 +178,7 @@ class BambaTarget(HFCausalLM):
         tree = (rotary, masks, parents, ancestors, sources, step)
         for i, layer in enumerate(self.decoder.layers):
             hidden = self._tree_layer(i, layer, hidden, *tree)
-        hidden = rms_norm(self._final_norm, hidden)
+        hidden = self._normed(hidden)
         self._step, self._sources = step, sources
         return self._logits(hidden), (Features(hidden) if request.hidden else None)
 
@@ -225,6 +226,10 @@ class BambaTarget(HFCausalLM):
     @property
     def _final_norm(self):
         return self.decoder.final_layernorm
+
+    def _normed(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The final norm (an RMS norm of the usual form: weight times the normed input)."""
+        return rms_norm(self._final_norm, hidden)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.lm_head(hidden).float()
@@ -357,10 +362,16 @@ class JambaTarget(BambaTarget):
         return hidden + feed_forward(layer.feed_forward, rms_norm(layer.pre_ff_layernorm, hidden))
 
     def _committed_states(self, layers: list[int], on_path, has, last) -> tuple[list, list]:
-        rows = torch.arange(on_path.shape[0], device=on_path.device)
-        out = [commit_layer_states(self.conv[i], self.ssm[i], self._step[i].states[rows, last], self._step[i].xbc,
-                                   self._sources, has, last) for i in layers]
-        return [c for c, _ in out], [h for _, h in out]
+        return kept_node_states(self, layers, has, last)
+
+
+def kept_node_states(target: BambaTarget, layers: list[int], has, last) -> tuple[list, list]:
+    """The committed (conv, recurrent) states of `layers` whose tree mixer kept every node's state (`.states`
+    [B, T, ...] beside the pre-conv inputs `.xbc`): the last accepted node's state and conv window."""
+    rows = torch.arange(has.shape[0], device=has.device)
+    out = [commit_layer_states(target.conv[i], target.ssm[i], target._step[i].states[rows, last],
+                               target._step[i].xbc, target._sources, has, last) for i in layers]
+    return [c for c, _ in out], [h for _, h in out]
 
 
 def _jamba_norms(mixer, step: torch.Tensor, B: torch.Tensor, C: torch.Tensor):

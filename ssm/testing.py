@@ -1,5 +1,5 @@
 """Tiny randomly initialised state-space models of the real `transformers` classes (Mamba-2, Mamba,
-FalconMamba, the hybrids Bamba, GraniteMoeHybrid, Nemotron-H, Jamba, Falcon-H1, LFM2 and Zamba2), for tests and
+FalconMamba, the hybrids Bamba, GraniteMoeHybrid, Nemotron-H, Jamba, Falcon-H1, LFM2, Zamba2 and Qwen3-Next), for tests and
 examples (no download needed)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import torch
 from transformers import (BambaConfig, BambaForCausalLM, FalconH1Config, FalconH1ForCausalLM, FalconMambaConfig,
                           FalconMambaForCausalLM, GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM, JambaConfig,
                           JambaForCausalLM, Lfm2Config, Lfm2ForCausalLM, Mamba2Config, Mamba2ForCausalLM,
-                          MambaConfig, MambaForCausalLM, NemotronHConfig, NemotronHForCausalLM, Zamba2Config,
+                          MambaConfig, MambaForCausalLM, NemotronHConfig, NemotronHForCausalLM, Qwen3NextConfig,
+                          Qwen3NextForCausalLM, Zamba2Config,
                           Zamba2ForCausalLM)
 
 from multispec.testing import VOCAB
@@ -191,3 +192,30 @@ def make_zamba2(seed: int = 0, vocab: int = VOCAB, hidden: int = 64, head_scale:
             if "adapter" in name:
                 p.normal_(0.0, 0.05)
     return model
+
+
+def make_qwen3_next(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int = 64, head_scale: float = 8.0
+                    ) -> torch.nn.Module:
+    """A random `Qwen3NextForCausalLM`: Gated DeltaNet layers (2 key heads of 16 serving 4 value heads of 16,
+    conv width 4) with gated full attention (4 heads of 16, 2 KV heads, partial RoPE) every second layer; a
+    mixture of 4 experts (top 2) with a gated shared expert in every layer. Norm weights and decays drawn away
+    from the init (the (1 + weight) norms start at 1, the decays near 1)."""
+    torch.manual_seed(seed)
+    config = Qwen3NextConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, full_attention_interval=2,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=hidden,
+        shared_expert_intermediate_size=hidden, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, max_position_embeddings=1024)
+    model = Qwen3NextForCausalLM(config)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(-0.5, 0.5)
+            elif name.endswith("A_log"):
+                p.uniform_(-3.0, 0.5)
+            elif name.endswith("dt_bias"):
+                p.uniform_(-3.0, 0.5)
+    return model.eval()

@@ -44,14 +44,13 @@ def test_unsupported_models(target):
         speculative_generate(target, 3.5, torch.tensor([[1]]))
     with pytest.raises(ValueError, match="drafter: unknown"):
         speculative_generate(target, "medusa", torch.tensor([[1]]))
-    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
-    qwen_next = Qwen3NextForCausalLM(Qwen3NextConfig(
+    from transformers import MiniMaxConfig, MiniMaxForCausalLM
+    minimax = MiniMaxForCausalLM(MiniMaxConfig(
         vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, full_attention_interval=2, linear_num_value_heads=2, linear_num_key_heads=2,
-        linear_key_head_dim=8, linear_value_head_dim=8, num_experts=2, num_experts_per_tok=1,
-        moe_intermediate_size=32, shared_expert_intermediate_size=32))
-    with pytest.raises(TypeError, match="multispec.ssm"):  # stateful, and no SSM adapter for it (yet)
-        speculative_generate(qwen_next, "ngram", torch.tensor([[1]]))
+        num_key_value_heads=2, head_dim=8, layer_types=["linear_attention", "full_attention"], num_local_experts=2,
+        num_experts_per_tok=1, pad_token_id=0, eos_token_id=2))
+    with pytest.raises(TypeError, match="multispec.ssm"):  # stateful, and no SSM adapter for it
+        speculative_generate(minimax, "ngram", torch.tensor([[1]]))
 
 
 def test_bad_sampling_arguments(target):

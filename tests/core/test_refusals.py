@@ -18,16 +18,18 @@ def _config(name: str):
     t = transformers
     if name == "Lfm2":
         return t.Lfm2Config(**SMALL, full_attn_idxs=[1])
-    if name == "Qwen3Next":
-        return t.Qwen3NextConfig(**SMALL, full_attention_interval=2, linear_num_value_heads=2,
-                                 linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
-                                 num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32,
-                                 shared_expert_intermediate_size=32)
+    if name == "MiniMax":  # lightning (linear) attention layers
+        return t.MiniMaxConfig(**SMALL, layer_types=["linear_attention", "full_attention", "linear_attention"],
+                               num_local_experts=2, num_experts_per_tok=1, head_dim=8, pad_token_id=0,
+                               eos_token_id=2)
+    if name == "OlmoHybrid":  # gated delta-rule layers of another layout
+        return t.OlmoHybridConfig(**SMALL, pad_token_id=0, eos_token_id=2)
     raise KeyError(name)
 
 
-# (GraniteMoeHybrid, NemotronH, FalconMamba, Jamba, FalconH1, Lfm2 and Zamba2 are served by multispec.ssm: tests/ssm)
-CLASSES = ["Qwen3Next"]
+# (GraniteMoeHybrid, NemotronH, FalconMamba, Jamba, FalconH1, Lfm2, Zamba2 and Qwen3Next are served by
+# multispec.ssm: tests/ssm)
+CLASSES = ["MiniMax", "OlmoHybrid"]
 
 
 @pytest.mark.parametrize("name", CLASSES)

@@ -96,3 +96,19 @@ def test_trajectory_log_ratio_kernel(n, steps, d):
     want = trajectory_log_ratio(x, mp, mq, std, backend="torch")
     got = trajectory_log_ratio(x, mp, mq, std, backend="triton")
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("b,t,hk,hv,dk,dv", [(16, 64, 16, 32, 128, 128), (4, 128, 2, 4, 64, 96)])
+def test_tree_gated_delta_rule_kernel(b, t, hk, hv, dk, dv):
+    """Qwen3-Next's sizes (16 key heads of 128 serving 32 value heads of 128) over 64-node trees."""
+    from multispec.ssm.delta_rule import tree_gated_delta_rule
+    g = torch.Generator().manual_seed(t)
+    x = dict(query=torch.randn(b, t, hk, dk, generator=g), key=torch.randn(b, t, hk, dk, generator=g),
+             value=torch.randn(b, t, hv, dv, generator=g), g=-torch.rand(b, t, hv, generator=g) * 2,
+             beta=torch.rand(b, t, hv, generator=g), initial_state=torch.randn(b, hv, dk, dv, generator=g) * 0.1)
+    x = {name: v.to(CUDA) for name, v in x.items()}
+    parents = random_parents(b, t, seed=t).to(CUDA)
+    want, want_states = tree_gated_delta_rule(parents=parents, backend="torch", **x)
+    got, got_states = tree_gated_delta_rule(parents=parents, backend="triton", **x)
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+    assert torch.allclose(got_states, want_states, atol=1e-4, rtol=1e-4)

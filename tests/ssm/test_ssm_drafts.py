@@ -10,13 +10,15 @@ import torch
 from multispec import DynamicTree, ModelDrafter, SamplingConfig, StaticTree, speculative_generate, zoo
 from multispec.ssm import StatefulDraftEngine
 from multispec.ssm.testing import (make_bamba, make_falcon_h1, make_falcon_mamba, make_granite_hybrid, make_jamba,
-                                   make_lfm2, make_mamba, make_mamba2, make_nemotron_h, make_zamba2)
+                                   make_lfm2, make_mamba, make_mamba2, make_nemotron_h, make_qwen3_next,
+                                   make_zamba2)
 from multispec.testing import (chi_square_pvalue, first_two_token_dists, greedy_rows_alone, make_perturbed_copy,
                                ragged_prompts, source_prompts)
 
 MAKERS = {"mamba2": make_mamba2, "mamba": make_mamba, "falcon_mamba": make_falcon_mamba, "bamba": make_bamba,
           "granite": make_granite_hybrid, "nemotron": make_nemotron_h, "jamba": make_jamba,
-          "falcon_h1": make_falcon_h1, "lfm2": make_lfm2, "zamba2": make_zamba2}
+          "falcon_h1": make_falcon_h1, "lfm2": make_lfm2, "zamba2": make_zamba2,
+          "qwen3_next": make_qwen3_next}
 TREES = {"chain": 3, "static": StaticTree.full([2, 2]), "dynamic": DynamicTree(depth=3, topk=2, total=6)}
 
 

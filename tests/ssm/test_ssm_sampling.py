@@ -12,7 +12,8 @@ import torch
 from multispec import DynamicTree, SamplingConfig, speculative_generate
 from multispec.ssm import BambaTarget, GraniteMoeHybridTarget, Mamba2Target, NemotronHTarget
 from multispec.ssm.testing import (make_bamba, make_falcon_h1, make_falcon_mamba, make_granite_hybrid, make_jamba,
-                                   make_lfm2, make_mamba2, make_nemotron_h, make_zamba2)
+                                   make_lfm2, make_mamba2, make_nemotron_h, make_qwen3_next,
+                                   make_zamba2)
 from multispec.testing import chi_square_pvalue, first_two_token_dists, make_perturbed_copy
 
 N = 4000
@@ -32,13 +33,14 @@ def _draws(target, seed=0):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["mamba2", "falcon_mamba", "bamba", "granite", "nemotron", "jamba", "falcon_h1",
-                                  "lfm2", "zamba2"])
+                                  "lfm2", "zamba2", "qwen3_next"])
 def test_exact_rule_reproduces_ssm_target_distribution(kind):
     """Power (`detectable_deviation(4000, 0.1, 12)`, level 1e-3, 90%): a 0.10 token moved by 2.8 points.
     Negative control: `test_negative_control_broken_commit_fails` below."""
     model = {"mamba2": make_mamba2, "falcon_mamba": make_falcon_mamba, "bamba": make_bamba,
              "granite": make_granite_hybrid, "nemotron": make_nemotron_h, "jamba": make_jamba,
-             "falcon_h1": make_falcon_h1, "lfm2": make_lfm2, "zamba2": make_zamba2}[kind](seed=1)
+             "falcon_h1": make_falcon_h1, "lfm2": make_lfm2, "zamba2": make_zamba2,
+          "qwen3_next": make_qwen3_next}[kind](seed=1)
     out = _draws(model)
     p1, p2 = first_two_token_dists(model, PROMPT, SamplingConfig(do_sample=True, **SETTINGS))
     assert chi_square_pvalue(out.sequences[:, -2], p1) > 1e-3

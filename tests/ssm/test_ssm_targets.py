@@ -9,9 +9,11 @@ import torch
 from multispec import Drafter, DraftTree, DynamicTree, NGramDrafter, StaticTree, speculative_generate, zoo
 from multispec.prompt import Prompt
 from multispec.ssm import (BambaTarget, FalconH1Target, FalconMambaTarget, GraniteMoeHybridTarget, JambaTarget,
-                          Lfm2Target, Mamba2Target, MambaTarget, NemotronHTarget, Zamba2Target)
+                          Lfm2Target, Mamba2Target, MambaTarget, NemotronHTarget, Qwen3NextTarget,
+                          Zamba2Target)
 from multispec.ssm.testing import (make_bamba, make_falcon_h1, make_falcon_mamba, make_granite_hybrid, make_jamba,
-                                   make_lfm2, make_mamba, make_mamba2, make_nemotron_h, make_zamba2)
+                                   make_lfm2, make_mamba, make_mamba2, make_nemotron_h, make_qwen3_next,
+                                   make_zamba2)
 from multispec.testing import (greedy_rows_alone, make_perturbed_copy, make_target, ragged_prompts,
                                source_prompts)
 
@@ -20,13 +22,15 @@ from test_tree_scan import path_of, random_parents
 
 ADAPTERS = {"mamba2": Mamba2Target, "mamba": MambaTarget, "falcon_mamba": FalconMambaTarget, "bamba": BambaTarget,
             "granitemoehybrid": GraniteMoeHybridTarget, "nemotron_h": NemotronHTarget, "jamba": JambaTarget,
-            "falcon_h1": FalconH1Target, "lfm2": Lfm2Target, "zamba2": Zamba2Target}
+            "falcon_h1": FalconH1Target, "lfm2": Lfm2Target, "zamba2": Zamba2Target,
+            "qwen3_next": Qwen3NextTarget}
 # granite: Granite 4.0-H's class (Mamba-2 + NoPE attention, experts + shared MLP, scaled branches)
 # falcon_h1: Falcon-H1's class (Mamba-2 and attention side by side in every layer, muP multipliers)
 # nemotron: Nemotron-H's class (single-mixer blocks: Mamba-2, NoPE attention, MLP, experts)
 MAKERS = {"mamba2": make_mamba2, "mamba": make_mamba, "falcon_mamba": make_falcon_mamba, "bamba": make_bamba,
           "granite": make_granite_hybrid, "nemotron": make_nemotron_h, "jamba": make_jamba,
-          "falcon_h1": make_falcon_h1, "lfm2": make_lfm2, "zamba2": make_zamba2}
+          "falcon_h1": make_falcon_h1, "lfm2": make_lfm2, "zamba2": make_zamba2,
+          "qwen3_next": make_qwen3_next}
 
 
 # Commit strategies per family: the replay baseline exists for the pure SSM targets only.
