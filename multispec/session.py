@@ -409,7 +409,7 @@ class Session:
 
     def _current_prompt(self) -> Prompt:
         """The active rows' text as one left-padded prompt, with the first prompt's model inputs (per-token
-        inputs such as `mm_token_type_ids` extended with text type 0)."""
+        inputs such as `mm_token_type_ids` extended with the text's type)."""
         rows = [self.tokens[r] for r in self.active]
         width = max(len(t) for t in rows)
         # laid out on the host (one copy to the prompt's device at the end, not one per row)
@@ -421,9 +421,11 @@ class Session:
         inputs = {}
         first = self._prompt
         per_token = getattr(self.target, "per_token_inputs", frozenset())
+        appended = getattr(self.target, "appended_token_type", 0)  # a prefix LM's generated text: suffix
         for name, value in first.inputs.items():
-            if name in per_token:  # one value per token (e.g. mm_token_type_ids): text appended is type 0
-                laid = torch.zeros(len(rows), width, dtype=value.dtype, device="cpu")
+            if name in per_token:  # one value per token (e.g. mm_token_type_ids): text appended is type 0,
+                # or the target's `appended_token_type`
+                laid = torch.full((len(rows), width), appended, dtype=value.dtype, device="cpu")
                 for i, r in enumerate(self.active):
                     real = value[r][first.attention_mask[r].bool()].cpu()
                     laid[i, width - len(rows[i]): width - len(rows[i]) + len(real)] = real

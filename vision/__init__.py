@@ -2,8 +2,8 @@
 
 Importing this package registers its target adapters with the core (the core finds it through the
 `multispec.adapters` entry point), so `multispec.speculative_generate` takes `transformers`'
-`LlavaForConditionalGeneration`, `Qwen2VLForConditionalGeneration` and `Qwen2_5_VLForConditionalGeneration`
-directly, with their image inputs as keyword arguments:
+the vision-language classes of `vision_adapter_for` (Llava, LLaVA-NeXT, LLaVA-OneVision, Mistral 3,
+Idefics3, SmolVLM, Gemma 3, PaliGemma, Qwen2-VL, Qwen2.5-VL, Qwen3-VL) directly, with their image inputs as keyword arguments:
 
     speculative_generate(vlm, draft, input_ids, attention_mask=mask, pixel_values=pixels, max_new_tokens=64)
 
@@ -18,8 +18,8 @@ from . import cli as _cli
 from .compress import ElasticCompressor, QueryAdaptor
 from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead, build_draft_sequence
-from .targets import (Gemma3VLTarget, Idefics3Target, LlavaTarget, Qwen2VLTarget, Qwen3VLTarget, VisionLanguageTarget,
-                      vision_adapter_for)
+from .targets import (Gemma3VLTarget, Idefics3Target, LlavaTarget, PaliGemmaTarget, Qwen2VLTarget, Qwen3VLTarget,
+                      VisionLanguageTarget, vision_adapter_for)
 from .zoo_pair import zoo_entry
 
 register_target_adapter(lambda model: vision_adapter_for(model) is not None,
@@ -27,7 +27,7 @@ register_target_adapter(lambda model: vision_adapter_for(model) is not None,
 register_entry(zoo_entry())
 _cli.register()
 
-__all__ = ["DistillConfig", "ElasticCompressor", "Gemma3VLTarget", "Idefics3Target", "LlavaTarget", "QueryAdaptor",
-           "Qwen2VLTarget", "Qwen3VLTarget",
+__all__ = ["DistillConfig", "ElasticCompressor", "Gemma3VLTarget", "Idefics3Target", "LlavaTarget", "PaliGemmaTarget",
+           "QueryAdaptor", "Qwen2VLTarget", "Qwen3VLTarget",
            "VisionDistiller", "VisionDraftConfig", "VisionEagleDrafter", "VisionEagleHead", "VisionLanguageTarget",
            "build_draft_sequence", "vision_adapter_for"]

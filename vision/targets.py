@@ -1,5 +1,5 @@
 """Vision-language models as speculative targets (and draft models): `transformers`' Llava, LLaVA-NeXT,
-LLaVA-OneVision, Mistral 3, Idefics3 / SmolVLM, Gemma 3 and Qwen2-VL / Qwen2.5-VL / Qwen3-VL classes, as users
+LLaVA-OneVision, Mistral 3, Idefics3 / SmolVLM, Gemma 3, PaliGemma and Qwen2-VL / Qwen2.5-VL / Qwen3-VL classes, as users
 load them.
 
 Prefill runs the model's own vision tower and projector (`get_image_features`) and places the image
@@ -29,6 +29,7 @@ class VisionLanguageTarget(HFCausalLM):
 
     model_types: tuple[str, ...] = ()
     prefill_inputs = frozenset({"pixel_values"})
+    appended_token_type = 0  # the per-token type (e.g. `token_type_ids`) of text appended after the prompt
     provides = FeatureRequest(hidden=True, layers=(0,), image_embeds=True)
 
     def __init__(self, model: PreTrainedModel, name: str = "target"):
@@ -72,7 +73,10 @@ class VisionLanguageTarget(HFCausalLM):
         self.check_request(request)
         ids, mask = prompt.input_ids.to(self.device), prompt.attention_mask.to(self.device)
         image_tokens = (ids == self.image_token_id) & mask.bool()
-        embeds = self.model.get_input_embeddings()(ids)
+        table = self.model.get_input_embeddings()
+        # an image id outside the text vocabulary (PaliGemma's may be): its embedding is replaced below anyway
+        outside = self.image_token_id >= table.num_embeddings
+        embeds = table(ids.masked_fill(image_tokens, 0) if outside else ids)
         image = None
         if bool(image_tokens.any()):
             image = self._image_embeddings(prompt.inputs).to(embeds.device, embeds.dtype)
@@ -219,11 +223,86 @@ class Gemma3VLTarget(VisionLanguageTarget):
         out = self.model.model.get_image_features(inputs["pixel_values"].to(self.device, self.dtype), return_dict=True)
         return out.pooler_output.reshape(-1, out.pooler_output.shape[-1])
 
-    def _prefill_allowed(self, ids: torch.Tensor, mask2d: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def _prefill_blocks(self, ids: torch.Tensor, mask2d: torch.Tensor) -> torch.Tensor:
         image = (ids == self.image_token_id) & mask2d.bool()
         starts = image & ~torch.nn.functional.pad(image, (1, 0))[:, :-1]
         block = torch.where(image, starts.long().cumsum(-1), 0)  # 1, 2, ... per image run; 0 for text
-        return allowed | ((block[:, :, None] == block[:, None, :]) & (block[:, :, None] > 0))
+        return (block[:, :, None] == block[:, None, :]) & (block[:, :, None] > 0)
+
+
+class PaliGemmaTarget(VisionLanguageTarget):
+    """`PaliGemmaForConditionalGeneration` (PaliGemma 1 and 2): SigLIP tower and linear projector; a prefix LM,
+    whose prefix (the tokens of type 0 in `token_type_ids`: the image and the prompt text) attends both ways,
+    the rest causally. The prefill therefore runs the whole prompt (`prefill_whole_prompt`). Without
+    `token_type_ids` the model attends causally, and so does the adapter. Positions count from 1 (the
+    model's convention); generated tokens are suffix (type 1)."""
+
+    model_types = ("paligemma",)
+    prefill_inputs = frozenset({"pixel_values", "token_type_ids"})
+    per_token_inputs = frozenset({"token_type_ids"})
+    appended_token_type = 1
+    prefill_whole_prompt = True
+    blocks_cross_windows = True
+    _prefix: torch.Tensor | None = None  # [B, L] the prompt's prefix tokens (set before each prefill)
+    _root_in_prefix = False  # the next feed's roots are the prompts' last tokens (before the first commit)
+
+    def __init__(self, model: PreTrainedModel, name: str = "target"):
+        if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) in self.model_types):
+            raise TypeError(f"{name}: expected a transformers paligemma model, got {type(model).__name__}")
+        # the text model is driven directly: PaliGemma's own forward rebuilds every mask from a 2-D one, while
+        # the tree needs its per-layer masks (full and sliding) as given; logits are softcapped alike
+        HFCausalLM.__init__(self, text_model_view(model), name)
+        self.vlm = model
+        self.image_token_id = int(model.config.image_token_id)
+
+    def check_prompt(self, prompt: Prompt) -> None:
+        super().check_prompt(prompt)
+        types = prompt.inputs.get("token_type_ids")
+        if types is not None and tuple(types.shape) != tuple(prompt.input_ids.shape):
+            raise ValueError(f"token_type_ids: shape {tuple(types.shape)} does not match input_ids "
+                             f"{tuple(prompt.input_ids.shape)}")
+
+    def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
+        out = self.vlm.model.get_image_features(inputs["pixel_values"].to(self.device, self.dtype), return_dict=True)
+        return out.pooler_output.reshape(-1, out.pooler_output.shape[-1])
+
+    def _prepare_positions(self, prompt: Prompt, image_tokens: torch.Tensor) -> None:
+        types = prompt.inputs.get("token_type_ids")
+        self._prefix = None if types is None else (types == 0).to(self.device)
+        self._root_in_prefix = self._prefix is not None
+
+    def _prefill_blocks(self, ids: torch.Tensor, mask2d: torch.Tensor) -> torch.Tensor | None:
+        if self._prefix is None:
+            return None
+        prefix = self._prefix[:, : ids.shape[1]] & mask2d.bool()
+        return prefix[:, :, None] & prefix[:, None, :]
+
+    def _prefill_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        return positions + 1
+
+    def _positions(self, positions: torch.Tensor) -> torch.Tensor:
+        return positions + 1
+
+    def _feed_unwindowed(self, allowed: torch.Tensor, cols: torch.Tensor, p0: int) -> torch.Tensor | None:
+        # the last prompt token, fed as the first root, belongs to the prefix: in the model's own prompt pass its
+        # sliding layers attend to the whole prefix, past their window (`transformers` ORs the prefix block
+        # onto the windowed causal mask), so the root must too, until the first commit
+        if self._prefix is None or p0 or not self._root_in_prefix:
+            return None
+        extra = torch.zeros_like(allowed)
+        w = cols.shape[0]
+        last = self._prefix[:, -1]
+        extra[:, 0, :w] = allowed[:, 0, :w] & self._prefix[:, cols] & last[:, None]
+        return extra
+
+    def commit(self, path: torch.Tensor, counts=None) -> None:
+        super().commit(path, counts)
+        self._root_in_prefix = False
+
+    def select(self, rows: torch.Tensor) -> None:
+        super().select(rows)
+        if self._prefix is not None:
+            self._prefix = self._prefix[rows.to(self.device)]
 
 
 class Qwen3VLTarget(Qwen2VLTarget):
@@ -299,7 +378,7 @@ class LeanLlavaTarget(LlavaTarget, LeanCausalLM):
         return torch.cat(list(out.pooler_output), dim=0)
 
 
-ADAPTERS = (LlavaTarget, Qwen2VLTarget, Qwen3VLTarget, Idefics3Target, Gemma3VLTarget)
+ADAPTERS = (LlavaTarget, Qwen2VLTarget, Qwen3VLTarget, Idefics3Target, Gemma3VLTarget, PaliGemmaTarget)
 
 
 def vision_adapter_for(model: Any) -> type[VisionLanguageTarget] | None:

@@ -13,7 +13,7 @@ from .processing import AnswerExample
 VOCAB = 128
 IMAGE_TOKEN = 3  # inside the text vocabulary, as in the released checkpoints
 VLM_KINDS = ("llava-clip", "llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "qwen2.5-vl", "mistral3",
-             "idefics3", "smolvlm", "gemma3", "qwen3-vl")
+             "idefics3", "smolvlm", "gemma3", "qwen3-vl", "paligemma")
 # rows of a Mistral 3 batch: images of these sizes (height, width), 4x4 patches merged 2x2: 8 tokens each
 MISTRAL3_SIZES = [(16, 32), (32, 16), (16, 32)]
 # any-resolution tiles of 16x16 (LLaVA-NeXT / OneVision): images are cut into up to 2x2 tiles plus a base view
@@ -31,7 +31,9 @@ def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -
     (`_anyres_vlm`); Qwen2-VL / Qwen2.5-VL with 4x4 patches merged 2x2; Mistral 3 (Pixtral tower of 4x4
     patches at each image's own size, merged 2x2 by the projector; Mistral text); Idefics3 / SmolVLM (16x16
     images, 4x4 patches, pixel shuffle by 2: 4 tokens an image; up to 2 images a row, Llama text); Gemma 3
-    (SigLIP, 16x16 images pooled to 4 tokens; Gemma 3 text with a sliding layer of window 6 and a global one).
+    (SigLIP, 16x16 images pooled to 4 tokens; Gemma 3 text with a sliding layer of window 6 and a global one);
+    PaliGemma 2 (SigLIP, 16 tokens an image; Gemma 2 text with softcaps, a sliding layer of window 6 and a
+    global one; a prefix LM).
     The LM head is scaled so argmax ties are rare."""
     from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,
                               SiglipVisionConfig)
@@ -115,6 +117,16 @@ def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -
         with torch.no_grad():  # the projection initialises to zeros (no image would matter): random, about as
             # loud as the sqrt(hidden)-scaled text embeddings
             model.model.multi_modal_projector.mm_input_projection_weight.normal_(0.0, 0.05)
+    elif kind == "paligemma":
+        from transformers import Gemma2Config, PaliGemmaConfig, PaliGemmaForConditionalGeneration, SiglipVisionConfig
+
+        text = Gemma2Config(**_TEXT, head_dim=16, sliding_window=6, query_pre_attn_scalar=16,
+                            layer_types=["sliding_attention", "full_attention"])
+        vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                    image_size=16, patch_size=4, projection_dim=64)
+        config = PaliGemmaConfig(text_config=text, vision_config=vision, image_token_index=IMAGE_TOKEN,
+                                 projection_dim=64, tie_word_embeddings=False)
+        model = PaliGemmaForConditionalGeneration(config)
     else:
         raise ValueError(f"kind: expected one of {VLM_KINDS}, got {kind!r}")
     with torch.no_grad():
@@ -195,6 +207,9 @@ def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int
         elif kind == "gemma3":
             pixels.append(torch.randn(3, 16, 16, generator=g))
             n_image = 4
+        elif kind == "paligemma":
+            pixels.append(torch.randn(3, 16, 16, generator=g))
+            n_image = 16
         elif kind == "mistral3":  # each image at its own size, zero-padded to the batch's (as the processor does)
             h, w = MISTRAL3_SIZES[r % len(MISTRAL3_SIZES)]
             image = torch.zeros(3, 32, 32)
@@ -232,6 +247,8 @@ def vlm_prompts(kind: str, before: tuple[int, ...] = (4, 2, 6), after: tuple[int
         out.update(pixel_values=torch.stack(pixels), image_sizes=torch.tensor(sizes))
     elif kind == "gemma3":  # the processor's token types: 1 at image tokens
         out.update(pixel_values=torch.stack(pixels), token_type_ids=token_types)
+    elif kind == "paligemma":  # the processor's token types: 0 over the whole prompt (the prefix)
+        out.update(pixel_values=torch.stack(pixels), token_type_ids=torch.zeros_like(input_ids))
     elif kind in ("idefics3", "smolvlm"):
         stacked = torch.stack(pixels)  # [rows, 2 images, 3, 16, 16]
         out.update(pixel_values=stacked,

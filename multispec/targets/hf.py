@@ -161,13 +161,32 @@ class HFCausalLM(Target, FeedingEngine):
         self.width = length - 1
         self._reset_pending(b)
         features = None
-        if length > 1:
+        if length > 1 and self.prefill_whole_prompt:
+            features = self._prefill_whole(input_ids, attention_mask, request, inputs_embeds)
+        elif length > 1:
             embeds = None if inputs_embeds is None else inputs_embeds[:, :-1].to(self.device)
             features = self._prefill(input_ids[:, :-1].to(self.device), attention_mask[:, :-1].to(self.device),
                                      request, embeds)
         elif not request.empty:
             features = self._empty_features(b, request)
         return PrefillOutput(input_ids[:, -1].to(self.device), features)
+
+    # A model whose earlier prompt tokens attend to later ones (a prefix LM: PaliGemma's bidirectional prefix)
+    # sets this: the prefill then runs the whole prompt, so every prompt token's K/V sees the last one, and drops
+    # the last token's K/V. Fed again as the first root, the last token attends to every prompt token exactly as
+    # in the whole-prompt pass (the last position sees all of them either way), so its K/V and logits are the
+    # model's own.
+    prefill_whole_prompt = False
+
+    def _prefill_whole(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, request: FeatureRequest,
+                       inputs_embeds: torch.Tensor | None) -> Features | None:
+        embeds = None if inputs_embeds is None else inputs_embeds.to(self.device)
+        features = self._prefill(input_ids.to(self.device), attention_mask.to(self.device), request, embeds)
+        self.cache.crop(-1)  # the last prompt token's K/V: it is fed again as the first root
+        if features is None:
+            return None
+        drop = lambda t: None if t is None else t[:, :-1]  # noqa: E731 (features cover the prefilled tokens)
+        return Features(drop(features.hidden), {i: drop(t) for i, t in features.layers.items()})
 
     def _empty_features(self, b: int, request: FeatureRequest) -> Features:
         empty = torch.zeros(b, 0, self.hidden_size, dtype=self.dtype, device=self.device)
@@ -214,8 +233,12 @@ class HFCausalLM(Target, FeedingEngine):
         causal = q[None, :, None] >= q[None, None, :]
         allowed = causal & mask2d.bool()[:, None, :]
         # fully padded query rows attend to themselves only (their output is never used)
-        allowed = self._prefill_allowed(ids, mask2d, allowed | torch.eye(n, dtype=torch.bool, device=self.device)[None])
-        masks = self._layer_masks(allowed, pos[:, :, None] - pos[:, None, :])
+        allowed = allowed | torch.eye(n, dtype=torch.bool, device=self.device)[None]
+        blocks = self._prefill_blocks(ids, mask2d)
+        crossing = blocks if self.blocks_cross_windows else None
+        if blocks is not None and crossing is None:
+            allowed = allowed | blocks
+        masks = self._layer_masks(allowed, pos[:, :, None] - pos[:, None, :], unwindowed=crossing)
         tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
         _, features = self._run(request, attention_mask=masks, position_ids=self._prefill_positions(pos),
                                 cache_position=q, logits_to_keep=1, **tokens, **self._prefill_extra())
@@ -226,10 +249,15 @@ class HFCausalLM(Target, FeedingEngine):
         that its own forward places); none by default."""
         return {}
 
-    def _prefill_allowed(self, ids: torch.Tensor, mask2d: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-        """Which prompt tokens each prompt token attends to [B, L, L] (causal, padding excluded; adapters whose
-        model attends otherwise in the prompt, e.g. bidirectionally within an image, widen it here)."""
-        return allowed
+    # Whether sliding windows leave `_prefill_blocks` whole: `transformers` composes the masks per model,
+    # Gemma 3 as AND(window, OR(causal, blocks)), PaliGemma as OR(AND(window, causal), prefix)
+    blocks_cross_windows = False
+
+    def _prefill_blocks(self, ids: torch.Tensor, mask2d: torch.Tensor) -> torch.Tensor | None:
+        """Pairs of prompt tokens [B, L, L] that attend to each other both ways besides the causal mask (None: no
+        such pairs). Adapters whose model attends so in the prompt (within an image, over a prefix) give them
+        here."""
+        return None
 
     def _prefill_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """The position ids the model reads for the prefilled tokens, given each token's index among its
@@ -301,7 +329,8 @@ class HFCausalLM(Target, FeedingEngine):
         allowed = torch.cat([prefix, new_anc], dim=2)
         new_pos = pos[:, p0:]
         key_pos = torch.cat([(cols[None, :] - self.start_col[:, None]).expand(b, -1), pos], dim=1)
-        masks = self._layer_masks(allowed, new_pos[:, :, None] - key_pos[:, None, :])
+        masks = self._layer_masks(allowed, new_pos[:, :, None] - key_pos[:, None, :],
+                                  unwindowed=self._feed_unwindowed(allowed, cols, p0))
         cache_position = torch.arange(self.width + p0, self.width + p0 + m, device=self.device)
         inputs = dict(input_ids=tokens) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds.to(self.device))
         logits, features = self._score(inputs, masks, self._positions(new_pos), cache_position, request,
@@ -314,6 +343,11 @@ class HFCausalLM(Target, FeedingEngine):
         committed tokens + depth). Adapters whose model numbers positions otherwise (e.g. Qwen2-VL's 3-axis
         rotary positions after an image) map them here."""
         return positions
+
+    def _feed_unwindowed(self, allowed: torch.Tensor, cols: torch.Tensor, p0: int) -> torch.Tensor | None:
+        """Pairs of a feed's mask [B, M, W + P0 + M] that sliding windows do not cut (see `_layer_masks`): none,
+        unless the model attends otherwise (a prefix LM's last prompt token, fed as the first root)."""
+        return None
 
     def _first_read_column(self) -> int:
         """The first cache column the next scoring call attends to; masks start there (all: 0)."""
@@ -328,11 +362,17 @@ class HFCausalLM(Target, FeedingEngine):
                                   cache_position=cache_position, **inputs)
         return out.logits.float(), features
 
-    def _layer_masks(self, allowed: torch.Tensor, distance: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
-        """Additive float masks [B, 1, Q, K]: one when every layer attends alike, else a dict per layer type."""
+    def _layer_masks(self, allowed: torch.Tensor, distance: torch.Tensor, unwindowed: torch.Tensor | None = None
+                     ) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Additive float masks [B, 1, Q, K]: one when every layer attends alike, else a dict per layer type.
+        `unwindowed`: pairs every layer attends, sliding or not (a model's bidirectional blocks)."""
         neg = torch.finfo(self.dtype).min
+        if unwindowed is not None:
+            allowed_sliding_extra, allowed = unwindowed, allowed | unwindowed
         if self.sliding_window is not None:
             allowed_sliding = allowed & (distance < self.sliding_window)
+            if unwindowed is not None:
+                allowed_sliding = allowed_sliding | allowed_sliding_extra
             sliding = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device).masked_fill(
                 ~allowed_sliding, neg)[:, None]
             if set(self.layer_types) == {"sliding_attention"}:

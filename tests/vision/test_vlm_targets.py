@@ -11,7 +11,7 @@ from multispec import DynamicTree, Prompt, SamplingConfig, speculative_generate
 from multispec.drafters import ModelDrafter
 from multispec.targets import FeatureRequest, as_target
 from multispec.testing import chi_square_pvalue, make_perturbed_copy, make_target
-from multispec.vision import Gemma3VLTarget, Idefics3Target, LlavaTarget, Qwen2VLTarget
+from multispec.vision import Gemma3VLTarget, Idefics3Target, LlavaTarget, PaliGemmaTarget, Qwen2VLTarget
 from multispec.vision.testing import IMAGE_TOKEN, VLM_KINDS, make_vlm, row_of, vlm_prompts
 
 
@@ -20,14 +20,15 @@ def vlm(request):
     return request.param, make_vlm(request.param, seed=1)
 
 
-def _extend(inputs: dict, tokens: torch.Tensor) -> dict:
+def _extend(inputs: dict, tokens: torch.Tensor, kind: str = "") -> dict:
     """A row's model inputs with `tokens` appended as text (the reference: the model's own forward)."""
     out = dict(inputs)
     out["input_ids"] = torch.cat([inputs["input_ids"], tokens[None]], 1)
     out["attention_mask"] = torch.ones_like(out["input_ids"])
+    appended = 1 if kind == "paligemma" else 0  # PaliGemma: generated text is the causal suffix (type 1)
     for name in ("mm_token_type_ids", "token_type_ids"):  # one per token: appended text is type 0
         if name in inputs:
-            out[name] = torch.cat([inputs[name], torch.zeros_like(tokens)[None]], 1)
+            out[name] = torch.cat([inputs[name], torch.full_like(tokens, appended)[None]], 1)
     return out
 
 
@@ -42,7 +43,8 @@ def test_tree_logits_equal_the_model_forward_on_each_path(vlm):
     target = as_target(model)
     assert isinstance(target, Qwen2VLTarget if kind.startswith("qwen") else
                       Idefics3Target if kind in ("idefics3", "smolvlm") else
-                      Gemma3VLTarget if kind == "gemma3" else LlavaTarget)
+                      Gemma3VLTarget if kind == "gemma3" else PaliGemmaTarget if kind == "paligemma" else
+                      LlavaTarget)
     prompt = Prompt.build(**inputs)
     request = FeatureRequest(hidden=True, layers=(0, 2), image_embeds=True)
     prefilled = target.prefill(prompt, request)
@@ -64,7 +66,7 @@ def test_tree_logits_equal_the_model_forward_on_each_path(vlm):
             while j > 0:
                 path.append(int(tokens[r, j]))
                 j = int(parents[r, j])
-            want = _own_logits(model, _extend(alone, torch.tensor(path[::-1], dtype=torch.long)))
+            want = _own_logits(model, _extend(alone, torch.tensor(path[::-1], dtype=torch.long), kind))
             assert torch.allclose(logits[r, node], want, atol=1e-4), (kind, r, node)
     # commit a different path per row, then one more token per row
     target.commit(torch.tensor([[0, 1, 2], [0, 4, 5], [0, -1, -1]]))
@@ -73,7 +75,7 @@ def test_tree_logits_equal_the_model_forward_on_each_path(vlm):
     kept = [[1, 2], [4, 5], []]
     for r in range(3):
         extra = torch.cat([tokens[r, kept[r]], nxt[r]])
-        want = _own_logits(model, _extend(row_of(inputs, r), extra))
+        want = _own_logits(model, _extend(row_of(inputs, r), extra, kind))
         assert torch.allclose(after[r, 0], want, atol=1e-4), (kind, r)
 
 
@@ -133,7 +135,7 @@ def _first_tokens(model, inputs, seed=0):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["llava-siglip", "llava-next", "llava-onevision", "qwen2-vl", "mistral3", "idefics3",
-                                  "qwen3-vl", "gemma3"])
+                                  "qwen3-vl", "gemma3", "paligemma"])
 def test_sampled_first_token_follows_the_target(kind):
     """Power (`detectable_deviation(4000, 0.1, 20)`, level 1e-3, 90%): a 0.10 token moved by 3.1 points.
     Negative control: samples drawn with another image fail the same test."""
@@ -147,6 +149,28 @@ def test_sampled_first_token_follows_the_target(kind):
     # the same prompt text with another image of the same size: the test must notice
     control, _ = _first_tokens(model, dict(inputs, pixel_values=other["pixel_values"]), seed=1)
     assert chi_square_pvalue(control, p) < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "paligemma"])
+def test_bidirectional_blocks_wider_than_the_sliding_window(kind):
+    """An image block (Gemma 3) or a prefix (PaliGemma) wider than the sliding window: `transformers` cuts
+    Gemma 3's blocks with the window and lets PaliGemma's prefix attend across it; tree logits (the first root
+    included) follow the model's forward either way, and the blocks change the logits here."""
+    model = make_vlm(kind, seed=1)
+    model.config.text_config.sliding_window = 3
+    model.model.language_model.config.sliding_window = 3
+    inputs = vlm_prompts(kind)
+    target = as_target(model)
+    prefilled = target.prefill(Prompt.build(**inputs))
+    tokens = torch.cat([prefilled.roots[:, None], torch.randint(7, 128, (3, 2), generator=torch.Generator())], 1)
+    logits = target.score(tokens, torch.tensor([[-1, 0, 1]] * 3)).logits
+    for r in range(3):
+        alone = row_of(inputs, r)
+        for node in range(3):
+            want = _own_logits(model, _extend(alone, tokens[r, 1:node + 1], kind))
+            assert torch.allclose(logits[r, node], want, atol=1e-4), (kind, r, node)
+    causal = _own_logits(model, {k: v for k, v in row_of(inputs, 0).items() if k != "token_type_ids"})
+    assert (causal - _own_logits(model, row_of(inputs, 0))).abs().max() > 1e-2  # the blocks matter here
 
 
 def test_bad_inputs_are_refused_by_name():
