@@ -15,6 +15,7 @@ from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
 from .evaluate import CHAIN_K, VQAItem, run_vqa, vqa_methods
 from .processing import HFVQAProcessor, answer_examples, collate_examples
+from .targets import vision_adapter_for
 from .vqa_data import read_vqa
 from .zoo_pair import NAME, head_for, load_drafters
 from .zoo_vlm import EOS, IMAGE, PAD, VQAProcessor, load_vlm
@@ -129,7 +130,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", required=True, help="a Llava / Qwen2-VL checkpoint folder (with its processor)")
+    p.add_argument("--target", required=True,
+                   help="a VLM checkpoint folder of a served class (README), with its processor")
     p.add_argument("--data", required=True, help="questions with images (any layout `eval vqa` reads)")
     p.add_argument("--images", default=None)
     p.add_argument("--annotations", default=None)
@@ -161,7 +163,8 @@ def _train(args: argparse.Namespace) -> int:
                                global_vector=not args.no_global, ratio=args.ratio)
     head = head_for(model, vision)
     config = DistillConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, online=not args.offline)
-    VisionDistiller(model, head, config).fit(examples, lambda b: collate_examples(b, pad), args.out,
+    answer_type = getattr(vision_adapter_for(model), "appended_token_type", 0)  # PaliGemma's suffix: 1
+    VisionDistiller(model, head, config).fit(examples, lambda b: collate_examples(b, pad, answer_type), args.out,
                                              desc=f"{args.mode} draft")
     print(f"saved the {args.mode} drafter to {args.out}")
     return 0
@@ -170,5 +173,5 @@ def _train(args: argparse.Namespace) -> int:
 def register() -> None:
     register_command("bench", "vision", "VLM drafters (EAGLE, ViSpec, SpecVLM) on the zoo VLM", _add_bench, _bench)
     register_command("eval", "vqa", "VQA accuracy / ANLS and speed per method", _add_eval, _eval)
-    register_command("train", "vision-draft", "train a VLM drafter for your Llava / Qwen2-VL checkpoint",
+    register_command("train", "vision-draft", "train a VLM drafter for your VLM checkpoint",
                      _add_train, _train)

@@ -252,7 +252,7 @@ class PaliGemmaTarget(VisionLanguageTarget):
         # the text model is driven directly: PaliGemma's own forward rebuilds every mask from a 2-D one, while
         # the tree needs its per-layer masks (full and sliding) as given; logits are softcapped alike
         HFCausalLM.__init__(self, text_model_view(model), name)
-        self.vlm = model
+        self.vlm = self.shown_model = model
         self.image_token_id = int(model.config.image_token_id)
 
     def check_prompt(self, prompt: Prompt) -> None:
@@ -368,7 +368,7 @@ class LeanLlavaTarget(LlavaTarget, LeanCausalLM):
         if reason is not None:
             raise TypeError(f"{name}: the lean Llava target does not support this model: {reason}")
         LeanCausalLM.__init__(self, text_model_view(model), name)
-        self.vlm = model
+        self.vlm = self.shown_model = model
         self.image_token_id = int(model.config.image_token_id)
 
     def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:

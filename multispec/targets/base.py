@@ -112,7 +112,9 @@ class TargetOutput:
 
 
 def _name(obj: Any) -> str:
-    return f"{getattr(obj, 'name', 'target')} ({type(getattr(obj, 'model', obj)).__name__})"
+    # `shown_model`: the model a user passed, where the adapter drives a view of it (a VLM's text model)
+    shown = getattr(obj, "shown_model", None) or getattr(obj, "model", obj)
+    return f"{getattr(obj, 'name', 'target')} ({type(shown).__name__})"
 
 
 class _Committing(abc.ABC):

@@ -182,3 +182,50 @@ def test_train_and_eval_with_a_checkpoints_own_processor(tmp_path):
     assert res["outputs_identical"] is True
     assert {"plain", "draft_chain_k8", "draft_dynamic_tree"} <= set(res["table"]["methods"])
     assert all(len(p) > 0 for p in res["predictions"]["plain"])  # decoded by the checkpoint's tokenizer
+
+
+def _paligemma_checkpoint_with_processor(folder):
+    """A tiny PaliGemma 2 (Gemma 2 text, SigLIP tower) saved with its own `PaliGemmaProcessor` (a
+    character-level tokenizer built offline): the processor writes the prefix and its `token_type_ids`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (Gemma2Config, PaliGemmaConfig, PaliGemmaForConditionalGeneration, PaliGemmaProcessor,
+                              PreTrainedTokenizerFast, SiglipImageProcessor, SiglipVisionConfig)
+
+    words = ["<pad>", "<bos>", "<eos>", "<image>", "<unk>"] + [chr(c) for c in range(32, 127)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
+                                   unk_token="<unk>", additional_special_tokens=["<image>"])
+    images = SiglipImageProcessor(size={"height": 32, "width": 32})
+    images.image_seq_length = 16
+    torch.manual_seed(0)
+    text = Gemma2Config(vocab_size=len(words), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=2, num_key_value_heads=2, head_dim=32, bos_token_id=1, eos_token_id=2,
+                        pad_token_id=0, tie_word_embeddings=False)
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=32, patch_size=8, projection_dim=64)
+    model = PaliGemmaForConditionalGeneration(PaliGemmaConfig(vision_config=vision, text_config=text,
+                                                              image_token_index=3, projection_dim=64,
+                                                              tie_word_embeddings=False)).eval()
+    with torch.no_grad():  # answers stay text: no special token (EOS, image) can win the argmax
+        model.lm_head.weight[:5] = 0
+        model.lm_head.weight.mul_(8)
+    model.save_pretrained(folder)
+    PaliGemmaProcessor(image_processor=images, tokenizer=fast).save_pretrained(folder)
+
+
+def test_train_and_eval_on_a_paligemma_checkpoint(tmp_path):
+    """`train vision-draft` and `eval vqa` on another served class with its own processor: a prefix LM whose
+    answers the teacher reads as suffix (type 1)."""
+    _paligemma_checkpoint_with_processor(tmp_path / "vlm")
+    data = SHIPPED / "jsonl" / "questions.jsonl"
+    draft = tmp_path / "draft"
+    assert main(["train", "vision-draft", "--target", str(tmp_path / "vlm"), "--data", str(data), "--out",
+                 str(draft), "--mode", "specvlm", "--steps", "3", "--batch-size", "2", "--limit", "4",
+                 "--max-new-tokens", "8"]) == 0
+    out = tmp_path / "eval.json"
+    assert main(["eval", "vqa", "--data", str(data), "--target", str(tmp_path / "vlm"), "--draft", str(draft),
+                 "--limit", "3", "--max-new-tokens", "8", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["outputs_identical"] is True
+    assert all(len(p) > 0 for p in res["predictions"]["plain"])
