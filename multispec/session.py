@@ -146,6 +146,7 @@ class Session:
         self.spec = as_tree_spec(tree)
         self.sampling = sampling
         self.rule = resolve_rule(rule, sampling.do_sample)
+        self.rule.check_target(self.target)
         self.target.check_request(self.rule.feature_request, who="rule")
         # what each verification pass returns: the drafter's features and the rule's (a judge's hidden states)
         self._score_request = self.drafter.feature_request | self.rule.feature_request

@@ -1,6 +1,7 @@
-"""`multispec bench reasoning`: every reasoning method on the `arith-reasoning` pair's held-out split, timed
-through the one benchmark recorder (see `evaluate`), with the machine and settings stored beside the figures
-(`speedup` with its spread, `accuracy`, `latency_s` per method)."""
+"""`multispec bench reasoning`: every reasoning method on the `arith-reasoning` pair, timed through the one
+benchmark recorder (see `evaluate`), with the machine and settings stored beside the figures (`speedup` with
+its spread, `accuracy`, `latency_s` per method, the `split`). The validation split is the default: every
+choice is made there; the test split (`split="test"`) is for a configuration already chosen, run once."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ from multispec.bench.recorder import results
 
 from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
 from .spec_thinking import SpeculativeThinkingConfig, Triggers
-from .zoo_pair import load_pair
+from .zoo_pair import load_pair, validation_split
 
 
 DRAFTERS = ("small", "styled")
 
 
+SPLITS = ("validation", "test")
+
+
 def zoo_models(weights: str | None = None, drafter: str = "small") -> tuple[Models, list]:
-    """The pair's models and held-out split. `drafter`: the token-level rows' draft model and judge head,
+    """The pair's models and its test split. `drafter`: the token-level rows' draft model and judge head,
     "small" (the small model, which writes like the base) or "styled" (the drafter with another phrasing
     habit and its own judge, where judge verification has room to lengthen the accepted runs)."""
     if drafter not in DRAFTERS:
@@ -54,17 +58,23 @@ def settings_record(settings: Settings) -> dict:
 
 def run(quick: bool = False, json_path: str | None = None, threads: int | None = None, problems: int | None = None,
         methods=METHODS, settings: Settings | None = None, weights: str | None = None, drafter: str = "small",
-        rounds: int = 3) -> dict:
+        rounds: int = 3, split: str = "validation") -> dict:
+    if split not in SPLITS:
+        raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
     if threads is not None:
         torch.set_num_threads(threads)
     models, test = zoo_models(weights, drafter)
     n = problems or (30 if quick else len(test))
+    chosen = test[:n] if split == "test" else validation_split(n)
     settings = settings or Settings()
     if settings.thinking is None:
         settings.thinking = zoo_thinking(settings.max_new_tokens)
-    table = evaluate_table(models, test[:n], methods, settings, rounds=rounds)
-    record = {"problems": n, "quick": quick, "drafter": drafter, "rounds": rounds} | settings_record(settings)
+    table = evaluate_table(models, chosen, methods, settings, rounds=rounds)
+    for row in table["methods"].values():
+        row["split"] = split
+    record = {"problems": n, "split": split, "quick": quick, "drafter": drafter, "rounds": rounds} | \
+        settings_record(settings)
     out = results("reasoning", record, {"greedy": table}, pair="arith-reasoning")
-    print(f"reasoning on arith-reasoning ({describe(out['machine'])}), {n} held-out problems")
+    print(f"reasoning on arith-reasoning ({describe(out['machine'])}), {n} problems of the {split} split")
     print(markdown(table))
     return save_results(out, json_path)

@@ -11,7 +11,7 @@ from multispec.bench.recorder import results
 from multispec.cli import positive_int, register_command
 from multispec.rules import Judge, JudgeHead, train_judge_head
 
-from .bench import DRAFTERS, run, settings_record, zoo_models, zoo_thinking
+from .bench import DRAFTERS, SPLITS, run, settings_record, zoo_models, zoo_thinking
 from .data import make_problems, read_problems
 from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
 from .judge_data import label_divergences
@@ -19,8 +19,8 @@ from .zoo_pair import ByteTokenizer, load_pair
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--methods", default=None, help="comma-separated subset of: base, small, specreason, "
-                   "spec_thinking, verdict, exact, judge, generate, assisted (default: all)")
+    p.add_argument("--methods", default=None, help="comma-separated subset of: " + ", ".join(METHODS) +
+                   " (default: all; judge brings its controls judge_approve_all and judge_no_floor along)")
     p.add_argument("--threshold", type=float, default=None, help="SpecReason's score threshold on the 0-9 scale "
                    "(default 3, chosen for the likelihood scorer on the zoo pair's validation split; the reference "
                    "uses 7 with its prompt scorer)")
@@ -62,12 +62,15 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="30 held-out problems (instead of the whole split)")
     p.add_argument("--problems", type=int, default=None)
     p.add_argument("--weights", default=None, help="a retrained pair's folder (default: the shipped one)")
+    p.add_argument("--split", choices=SPLITS, default="validation",
+                   help="validation (default): problems for choosing settings, outside the test split and the "
+                   "judges' training problems; test: the held-out split, once, for a configuration already chosen")
     _add_common(p)
 
 
 def _bench(args: argparse.Namespace) -> int:
     run(quick=args.quick, json_path=args.json, threads=args.threads, problems=args.problems, methods=_methods(args),
-        settings=_settings(args), weights=args.weights, drafter=args.drafter, rounds=args.rounds)
+        settings=_settings(args), weights=args.weights, drafter=args.drafter, rounds=args.rounds, split=args.split)
     return 0
 
 
@@ -157,12 +160,20 @@ def _train_judge(args: argparse.Namespace) -> int:
     else:
         pair = load_pair()
         base, small, tokenizer = pair.target, pair.small, ByteTokenizer()
-    problems = read_problems(args.data) if args.data else make_problems(args.problems, seed=777)
+    problems = read_problems(args.data) if args.data else make_problems(2 * args.problems, seed=777)
+    if args.base is None:  # the zoo pair: its held-out test problems are never training data
+        held_out = {p.question for p in pair.test}
+        kept = [p for p in problems if p.question not in held_out]
+        if len(kept) < len(problems):
+            print(f"train judge: {len(problems) - len(kept)} of the problems are in the pair's test split; left out")
+        problems = kept
+    if not problems:
+        raise ValueError("--data: no problems left to label (all are in the pair's test split)")
     rule = Judge(JudgeHead.load(args.on_policy), args.on_policy_threshold) if args.on_policy else None
     data = label_divergences(base, small, problems[: args.problems], tokenizer, k=args.k,
                              max_new_tokens=args.max_new_tokens, context=args.context, rule=rule)
     head, report = train_judge_head(data["features"], data["labels"], context=args.context, width=args.width)
-    head.save(args.out, **report, problems=len(problems[: args.problems]))
+    head.save(args.out, target=base, **report, problems=len(problems[: args.problems]))
     print(json.dumps(report, indent=2))
     return 0
 

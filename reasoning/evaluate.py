@@ -11,6 +11,10 @@ Methods (each a name in `METHODS`):
   `Models.token_drafter`) as drafter (chain of `k`), exact and with judge verification; both report the
   mean accepted length (tokens per base forward, the correction included), and `judge` its ratio to exact's
   (`accepted_length_vs_exact`) when both run;
+- `judge_approve_all`, `judge_no_floor`: the judge's controls, run beside it: the same rule with a head
+  that approves every token at the same probability floor (what the floor alone gives), and the trained
+  head with no floor (what the head alone gives); each row's `control` names it ("approve_all_floor",
+  "no_floor"; None for `judge`);
 - `generate`, `assisted`: the `transformers` baselines, the base's own greedy `generate` and assisted
   generation with the small model as assistant (lossless, so their accuracy is the base's).
 
@@ -32,7 +36,7 @@ import torch
 from multispec import speculative_generate
 from multispec.bench.recorder import Recorder, partition
 from multispec.drafters import ModelDrafter
-from multispec.rules import Judge, JudgeStats
+from multispec.rules import Judge, JudgeHead, JudgeStats
 
 from .data import Problem, format_prompt, is_correct
 from .scoring import _encode
@@ -41,7 +45,9 @@ from .specreason import SpecReason, SpecReasonConfig
 from .speculative_verdict import LikelihoodVerdict, SpeculativeVerdict, TextExpert
 from .steps import Writer
 
-METHODS = ("base", "small", "specreason", "spec_thinking", "verdict", "exact", "judge", "generate", "assisted")
+METHODS = ("base", "small", "specreason", "spec_thinking", "verdict", "exact", "judge", "judge_approve_all",
+           "judge_no_floor", "generate", "assisted")
+JUDGE_ROWS = {"judge": None, "judge_approve_all": "approve_all_floor", "judge_no_floor": "no_floor"}  # -> control
 
 
 @dataclass
@@ -115,8 +121,15 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
         new = seq[0, len(prompt):].tolist()
         new = new[: new.index(eos) + 1] if eos in new else new
         return {"text": tok.decode(new), "tokens": len(new)}
-    if method in ("exact", "judge"):
-        rule = None if method == "exact" else Judge(models.judge, s.judge_threshold, s.judge_min_prob)
+    if method == "exact" or method in JUDGE_ROWS:
+        rule = None
+        if method == "judge":
+            rule = Judge(models.judge, s.judge_threshold, s.judge_min_prob)
+        elif method == "judge_approve_all":  # the control: every token approved, the same floor
+            rule = Judge(JudgeHead.approve_all(models.judge.hidden_size, models.judge.context), s.judge_threshold,
+                         s.judge_min_prob)
+        elif method == "judge_no_floor":
+            rule = Judge(models.judge, s.judge_threshold, 0.0)
         tally = JudgeStats()
         ids = torch.tensor([prompt], device=models.base.device)
         out = speculative_generate(models.base, ModelDrafter(models.drafter_model), ids,
@@ -150,6 +163,8 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
     `progress`: show progress bars."""
     s = settings or Settings()
     _check(models, methods)
+    if "judge" in methods:  # a judge's figure is reported beside its controls, never alone
+        methods = list(methods) + [m for m in JUDGE_ROWS if m not in methods]
     if not problems:
         raise ValueError("problems: expected at least one problem")
     answers: dict[str, list[dict]] = {m: [] for m in methods}
@@ -167,9 +182,15 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
         row |= _figures(m, answers[m], row)
         if baseline == "base":  # the name readers of the earlier layout use
             row["speedup_vs_base"] = row["speedup"]
-    if "exact" in rows and "judge" in rows:  # judge verification's gain: how much longer its accepted runs are
-        rows["judge"]["accepted_length_vs_exact"] = round(rows["judge"]["mean_accepted_length"] /
-                                                          max(rows["exact"]["mean_accepted_length"], 1e-9), 3)
+    for m in JUDGE_ROWS:  # judge verification's gain: how much longer its accepted runs are than exact's
+        if m in rows:
+            rows[m]["control"] = JUDGE_ROWS[m]
+            if "exact" in rows:
+                rows[m]["accepted_length_vs_exact"] = round(rows[m]["mean_accepted_length"] /
+                                                            max(rows["exact"]["mean_accepted_length"], 1e-9), 3)
+    if "judge" in rows and "judge_approve_all" in rows:  # the judge against its control at the same floor
+        rows["judge"]["accepted_length_vs_control"] = round(
+            rows["judge"]["mean_accepted_length"] / max(rows["judge_approve_all"]["mean_accepted_length"], 1e-9), 3)
     return table
 
 
@@ -179,8 +200,9 @@ def _check(models: Models, methods: Sequence[str]) -> None:
     for m in methods:
         if m not in METHODS:
             raise ValueError(f"methods: unknown method {m!r}; expected some of {', '.join(METHODS)}")
-    if "judge" in methods and models.judge is None:
-        raise ValueError("methods: 'judge' needs a trained judge head (multispec train judge)")
+    for m in JUDGE_ROWS:
+        if m in methods and models.judge is None:
+            raise ValueError(f"methods: '{m}' needs a trained judge head (multispec train judge)")
     if "verdict" in methods and len(models.experts) < 2:
         raise ValueError("methods: 'verdict' needs at least 2 experts")
 
@@ -207,7 +229,7 @@ def _figures(method: str, rs: list[dict], row: dict) -> dict:
     if method == "spec_thinking":
         out |= {k: total(k) for k in ("triggers", "takeovers", "verify_spans", "recaps")}
         out["large_token_share"] = round(total("large_tokens_written") / max(tokens, 1), 4)
-    if method in ("exact", "judge"):  # the recorder's mean_accepted_length comes from their stats
+    if method == "exact" or method in JUDGE_ROWS:  # the recorder's mean_accepted_length comes from their stats
         out |= {"acceptance_rate": round(total("accepted") / max(total("drafted"), 1), 4),
                 "overrides": total("overrides")}
     return out
@@ -234,6 +256,10 @@ def markdown(results: dict) -> str:
             notes.append(f"mean accepted length {r['mean_accepted_length']:.2f}, overrides {r['overrides']}")
         if "accepted_length_vs_exact" in r:
             notes.append(f"{r['accepted_length_vs_exact']:.2f}x exact's accepted length")
+        if "accepted_length_vs_control" in r:
+            notes.append(f"{r['accepted_length_vs_control']:.2f}x the approve-all control's")
+        if r.get("control"):
+            notes.append(f"control: {r['control']}")
         lines.append(f"| {m} | {r['accuracy']:.3f} | {r['latency_s']:.3f} | {_speedup(r)} | {r['tokens']:.0f} "
                      f"| {'; '.join(notes)} |")
     if "baseline" in results:

@@ -143,6 +143,22 @@ def test_split() -> list[Problem]:
     return make_problems(TEST_SIZE, TEST_SEED, CHECK_RATE)
 
 
+VALIDATION_SEED = 4242
+JUDGE_SEED = 777  # the judges' labelling problems (`train_zoo_judge`, `multispec train judge`)
+
+
+def validation_split(n: int = TEST_SIZE) -> list[Problem]:
+    """`n` problems for choosing settings (thresholds, floors, stages, drafters): fixed seed, none in the test
+    split or among the judges' labelling problems."""
+    excluded = {p.question for p in test_split()} | {p.question for p in make_problems(800, JUDGE_SEED, CHECK_RATE)}
+    out: list[Problem] = []
+    size = 2 * n
+    while len(out) < n:
+        out = [p for p in make_problems(size, VALIDATION_SEED, CHECK_RATE) if p.question not in excluded][:n]
+        size *= 2
+    return out
+
+
 class Batches:
     """The endless training stream of a recipe: problems outside the test split, and (a `DRILL_RATE` share of
     rows) arithmetic practice; prompt tokens and padding are masked out of the loss. Its state is a
@@ -270,7 +286,7 @@ def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, dr
                "skipped_prefixes": data["skipped_prefixes"]}
     if on_policy is not None:
         report |= {"on_policy": on_policy, "on_policy_threshold": on_policy_threshold}
-    head.save(folder / out, **report)
+    head.save(folder / out, target=base, **report)
     return report
 
 

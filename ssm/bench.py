@@ -29,17 +29,17 @@ from multispec.bench.text import classify, prompts
 from multispec.drafters.recycling import cpu_tree
 from multispec.zoo.data import read_source, stdlib_files
 
-from .hybrid import BambaTarget
+from .hybrid import BambaTarget, Zamba2Target
 from .mamba1 import MambaTarget
 from .mamba2 import Mamba2Target
 
 
 def _target(model, replay: bool = False):
     kind = model.config.model_type
-    if kind == "bamba":
+    if kind in ("bamba", "zamba2"):
         if replay:
             return None  # no replay baseline for hybrids: their KV cache needs the gather anyway
-        return BambaTarget(model)
+        return {"bamba": BambaTarget, "zamba2": Zamba2Target}[kind](model)
     return {"mamba2": Mamba2Target, "mamba": MambaTarget}[kind](model, replay=replay)
 
 
@@ -58,7 +58,7 @@ def _byte_corpus(chars: int) -> list[list[int]] | None:
 
 def _ssm_draft(pair_name: str):
     """The zoo's Mamba-2 draft model for the byte-level SSM pairs (None for other pairs)."""
-    if pair_name not in ("stdlib-mamba2", "stdlib-bamba"):
+    if pair_name not in ("stdlib-mamba2", "stdlib-bamba", "stdlib-zamba2"):
         return None
     return zoo.load("stdlib-mamba2-ssm-draft").drafter
 
@@ -76,10 +76,11 @@ def _assisted_refusal(model, draft_model, ids) -> str | None:
 def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | None = None,
         max_new_tokens: int | None = None, temperature: float = 1.0, threads: int | None = None,
         chain_k: int = 4, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
-        rounds: int = 3) -> dict:
+        rounds: int = 3, weights: str | None = None) -> dict:
+    """`weights`: a trained folder of the pair (`multispec zoo train NAME --out DIR`) instead of the shipped one."""
     if threads:
         torch.set_num_threads(threads)
-    pair = zoo.load(pair_name)
+    pair = zoo.load(pair_name, weights=weights)
     model, drafter, tok = pair.target, pair.drafter, pair.tokenizer
     tree = tree or DynamicTree(depth=5, topk=3, total=14)
     static = StaticTree.full([3, 2, 1, 1])
@@ -144,7 +145,8 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     settings = {"pair": pair_name, "target_class": type(model).__name__, "quick": quick, "max_new_tokens": n,
                 "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
                 "dynamic_tree": [tree.depth, tree.topk, tree.total], "static_tree": [3, 2, 1, 1],
-                "temperature": temperature, "corpus_chars": corpus_chars, "rounds": rounds}
+                "temperature": temperature, "corpus_chars": corpus_chars, "rounds": rounds,
+                "weights": weights or "shipped"}
     out = results("ssm", settings, tables, outputs_identical=outputs_identical(tables),
                   transformers_assisted="measured" if assisted is None else f"unsupported ({assisted})")
     _print(out)

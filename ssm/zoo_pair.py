@@ -1,5 +1,7 @@
-"""The zoo's state-space entries: byte-level Mamba-2 and Bamba targets trained on CPython's stdlib, drafted
-by the stdlib-bytes Llama (same 256-byte vocabulary, same corpus) or by a small byte-level Mamba-2.
+"""The zoo's state-space entries: byte-level Mamba-2, Bamba and Zamba2 targets trained on CPython's stdlib,
+drafted by the stdlib-bytes Llama (same 256-byte vocabulary, same corpus) or by a small byte-level Mamba-2.
+The Zamba2 pair's weights do not ship (the zoo's 100 MB are spent): `multispec zoo train stdlib-zamba2`
+trains them here (about 15 minutes on two cores) and `zoo.load("stdlib-zamba2", weights=folder)` loads them.
 
     from multispec import zoo
     pair = zoo.load("stdlib-mamba2")                   # target, drafter, tokenizer
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import torch
 from transformers import (BambaConfig, BambaForCausalLM, LlamaForCausalLM, Mamba2Config, Mamba2ForCausalLM,
-                          PretrainedConfig, PreTrainedModel)
+                          PretrainedConfig, PreTrainedModel, Zamba2Config, Zamba2ForCausalLM)
 
 from multispec import zoo
 from multispec.drafters.model import ModelDrafter
@@ -50,6 +52,19 @@ def bamba_config() -> BambaConfig:
                        mamba_d_head=32, mamba_n_groups=1, mamba_d_state=32, mamba_d_conv=4, mamba_chunk_size=64,
                        max_position_embeddings=TRAINED_CONTEXT, tie_word_embeddings=False, bos_token_id=None,
                        eos_token_id=None, pad_token_id=0)
+
+
+def zamba2_config() -> Zamba2Config:
+    """A second hybrid zoo target: Zamba2's layout at the Mamba-2 target's size, 8 Mamba-2 blocks of hidden 256,
+    one shared transformer block (attention over [hidden, embeddings], RoPE, MLP, per-layer rank-8 adapters)
+    before blocks 3 and 7."""
+    kinds = ["hybrid" if i in (3, 7) else "mamba" for i in range(8)]
+    return Zamba2Config(vocab_size=256, hidden_size=256, num_hidden_layers=8, layers_block_type=kinds,
+                        num_attention_heads=8, num_key_value_heads=8, intermediate_size=512, n_mamba_heads=16,
+                        mamba_headdim=32, mamba_ngroups=1, mamba_d_state=32, mamba_d_conv=4, chunk_size=64,
+                        num_mem_blocks=1, use_shared_attention_adapter=True, adapter_rank=8, use_mem_rope=True,
+                        max_position_embeddings=TRAINED_CONTEXT, tie_word_embeddings=False, bos_token_id=None,
+                        eos_token_id=None, pad_token_id=0)
 
 
 def _pair_loader(name: str, cls: type[PreTrainedModel]) -> Callable[[Path], ZooPair]:
@@ -91,7 +106,7 @@ def _train_ssm_draft(folder: Path) -> dict:
 
 
 def zoo_entries() -> list[ZooEntry]:
-    """The three SSM entries, in the order `multispec zoo list` shows them."""
+    """The SSM entries, in the order `multispec zoo list` shows them."""
     return [
         ZooEntry("stdlib-mamba2", "byte-level Mamba-2 (8 layers, hidden 256) trained on CPython's stdlib, drafted by "
                  "the stdlib-bytes Llama; the SSM pair (multispec.ssm)", None,
@@ -99,6 +114,10 @@ def zoo_entries() -> list[ZooEntry]:
         ZooEntry("stdlib-bamba", "byte-level Bamba hybrid (6 Mamba-2 + 2 attention layers, hidden 256) trained on "
                  "CPython's stdlib, drafted by the stdlib-bytes Llama", None,
                  _pair_loader("stdlib-bamba", BambaForCausalLM), _pair_trainer(bamba_config, BambaForCausalLM)),
+        ZooEntry("stdlib-zamba2", "byte-level Zamba2 hybrid (8 Mamba-2 blocks, a shared attention block before 2 of "
+                 "them, hidden 256) trained on CPython's stdlib, drafted by the stdlib-bytes Llama; not shipped: "
+                 "`multispec zoo train stdlib-zamba2`", None,
+                 _pair_loader("stdlib-zamba2", Zamba2ForCausalLM), _pair_trainer(zamba2_config, Zamba2ForCausalLM)),
         ZooEntry("stdlib-mamba2-ssm-draft", "the stdlib-mamba2 target drafted by a byte-level Mamba-2 (2 layers, "
                  "hidden 128) trained on the same corpus: a state-space draft model", None, _load_ssm_draft_pair,
                  _train_ssm_draft),

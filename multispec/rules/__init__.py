@@ -15,9 +15,9 @@ from .base import AcceptanceRule, Verdict, chain_drafts, chain_verdict, check_lo
 from .continuous import ContinuousDraft, ContinuousVerdict, DensityRatio, NodeDistributions
 from .exact import Exact, Greedy, resolve_rule
 from .judge import Judge, JudgeStats, JudgeVerdict
-from .judge_head import CONTEXT_SCALARS, JudgeHead, judge_inputs, train_judge_head
+from .judge_head import CONTEXT_SCALARS, JudgeHead, judge_inputs, target_fingerprint, train_judge_head
 
 __all__ = ["AcceptanceRule", "CONTEXT_SCALARS", "ContinuousDraft", "ContinuousVerdict", "DensityRatio", "Exact",
-           "Greedy", "Judge", "JudgeHead", "JudgeStats", "JudgeVerdict", "NodeDistributions", "Verdict",
+           "Greedy", "Judge", "JudgeHead", "JudgeStats", "JudgeVerdict", "NodeDistributions", "Verdict", "target_fingerprint",
            "chain_drafts", "chain_verdict", "check_logits", "full_tree_tokens", "judge_inputs", "resolve_rule",
            "train_judge_head"]

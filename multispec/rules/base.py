@@ -44,6 +44,10 @@ class AcceptanceRule:
         """The verdict on `draft` given `target_logits` [B, N + 1, V] (after the root and every node)."""
         raise NotImplementedError(f"{type(self).__name__} must implement accept()")
 
+    def check_target(self, target) -> None:
+        """Raise if this rule cannot verify for `target` (an adapter; a session calls this once, before any
+        forward). Any target by default; a judge trained for one target refuses another."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 

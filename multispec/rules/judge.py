@@ -5,11 +5,12 @@ The judge (`JudgeHead`, in `judge_head`) reads the target's final hidden state a
 the verification pass computes anyway (`FeatureRequest(hidden=True)`), so judging costs one dot product per
 node.
 
-The rule is lossy. Its bound is counted, not assumed: a node the judge approves is taken at its parent
-(among approved siblings, the first in draft order) and the parent's exact verdict applies otherwise,
-so with greedy decoding the output departs from the target's own only at an emitted token the target
-would not have chosen, and `JudgeVerdict.overrides` counts those per row (`JudgeStats` sums them). With
-no node approved (threshold above 1, or a disabled judge) the rule is `Exact`, draw for draw.
+The rule is lossy. Its bound is counted, not assumed: the exact rule verifies each node's children first
+(with its own draws when sampling), and only where it rejects them all does the judge's first approved child
+take the place of the correction, with exact verification going on below it ("exact OR judge": a judge never
+displaces a child the exact rule accepts). With greedy decoding the output departs from the target's own only
+at those judge-taken tokens, and `JudgeVerdict.overrides` counts them per row (`JudgeStats` sums them). With
+no node approved (threshold 1, or a disabled judge) the rule is `Exact`, draw for draw.
 
 `min_target_prob` ρ adds a floor: the judge may approve only a token the target itself gives probability at
 least ρ at that position (its softmax, before any sampling transform). Every emitted token is then the exact
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..sampling import SamplingConfig, nan_safe_argmax
+from ..sampling import SamplingConfig
 from ..targets.base import FeatureRequest, Features
 from ..tree import DraftTree
 from .base import AcceptanceRule, Verdict
@@ -37,10 +38,9 @@ _OFF = -1.0e4  # logit of every other token at an approved node's parent: exp(-1
 
 @dataclass
 class JudgeVerdict(Verdict):
-    """A `Verdict` plus `overrides[b]`: emitted drafts of row b the exact rule did not accept by itself
-    (greedy: drafts that are not the target's argmax; sampling: every accepted judge-approved draft, an
-    upper bound, since the exact draw is not made for them), and `overridden[b, i]`: whether accepted draft
-    `tokens[b, i]` is one of them (what a trace colours as the judge's)."""
+    """A `Verdict` plus `overrides[b]`: emitted drafts of row b the judge took where the exact rule had
+    rejected every sibling (greedy: drafts that are not the target's argmax), and `overridden[b, i]`: whether
+    accepted draft `tokens[b, i]` is one of them (what a trace colours as the judge's)."""
 
     overrides: torch.Tensor | None = None  # [B] int64
     overridden: torch.Tensor | None = None  # [B, D] bool, False past num_accepted[b]
@@ -58,8 +58,10 @@ class Judge(AcceptanceRule):
     def __init__(self, head: JudgeHead | None, threshold: float = 0.5, min_target_prob: float = 0.0):
         if head is not None and not isinstance(head, JudgeHead):
             raise TypeError(f"head: expected a JudgeHead or None, got {type(head).__name__}")
-        if not isinstance(threshold, (int, float)) or threshold != threshold:
-            raise ValueError(f"threshold: expected a number (probabilities above it are approved), got {threshold!r}")
+        if not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            # a negative threshold would approve every token, one of 1 or more none: say so rather than run it
+            raise ValueError(f"threshold: expected a probability in [0, 1] (head probabilities above it are "
+                             f"approved; 1 approves nothing), got {threshold!r}")
         if not isinstance(min_target_prob, (int, float)) or not 0.0 <= min_target_prob <= 1.0:
             raise ValueError(f"min_target_prob: expected a probability in [0, 1] (the least target probability of "
                              f"an approved token), got {min_target_prob!r}")
@@ -68,6 +70,10 @@ class Judge(AcceptanceRule):
     def __repr__(self) -> str:
         return (f"Judge(threshold={self.threshold}, min_target_prob={self.min_target_prob}, "
                 f"enabled={self.head is not None})")
+
+    def check_target(self, target) -> None:
+        if self.head is not None:
+            self.head.check_target(getattr(target, "shown_model", None) or getattr(target, "model", target))
 
     def approvals(self, draft: DraftTree, features: Features | None,
                   target_logits: torch.Tensor | None = None) -> torch.Tensor:
@@ -98,37 +104,53 @@ class Judge(AcceptanceRule):
 
     def accept(self, draft: DraftTree, target_logits: torch.Tensor, sampling: SamplingConfig,
                generator: torch.Generator | None = None, features: Features | None = None) -> JudgeVerdict:
+        """Exact first, then the judge, node by node along the path: the exact rule verifies a node's children
+        (sibling by sibling, with its own draws); only where it rejects them all does the judge's first
+        approved child (in draft order) take the place of the correction, and exact verification goes on
+        below it. A judge never displaces a child the exact rule accepts."""
         approved = self.approvals(draft, features, target_logits)
-        logits = target_logits
+        verdict = Exact().accept(draft, target_logits, sampling, generator)
+        b, n = draft.tokens.shape
+        judged = torch.zeros(b, n, dtype=torch.bool, device=draft.tokens.device)
         if bool(approved.any()):
-            logits = target_logits.clone()
-            rows, nodes = approved.nonzero(as_tuple=True)
-            parent = draft.parents[rows, nodes] + 1  # full-tree index of each approved node's parent
-            for r, n, par in reversed(list(zip(rows.tolist(), nodes.tolist(), parent.tolist()))):
-                # reversed: the first approved sibling is written last and wins
-                logits[r, par] = _OFF
-                logits[r, par, draft.tokens[r, n]] = 0.0
-        verdict = Exact().accept(draft, logits, sampling, generator)
-        overridden = self._overridden(draft, target_logits, sampling, verdict, approved)
+            verdict = self._judge_where_exact_stops(draft, target_logits, sampling, generator, approved, verdict,
+                                                    judged)
+        path = verdict.path[:, 1:]  # full-tree nodes of the accepted drafts (then the correction's -1s)
+        on_path = (path > 0) & (torch.arange(path.shape[1], device=path.device)[None] < verdict.num_accepted[:, None])
+        overridden = judged.gather(1, (path - 1).clamp(min=0)) & on_path
         return JudgeVerdict(verdict.tokens, verdict.num_accepted, verdict.path, overridden.sum(1), overridden)
 
     @staticmethod
-    def _overridden(draft: DraftTree, logits: torch.Tensor, sampling: SamplingConfig, verdict: Verdict,
-                    approved: torch.Tensor) -> torch.Tensor:
-        path = verdict.path[:, 1:]  # full-tree nodes of the accepted drafts (then the correction's -1s)
-        if not bool(approved.any()):
-            return torch.zeros(path.shape, dtype=torch.bool, device=path.device)
-        b = draft.batch_size
-        rows = torch.arange(b, device=path.device)[:, None].expand_as(path)
-        on_path = (path > 0) & (torch.arange(path.shape[1], device=path.device)[None] < verdict.num_accepted[:, None])
-        node = (path - 1).clamp(min=0)
-        was_approved = approved[rows, node] & on_path
-        if sampling.do_sample:
-            return was_approved
-        parent = draft.parents[rows, node] + 1
-        own = nan_safe_argmax(sampling.process(logits))  # [B, N + 1] the target's choice after each node
-        differs = own[rows, parent] != draft.tokens[rows, node]
-        return was_approved & differs
+    def _judge_where_exact_stops(draft: DraftTree, target_logits: torch.Tensor, sampling: SamplingConfig,
+                                 generator: torch.Generator | None, approved: torch.Tensor, verdict: Verdict,
+                                 judged: torch.Tensor) -> Verdict:
+        """Repeat until no row can go on: find where each row's exact walk stopped; if that node has an
+        approved child, force the walk so far plus that child (a one-hot target distribution at each forced
+        node: the exact rule then accepts it with certainty) and verify again, fresh draws below the child.
+        Rows that cannot go on keep their verdict. Marks the judge's nodes in `judged` [B, N]."""
+        parents = draft.parents.to(approved.device)
+        node_index = torch.arange(draft.num_nodes, device=approved.device)
+        for _ in range(draft.num_nodes):
+            rows = torch.arange(draft.batch_size, device=approved.device)
+            stop = verdict.path.gather(1, verdict.num_accepted[:, None])[:, 0]  # full-tree node, 0 = root
+            children = approved & (parents + 1 == stop[:, None]) & ~judged
+            going = children.any(1)
+            if not bool(going.any()):
+                return verdict
+            child = torch.where(children, node_index, draft.num_nodes).amin(1)  # the first in draft order
+            logits = target_logits.clone()
+            for r in going.nonzero()[:, 0].tolist():
+                walk = verdict.path[r, : int(verdict.num_accepted[r]) + 1].tolist() + [int(child[r]) + 1]
+                for at, nxt in zip(walk[:-1], walk[1:]):
+                    logits[r, at] = _OFF
+                    logits[r, at, draft.tokens[r, nxt - 1]] = 0.0
+            judged[rows[going], child[going]] = True
+            again = Exact().accept(draft, logits, sampling, generator)
+            keep = going[:, None]
+            verdict = Verdict(torch.where(keep, again.tokens, verdict.tokens),
+                              torch.where(going, again.num_accepted, verdict.num_accepted),
+                              torch.where(keep, again.path, verdict.path))
+        return verdict
 
 
 @dataclass

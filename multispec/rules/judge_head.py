@@ -11,6 +11,7 @@ problems with checkable answers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -35,6 +36,19 @@ def judge_inputs(node_hidden: torch.Tensor, parent_hidden: torch.Tensor, parent_
     return torch.cat([node_hidden.float(), parent_hidden.float(), scalars], -1)
 
 
+def target_fingerprint(model) -> dict:
+    """What a judge records of the target it was trained for: model type, hidden size, layer count, vocabulary,
+    and a hash of a strided sample of the output embedding's weights (a model of the same shape with other
+    weights gives another hash; one small copy to the host)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    head = model.get_output_embeddings().weight
+    sample = head.detach()[:: max(1, head.shape[0] // 64), :: max(1, head.shape[1] // 64)]
+    digest = hashlib.sha256(sample.float().cpu().contiguous().numpy().tobytes()).hexdigest()[:16]
+    return {"model_type": str(getattr(config, "model_type", type(model).__name__)),
+            "hidden_size": int(head.shape[1]), "num_layers": int(getattr(config, "num_hidden_layers", -1)),
+            "vocab_size": int(head.shape[0]), "weights": digest}
+
+
 class JudgeHead(nn.Module):
     """The probability a draft token is good, σ(f(φ)): φ the target's final hidden state at the token [H],
     or with `context` the `judge_inputs` vector [2H + 3]; f linear (logistic regression, the paper's head)
@@ -50,6 +64,28 @@ class JudgeHead(nn.Module):
         self.in_features = 2 * hidden_size + CONTEXT_SCALARS if context else hidden_size
         self.hidden_layer = nn.Linear(self.in_features, width) if width else None
         self.linear = nn.Linear(width or self.in_features, 1)
+        self.trained_for: dict | None = None  # `target_fingerprint` of its target (None: not recorded)
+
+    @classmethod
+    def approve_all(cls, hidden_size: int, context: bool = False) -> "JudgeHead":
+        """A head that approves every token (probability ~1): the control a judge's result is compared with,
+        at the same floor (`Judge(..., min_target_prob=)`), so what the floor alone gives shows."""
+        head = cls(hidden_size, context)
+        with torch.no_grad():
+            head.linear.weight.zero_()
+            head.linear.bias.fill_(20.0)
+        return head.eval()
+
+    def check_target(self, model) -> None:
+        """Raise unless `model` is the target this head was trained for (when that was recorded)."""
+        if self.trained_for is None:
+            return
+        found = target_fingerprint(model)
+        if found != self.trained_for:
+            differs = [k for k in found if found[k] != self.trained_for.get(k)]
+            raise ValueError(f"judge: trained for another target ({', '.join(differs)} differ: trained for "
+                             f"{self.trained_for}, given {found}); train one for this target "
+                             "(multispec train judge)")
 
     @property
     def first(self) -> nn.Linear:
@@ -68,11 +104,16 @@ class JudgeHead(nn.Module):
             x = torch.nn.functional.gelu(self.hidden_layer(x))
         return self.linear(x)[..., 0]
 
-    def save(self, folder: str | Path, **report) -> None:
+    def save(self, folder: str | Path, target=None, **report) -> None:
+        """Write the head and `report` to `folder`; `target`: the model it was trained for, recorded so that
+        loading it for another target fails (`check_target`)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, folder / "judge.safetensors")
-        config = {"hidden_size": self.hidden_size, "context": self.context, "width": self.width}
+        if target is not None:
+            self.trained_for = target_fingerprint(target)
+        config = {"hidden_size": self.hidden_size, "context": self.context, "width": self.width,
+                  "trained_for": self.trained_for}
         (folder / "judge_config.json").write_text(json.dumps(config | report, indent=2))
 
     @classmethod
@@ -83,6 +124,7 @@ class JudgeHead(nn.Module):
         config = json.loads((folder / "judge_config.json").read_text())
         head = cls(int(config["hidden_size"]), bool(config.get("context", False)), int(config.get("width", 0)))
         head.load_state_dict(load_file(folder / "judge.safetensors"))
+        head.trained_for = config.get("trained_for")
         return head.eval()
 
 
@@ -132,4 +174,4 @@ def train_judge_head(features: torch.Tensor, labels: torch.Tensor, *, context: b
 
 
 
-__all__ = ["CONTEXT_SCALARS", "JudgeHead", "judge_inputs", "train_judge_head"]
+__all__ = ["CONTEXT_SCALARS", "JudgeHead", "judge_inputs", "target_fingerprint", "train_judge_head"]

@@ -38,7 +38,7 @@ def _run(pair, rule, tree=4, do_sample=False, seed=0, on_step=None):
 def test_a_judge_that_approves_nothing_is_exact(pair, tree, do_sample):
     hidden = pair[0].config.hidden_size
     exact = _run(pair, None, tree, do_sample)
-    for rule in (Judge(None), Judge(_head(hidden, 5.0), threshold=1.1)):  # disabled; threshold above 1
+    for rule in (Judge(None), Judge(_head(hidden, 5.0), threshold=1.0)):  # disabled; threshold 1
         judged = _run(pair, rule, tree, do_sample)
         assert torch.equal(judged.sequences, exact.sequences)
         assert judged.stats.mean_accepted_length == exact.stats.mean_accepted_length
@@ -105,8 +105,9 @@ def test_bad_input_names_itself(pair):
         JudgeHead(8)(torch.zeros(2, 9))
     with pytest.raises(TypeError, match="head"):
         Judge(torch.nn.Linear(4, 1))
-    with pytest.raises(ValueError, match="threshold"):
-        Judge(None, threshold=float("nan"))
+    for bad in (float("nan"), -0.1, 1.5):  # a negative threshold would approve everything silently
+        with pytest.raises(ValueError, match="threshold"):
+            Judge(None, threshold=bad)
     from multispec.tree import DraftTree
 
     tree = DraftTree.chain(torch.tensor([[3, 4]]))
@@ -147,7 +148,7 @@ def test_a_context_judge_needs_the_logits(pair):
     head = JudgeHead(8, context=True)
     with pytest.raises(ValueError, match="target_logits"):
         Judge(head).approvals(tree, Features(hidden=torch.zeros(1, 3, 8)))
-    approved = Judge(head, threshold=-0.1).approvals(tree, Features(hidden=torch.zeros(1, 3, 8)), torch.zeros(1, 3, 20))
+    approved = Judge(head, threshold=0.0).approvals(tree, Features(hidden=torch.zeros(1, 3, 8)), torch.zeros(1, 3, 20))
     assert approved.tolist() == [[True, True]]
 
 
@@ -186,3 +187,60 @@ def test_the_probability_floor_bounds_every_departure(pair):
     with pytest.raises(ValueError, match="target_logits"):
         Judge(_head(8, 5.0), min_target_prob=0.1).approvals(DraftTree.chain(torch.tensor([[3, 4]])),
                                                              Features(hidden=torch.zeros(1, 3, 8)))
+
+
+def _siblings(rows: int):
+    """Two children of the root, tokens [4, 7] in draft order, and one grandchild (token 9) under each; the
+    judge's features approve the nodes of token 7 and 9 only."""
+    from multispec.targets.base import Features
+    from multispec.tree import DraftTree
+
+    tree = DraftTree(tokens=torch.tensor([[4, 7, 9, 9]] * rows), parents=torch.tensor([[-1, -1, 0, 1]] * rows),
+                     valid=torch.ones(rows, 4, dtype=torch.bool))
+    hidden = torch.tensor([0.0, -1.0, 1.0, 1.0, 1.0])[None, :, None].expand(rows, 5, 1).contiguous()
+    head = JudgeHead(1)
+    with torch.no_grad():
+        head.linear.weight.fill_(8.0)
+        head.linear.bias.zero_()
+    return tree, Features(hidden=hidden), head
+
+
+def test_a_judge_never_displaces_a_sibling_the_exact_rule_accepts():
+    """Greedy: the root's argmax is 4, the first child; the judge approves only its sibling 7. Exact accepts
+    4 (and its child 9 through the judge, after exact rejects it), never 7. Where the argmax is no child,
+    the judge takes 7."""
+    from multispec.sampling import SamplingConfig
+
+    tree, features, head = _siblings(1)
+    logits = torch.full((1, 5, 12), -5.0)
+    logits[0, 0, 4] = 5.0  # after the root: 4
+    logits[0, 1, 3] = 5.0  # after 4: 3 (not the drafted 9)
+    verdict = Judge(head).accept(tree, logits, SamplingConfig(), features=features)
+    assert verdict.tokens[0, :2].tolist() == [4, 9] and verdict.path[0, :3].tolist() == [0, 1, 3]
+    assert verdict.overridden[0, :2].tolist() == [False, True] and int(verdict.overrides[0]) == 1
+    logits[0, 0, 4] = -5.0
+    logits[0, 0, 5] = 5.0  # the argmax is no child: exact rejects both, the judge takes 7, then its 9
+    verdict = Judge(head).accept(tree, logits, SamplingConfig(), features=features)
+    assert verdict.tokens[0, :2].tolist() == [7, 9] and verdict.path[0, :3].tolist() == [0, 2, 4]
+    assert int(verdict.overrides[0]) == 2
+
+
+def test_when_sampling_the_judge_only_takes_what_exact_rejects():
+    """Target p(4) = p(5) = 0.5 after the root, drafts one-hot: exact accepts 4 with probability 0.5 and then
+    rejects 7 (the residual holds only 5); the judge takes 7 in every other row, never displacing 4. The old
+    rule (approved nodes forced) gave 7 in every row. 8,000 rows: 4's share within 0.5 +- 0.025 (4.5 sd)."""
+    from multispec.sampling import SamplingConfig
+
+    n = 8000
+    tree, features, head = _siblings(n)
+    logits = torch.full((n, 5, 12), -30.0)
+    logits[:, 0, 4] = logits[:, 0, 5] = 0.0
+    logits[:, 1:, 9] = 0.0  # below: the grandchildren 9 are the target's own
+    verdict = Judge(head).accept(tree, logits, SamplingConfig(do_sample=True), torch.Generator().manual_seed(0),
+                                 features)
+    first = verdict.tokens[:, 0]
+    share = float((first == 4).float().mean())
+    assert abs(share - 0.5) < 0.025, share
+    assert set(first.tolist()) == {4, 7}  # never 5: where exact rejects both, the judge's 7 replaces the draw
+    assert torch.equal(verdict.overridden[:, 0], first == 7)
+    assert (verdict.tokens[:, 1] == 9).all() and not verdict.overridden[:, 1].any()  # exact accepts the 9s

@@ -104,7 +104,12 @@ def test_cli_bench_eval_and_train_judge(tmp_path, capsys, pair):
     table = res["tables"]["greedy"]
     assert table["baseline"] == "base" and table["rounds"] == 2 and table["inputs_per_round"] == [1, 1]
     rows = table["methods"]
-    assert set(rows) == {"base", "small", "specreason", "judge"} and rows["base"]["speedup"] == 1.0
+    # the judge comes with its controls: an approve-all head at the same floor, and no floor
+    assert set(rows) == {"base", "small", "specreason", "judge", "judge_approve_all", "judge_no_floor"}
+    assert rows["base"]["speedup"] == 1.0 and res["settings"]["split"] == "validation"
+    assert [rows[m]["control"] for m in ("judge", "judge_approve_all", "judge_no_floor")] == \
+        [None, "approve_all_floor", "no_floor"]
+    assert all(row["split"] == "validation" for row in rows.values())
     for row in rows.values():
         lo, hi = row["speedup_spread"]
         assert len(row["speedup_rounds"]) == 2 and lo <= row["speedup"] <= hi
@@ -126,7 +131,7 @@ def test_cli_bench_eval_and_train_judge(tmp_path, capsys, pair):
     assert (tmp_path / "judge" / "judge.safetensors").exists()
     # on-policy with a judge that never approves: the runs are exact decoding's, so the same labels (both classes)
     assert main(["train", "judge", "--problems", "10", "--on-policy", str(tmp_path / "judge"),
-                 "--on-policy-threshold", "1.1", "--out", str(tmp_path / "judge2")]) == 0
+                 "--on-policy-threshold", "1.0", "--out", str(tmp_path / "judge2")]) == 0
     assert (tmp_path / "judge2" / "judge.safetensors").exists()
     assert main(["bench", "reasoning", "--methods", "tea"]) == 2
     with pytest.raises(SystemExit):
