@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import torch
 
-from multispec import (DynamicTree, HybridDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter,
+from multispec import (DynamicTree, HybridDrafter, ModelDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter,
                        TokenRecyclingDrafter, speculative_generate, zoo)
 from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import (LEGEND, Fresh, Recorder, format_table, outputs_identical, repeat, results,
                                       sequences)
 from multispec.bench.text import classify, prompts
 from multispec.drafters.recycling import cpu_tree
+from multispec.zoo import ZooPair
+from multispec.zoo.bytes_lm import ByteTokenizer
 from multispec.zoo.data import read_source, stdlib_files
 
 from .hybrid import BambaTarget, Zamba2Target
@@ -41,6 +43,29 @@ def _target(model, replay: bool = False):
             return None  # no replay baseline for hybrids: their KV cache needs the gather anyway
         return {"bamba": BambaTarget, "zamba2": Zamba2Target}[kind](model)
     return {"mamba2": Mamba2Target, "mamba": MambaTarget}[kind](model, replay=replay)
+
+
+# Hybrids the zoo has no room to ship trained (its 100 MB are spent): their pair is the zoo-sized target with
+# random weights (fixed seed; decays drawn wider and the head scaled, as the test models) drafted by a copy of
+# itself with 5% weight noise. The draft costs what the target costs, so no row can beat plain decoding here:
+# the pair compares STree with the chain and with plain decoding at equal draft quality, not speed.
+RANDOM_PAIRS = {"random-zamba2": "a zoo-sized Zamba2 (zamba2_config) with random weights, drafted by a copy of "
+                                 "itself with 5% weight noise (same cost: acceptance and overhead, not speed)"}
+
+
+def _random_pair(name: str) -> ZooPair:
+    from transformers import Zamba2ForCausalLM
+
+    from multispec.testing import make_perturbed_copy
+
+    from .testing import _randomised
+    from .zoo_pair import zamba2_config
+
+    torch.manual_seed(0)
+    model = Zamba2ForCausalLM(zamba2_config())
+    mixers = [layer.mamba if hasattr(layer, "mamba") else layer.mamba_decoder.mamba for layer in model.model.layers]
+    target = _randomised(model, 8.0, mixers)
+    return ZooPair(target, ModelDrafter(make_perturbed_copy(target, noise=0.05, seed=1)), ByteTokenizer(), name)
 
 
 def _byte_corpus(chars: int) -> list[list[int]] | None:
@@ -80,7 +105,7 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     """`weights`: a trained folder of the pair (`multispec zoo train NAME --out DIR`) instead of the shipped one."""
     if threads:
         torch.set_num_threads(threads)
-    pair = zoo.load(pair_name, weights=weights)
+    pair = _random_pair(pair_name) if pair_name in RANDOM_PAIRS else zoo.load(pair_name, weights=weights)
     model, drafter, tok = pair.target, pair.drafter, pair.tokenizer
     tree = tree or DynamicTree(depth=5, topk=3, total=14)
     static = StaticTree.full([3, 2, 1, 1])
@@ -146,7 +171,8 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
                 "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
                 "dynamic_tree": [tree.depth, tree.topk, tree.total], "static_tree": [3, 2, 1, 1],
                 "temperature": temperature, "corpus_chars": corpus_chars, "rounds": rounds,
-                "weights": weights or "shipped"}
+                "weights": "random (seed 0)" if pair_name in RANDOM_PAIRS else weights or "shipped",
+                "pair_note": RANDOM_PAIRS.get(pair_name)}
     out = results("ssm", settings, tables, outputs_identical=outputs_identical(tables),
                   transformers_assisted="measured" if assisted is None else f"unsupported ({assisted})")
     _print(out)

@@ -61,7 +61,7 @@ def test_context_inputs_are_what_the_judge_reads_during_verification(models, pro
     monkeypatch.setattr(JudgeHead, "forward", lambda self, x: seen.append(x.clone()) or original(self, x))
     drafts = []
     speculative_generate(base, ModelDrafter(small), torch.tensor([prompt]), max_new_tokens=4, tree=3,
-                         rule=Judge(head, threshold=1.1), on_step=lambda tree, v, rows: drafts.append(tree.tokens[0]))
+                         rule=Judge(head, threshold=1.0), on_step=lambda tree, v, rows: drafts.append(tree.tokens[0]))
     first, second = int(drafts[0][0]), int(drafts[0][1])
     x = seen[0][0]  # [N, 2H + 3] for the first step's chain
     assert x.shape[-1] == 2 * base.config.hidden_size + CONTEXT_SCALARS
@@ -75,7 +75,7 @@ def test_on_policy_divergences_are_judge_decodings_own(models, prompt, tok):
     from multispec.rules import Judge, JudgeHead
 
     base, small = models
-    rule = Judge(JudgeHead(base.config.hidden_size), threshold=-1.0)  # approves every draft token
+    rule = Judge(JudgeHead.approve_all(base.config.hidden_size))  # approves every draft token
     found, out = divergences(base, small, prompt, k=3, max_new_tokens=20, eos=2, rule=rule)
     text = prompt + out
     assert found and out != greedy(base, prompt, len(out))  # the run left the base's greedy path
