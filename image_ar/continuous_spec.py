@@ -227,7 +227,7 @@ class TrajectoryRatio(DensityRatio):
             states, mean_p = p.sample(cond_p, p.noise(b * m, generator))
             flat = states.reshape(b, m, -1)
             if tries == 0:
-                result = flat[:, 0].clone()  # bonus rows' draw; every other row's fallback
+                result = flat[:, 0].clone()  # bonus rows' draw (untested proposals: plain target draws)
             if bool(done.all()):
                 break
             mean_q, _ = q.means(cond_q, states)
@@ -241,7 +241,14 @@ class TrajectoryRatio(DensityRatio):
             tries += m
             if bool(done.all()) or tries + m > self.max_tries:
                 break
-        return result, int((~done).sum())
+        failed = ~done
+        if bool(failed.any()):
+            # a row whose tries all failed takes a fresh plain target draw: not one of its rejected proposals,
+            # which the rejections lean toward where q(y)/p(y) is high
+            lost = rows[failed]
+            fresh, _ = p.sample(target.node(lost, first[failed]), p.noise(len(lost), generator))
+            result[failed] = fresh.reshape(len(lost), -1)
+        return result, int(failed.sum())
 
 
 @dataclass

@@ -248,3 +248,41 @@ def test_eagle_draft_must_match_the_target(trained, eagle):
     deeper = PatchEagle(PatchEagleConfig(hidden=16, heads=2, token_dim=1, tokens=4, layers=2)).eval()
     out = generate_continuous(trained, torch.tensor([0, 1]), deeper, k=2, generator=torch.Generator().manual_seed(0))
     assert out.tokens.shape == (2, 4, 1) and out.drafted > 0 and torch.isfinite(out.tokens).all()
+
+
+def test_a_row_whose_residual_tries_all_fail_takes_a_fresh_target_draw(pair, monkeypatch):
+    """One try per row (`max_tries=1`): rows whose proposal is rejected fall back to a plain target draw made
+    after the tries, never the rejected proposal itself (which the rejection biases toward where q/p is
+    high); the fallbacks are counted."""
+    from multispec.image_ar.head_sampler import HeadSampler
+
+    target, draft = pair
+    draws, calls = [], []
+    sample, residual = HeadSampler.sample, TrajectoryRatio.residual
+
+    def recorded_sample(self, cond, noise):
+        states, mean = sample(self, cond, noise)
+        draws.append(states.reshape(states.shape[0], -1).clone())
+        return states, mean
+
+    def recorded_residual(self, d, t, first, generator):
+        draws.clear()
+        result, fallbacks = residual(self, d, t, first, generator)
+        calls.append((first, list(draws), result, fallbacks))
+        return result, fallbacks
+
+    monkeypatch.setattr(HeadSampler, "sample", recorded_sample)
+    monkeypatch.setattr(TrajectoryRatio, "residual", recorded_residual)
+    out = generate_continuous(target, torch.zeros(200, dtype=torch.long), draft, k=3, prefill=0.25,
+                              rule=TrajectoryRatio(proposals=1, max_tries=1), generator=torch.Generator().manual_seed(5))
+    assert out.residual_fallbacks > 0
+    checked = 0
+    for first, made, result, fallbacks in calls:
+        if fallbacks == 0:
+            continue
+        proposals, fresh = made  # the one try's proposals, then the fallbacks' own draws
+        lost = [r for r in range(result.shape[0]) if any(torch.equal(result[r], f) for f in fresh)]
+        assert len(lost) == fallbacks == fresh.shape[0]
+        assert all(first[r] < 3 and not torch.equal(result[r], proposals[r]) for r in lost)
+        checked += fallbacks
+    assert checked == out.residual_fallbacks

@@ -136,18 +136,26 @@ def test_train_vision_draft_on_a_user_checkpoint(tmp_path):
     assert main(args) == 0  # a finished run found in --out is resumed (nothing left to do) and saved again
 
 
+def _char_tokenizer(bos: str, eos: str):
+    """(vocabulary, a character-level fast tokenizer built offline): pad, BOS, EOS, the image token, unknown,
+    then printable ASCII."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<pad>", bos, eos, "<image>", "<unk>"] + [chr(c) for c in range(32, 127)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    return words, PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token=bos, eos_token=eos,
+                                          unk_token="<unk>", additional_special_tokens=["<image>"])
+
+
 def _checkpoint_with_processor(folder):
     """A tiny Llava saved with its own `LlavaProcessor` (a character-level tokenizer built offline, a SigLIP
     image processor): the layout of a user's checkpoint."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import (LlamaConfig, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor,
-                              PreTrainedTokenizerFast, SiglipImageProcessor, SiglipVisionConfig)
+                              SiglipImageProcessor, SiglipVisionConfig)
 
-    words = ["<pad>", "<s>", "</s>", "<image>", "<unk>"] + [chr(c) for c in range(32, 127)]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>", additional_special_tokens=["<image>"])
+    words, fast = _char_tokenizer("<s>", "</s>")
     processor = LlavaProcessor(image_processor=SiglipImageProcessor(size={"height": 32, "width": 32}),
                                tokenizer=fast, patch_size=8, vision_feature_select_strategy="full",
                                image_token="<image>", num_additional_image_tokens=0)
@@ -167,35 +175,13 @@ def _checkpoint_with_processor(folder):
     processor.save_pretrained(folder)
 
 
-def test_train_and_eval_with_a_checkpoints_own_processor(tmp_path):
-    """`train vision-draft` and `eval vqa` on a checkpoint that brings its own processor (AutoProcessor)."""
-    _checkpoint_with_processor(tmp_path / "vlm")
-    data = SHIPPED / "jsonl" / "questions.jsonl"
-    draft = tmp_path / "draft"
-    assert main(["train", "vision-draft", "--target", str(tmp_path / "vlm"), "--data", str(data), "--out",
-                 str(draft), "--mode", "vispec", "--steps", "3", "--batch-size", "2", "--limit", "4",
-                 "--max-new-tokens", "8"]) == 0
-    out = tmp_path / "eval.json"
-    assert main(["eval", "vqa", "--data", str(data), "--target", str(tmp_path / "vlm"), "--draft", str(draft),
-                 "--limit", "3", "--max-new-tokens", "8", "--json", str(out)]) == 0
-    res = json.loads(out.read_text())
-    assert res["outputs_identical"] is True
-    assert {"plain", "draft_chain_k8", "draft_dynamic_tree"} <= set(res["table"]["methods"])
-    assert all(len(p) > 0 for p in res["predictions"]["plain"])  # decoded by the checkpoint's tokenizer
-
-
 def _paligemma_checkpoint_with_processor(folder):
     """A tiny PaliGemma 2 (Gemma 2 text, SigLIP tower) saved with its own `PaliGemmaProcessor` (a
     character-level tokenizer built offline): the processor writes the prefix and its `token_type_ids`."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import (Gemma2Config, PaliGemmaConfig, PaliGemmaForConditionalGeneration, PaliGemmaProcessor,
-                              PreTrainedTokenizerFast, SiglipImageProcessor, SiglipVisionConfig)
+                              SiglipImageProcessor, SiglipVisionConfig)
 
-    words = ["<pad>", "<bos>", "<eos>", "<image>", "<unk>"] + [chr(c) for c in range(32, 127)]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
-                                   unk_token="<unk>", additional_special_tokens=["<image>"])
+    words, fast = _char_tokenizer("<bos>", "<eos>")
     images = SiglipImageProcessor(size={"height": 32, "width": 32})
     images.image_seq_length = 16
     torch.manual_seed(0)
@@ -214,18 +200,21 @@ def _paligemma_checkpoint_with_processor(folder):
     PaliGemmaProcessor(image_processor=images, tokenizer=fast).save_pretrained(folder)
 
 
-def test_train_and_eval_on_a_paligemma_checkpoint(tmp_path):
-    """`train vision-draft` and `eval vqa` on another served class with its own processor: a prefix LM whose
-    answers the teacher reads as suffix (type 1)."""
-    _paligemma_checkpoint_with_processor(tmp_path / "vlm")
+@pytest.mark.parametrize("make,mode", [(_checkpoint_with_processor, "vispec"),
+                                       (_paligemma_checkpoint_with_processor, "specvlm")], ids=["llava", "paligemma"])
+def test_train_and_eval_with_a_checkpoints_own_processor(tmp_path, make, mode):
+    """`train vision-draft` and `eval vqa` on a checkpoint that brings its own processor (AutoProcessor): a
+    Llava, and a PaliGemma (a prefix LM whose answers the teacher reads as suffix, type 1)."""
+    make(tmp_path / "vlm")
     data = SHIPPED / "jsonl" / "questions.jsonl"
     draft = tmp_path / "draft"
     assert main(["train", "vision-draft", "--target", str(tmp_path / "vlm"), "--data", str(data), "--out",
-                 str(draft), "--mode", "specvlm", "--steps", "3", "--batch-size", "2", "--limit", "4",
+                 str(draft), "--mode", mode, "--steps", "3", "--batch-size", "2", "--limit", "4",
                  "--max-new-tokens", "8"]) == 0
     out = tmp_path / "eval.json"
     assert main(["eval", "vqa", "--data", str(data), "--target", str(tmp_path / "vlm"), "--draft", str(draft),
                  "--limit", "3", "--max-new-tokens", "8", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["outputs_identical"] is True
-    assert all(len(p) > 0 for p in res["predictions"]["plain"])
+    assert {"plain", "draft_chain_k8", "draft_dynamic_tree"} <= set(res["table"]["methods"])
+    assert all(len(p) > 0 for p in res["predictions"]["plain"])  # decoded by the checkpoint's tokenizer
