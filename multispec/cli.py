@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import zoo
+from . import generate_cli, zoo
 from .bench import core as bench_core
 from .bench import text as bench_text
 from .targets import load_adapter_plugins
@@ -154,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         command = groups[group].add_parser(name, help=text)
         add_arguments(command)
         command.set_defaults(func=run)
+    generate = sub.add_parser("generate", help="generate text speculatively (a zoo pair or your checkpoint)",
+                              description=generate_cli.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    generate_cli.add_arguments(generate)
+    generate.set_defaults(func=generate_cli.run)
     zoo = sub.add_parser("zoo", help="the model zoo: list, locate or retrain pairs")
     zoo.add_argument("action", choices=["list", "path", "train"])
     zoo.add_argument("name", nargs="?", default=None)

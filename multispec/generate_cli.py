@@ -1,0 +1,233 @@
+"""`multispec generate`: text in, text out, speculatively, with the speed and accepted length at the end.
+
+    multispec generate --pair stdlib-bytes --prompt "def " --max-new-tokens 32 --compare
+    multispec generate --target PATH [--draft PATH|ngram|suffix|eagle:PATH] --prompts FILE --json out.json
+
+A zoo pair brings its target, drafter, tokenizer and chosen draft shape; a checkpoint folder (`--target`)
+is loaded with `transformers`' Auto classes and its own tokenizer, drafted by prompt lookup unless `--draft`
+names a draft model folder, `suffix` (SuffixDecoding over the prompts), or an EAGLE head folder
+(`eagle:PATH`). Tokens print as each verification commits them (`--no-stream`: at the end); `--compare`
+runs the target's own `generate` on the same prompt and prints both speeds and whether the outputs agree.
+Every option is checked before a model loads; errors name the option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import zoo
+from .drafters import ModelDrafter, NGramDrafter
+from .generate import speculative_generate
+from .tree import DynamicTree
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .cli import positive_int
+
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--pair", help="a zoo pair (multispec zoo list), e.g. stdlib-bytes")
+    source.add_argument("--target", metavar="PATH", help="a causal LM checkpoint folder with its tokenizer")
+    p.add_argument("--draft", default=None, metavar="PATH|ngram|suffix|eagle:PATH",
+                   help="with --target: a draft model folder (same tokenizer), ngram (prompt lookup, the default), "
+                        "suffix (SuffixDecoding) or eagle:PATH (an EAGLE head trained for the target)")
+    text = p.add_mutually_exclusive_group(required=True)
+    text.add_argument("--prompt", help="the text to continue")
+    text.add_argument("--prompts", metavar="FILE", help="a text file, one prompt per line (\\n escapes allowed)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens to generate per prompt")
+    p.add_argument("--tree", default=None, metavar="K|D/K/N",
+                   help="a chain of K drafts, or a dynamic tree DEPTH/TOPK/TOTAL (default: the pair's, else 4)")
+    p.add_argument("--sample", action="store_true", help="sample (exact speculative sampling) instead of greedy")
+    p.add_argument("--temperature", type=float, default=1.0, help="with --sample")
+    p.add_argument("--seed", type=int, default=0, help="with --sample: the generator's seed")
+    p.add_argument("--compare", action="store_true", help="also run the target's own generate and compare")
+    p.add_argument("--no-stream", action="store_true", help="print each text at the end, not as it is committed")
+    p.add_argument("--json", default=None, metavar="PATH", help="write texts and figures as JSON")
+
+
+def _tree(text: str | None):
+    if text is None:
+        return None
+    if text.isdigit():
+        k = int(text)
+        if k < 1:
+            raise ValueError(f"--tree: a chain needs at least one draft, got {text!r}")
+        return k
+    from .cli import parse_tree
+
+    try:
+        return parse_tree(text)
+    except SystemExit as err:
+        raise ValueError(f"--tree: expected K or DEPTH/TOPK/TOTAL, e.g. 4 or 4/4/15; got {text!r}") from err
+
+
+def _prompts(args: argparse.Namespace) -> list[str]:
+    if args.prompt is not None:
+        if not args.prompt:
+            raise ValueError("--prompt: empty; give some text to continue")
+        return [args.prompt]
+    path = Path(args.prompts)
+    if not path.is_file():
+        raise FileNotFoundError(f"--prompts: {path} is not a file")
+    lines = [line.replace("\\n", "\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not lines:
+        raise ValueError(f"--prompts: {path} holds no prompt")
+    return lines
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Everything that can be checked before a model loads."""
+    if args.pair is not None:
+        if args.pair not in zoo.names():
+            raise ValueError(f"--pair: unknown zoo pair {args.pair!r}; expected one of {', '.join(zoo.names())}")
+        if args.draft is not None:
+            raise ValueError("--draft: a zoo pair brings its drafter; use --target PATH to choose one")
+    else:
+        if not Path(args.target, "config.json").is_file():
+            raise FileNotFoundError(f"--target: no config.json in {args.target}")
+        draft = args.draft or "ngram"
+        if draft.startswith("eagle:") and not Path(draft[6:]).is_dir():
+            raise FileNotFoundError(f"--draft: no EAGLE head folder at {draft[6:]}")
+        if draft not in ("ngram", "suffix") and not draft.startswith("eagle:") \
+                and not Path(draft, "config.json").is_file():
+            raise FileNotFoundError(f"--draft: expected ngram, suffix, eagle:PATH or a model folder; no config.json "
+                                    f"in {draft}")
+    if args.sample and not args.temperature > 0:
+        raise ValueError(f"--temperature: expected a positive number, got {args.temperature}")
+
+
+def _load(args: argparse.Namespace, prompts: list[str]):
+    """(target, drafter, tokenizer, tree, eos id)."""
+    if args.pair is not None:
+        pair = zoo.load(args.pair)
+        config = getattr(pair.target, "config", None)
+        if getattr(config, "image_token_id", None) is not None or not callable(pair.tokenizer) \
+                or not hasattr(pair.tokenizer, "decode"):
+            raise ValueError(f"--pair: {args.pair} is not a text pair; generate takes text and state-space pairs "
+                             "(images: multispec eval vqa / eval image)")
+        tree = _tree(args.tree) or pair.tree or pair.chain_k or 4
+        eos = getattr(pair.tokenizer, "eos_token_id", None)
+        return pair.target, pair.drafter, pair.tokenizer, tree, eos
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = AutoModelForCausalLM.from_pretrained(args.target).eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.target)
+    draft = args.draft or "ngram"
+    if draft == "ngram":
+        drafter = NGramDrafter()
+    elif draft == "suffix":
+        from .drafters import SuffixDecodingDrafter
+
+        drafter = SuffixDecodingDrafter(corpus=[tokenizer(p)["input_ids"] for p in prompts])
+    elif draft.startswith("eagle:"):
+        from .drafters import EagleDrafter, EagleHead
+
+        drafter = EagleDrafter(EagleHead.load(draft[6:]), target)
+    else:
+        drafter = ModelDrafter(AutoModelForCausalLM.from_pretrained(draft).eval())
+    return target, drafter, tokenizer, _tree(args.tree) or 4, tokenizer.eos_token_id
+
+
+class _Stream:
+    """Prints a row's committed tokens as they come, up to its first EOS and `limit` tokens; holds back a
+    trailing partial character (a byte-level tokenizer may split one)."""
+
+    def __init__(self, tokenizer, eos: int | None, limit: int, enabled: bool):
+        self.tokenizer, self.eos, self.limit, self.enabled = tokenizer, eos, limit, enabled
+        self.ids: list[int] = []
+        self.shown = ""
+        self.ended = False
+
+    def __call__(self, draft, verdict, rows) -> None:
+        if self.ended or 0 not in rows:
+            return
+        row = rows.index(0)
+        new = verdict.tokens[row, : int(verdict.num_accepted[row]) + 1].tolist()
+        for t in new:
+            if len(self.ids) >= self.limit:
+                self.ended = True
+                break
+            self.ids.append(t)
+            if t == self.eos:
+                self.ended = True
+                break
+        text = self.tokenizer.decode(self.ids)
+        if text.endswith("\ufffd"):
+            text = text[:-1]
+        if self.enabled and text.startswith(self.shown):
+            sys.stdout.write(text[len(self.shown):])
+            sys.stdout.flush()
+            self.shown = text
+
+
+def run(args: argparse.Namespace) -> int:
+    prompts = _prompts(args)
+    _check(args)
+    _tree(args.tree)
+    target, drafter, tokenizer, tree, eos = _load(args, prompts)
+    records = []
+    for i, prompt in enumerate(prompts):
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        if len(prompts) > 1:
+            print(f"--- prompt {i + 1} of {len(prompts)}")
+        stream = _Stream(tokenizer, eos, args.max_new_tokens, not args.no_stream)
+        if not args.no_stream:
+            sys.stdout.write(prompt)  # the continuation streams after it
+            sys.stdout.flush()
+        sampling = dict(do_sample=True, temperature=args.temperature,
+                        generator=torch.Generator().manual_seed(args.seed)) if args.sample else {}
+        t0 = time.perf_counter()
+        out = speculative_generate(target, drafter, ids, max_new_tokens=args.max_new_tokens, tree=tree,
+                                   eos_token_id=eos, on_step=stream, **sampling)
+        seconds = time.perf_counter() - t0
+        new = out.sequences[0, ids.shape[1]: ids.shape[1] + out.num_new_tokens[0]].tolist()
+        text = tokenizer.decode(new)
+        if args.no_stream:
+            print(prompt + text)
+        elif text.startswith(stream.shown):
+            print(text[len(stream.shown):])
+        record = {"prompt": prompt, "text": text, "new_tokens": len(new), "seconds": round(seconds, 4),
+                  "tokens_per_s": round(len(new) / max(seconds, 1e-9), 2),
+                  "mean_accepted_length": round(out.stats.mean_accepted_length, 3), "steps": len(out.stats.steps)}
+        line = (f"[{len(new)} tokens in {seconds:.2f} s, {record['tokens_per_s']:.1f} tokens/s, "
+                f"mean accepted length {record['mean_accepted_length']:.2f} tokens per target forward]")
+        if args.compare:
+            plain = _plain(target, ids, args, eos)
+            record["plain"] = plain
+            record["speedup"] = round(plain["seconds"] / max(seconds, 1e-9), 3)
+            if not args.sample:
+                record["identical_to_plain"] = plain["tokens"] == new
+            line += (f"\n[plain generate: {plain['tokens_per_s']:.1f} tokens/s; speculative {record['speedup']:.2f}x"
+                     + ("" if args.sample else f"; outputs {'identical' if record['identical_to_plain'] else 'differ'}")
+                     + "]")
+        print(line)
+        records.append(record)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"source": args.pair or args.target, "tree": _tree_name(tree),
+                                               "sample": args.sample, "records": records}, indent=2))
+    return 0
+
+
+def _tree_name(tree) -> str:
+    return f"{tree.depth}/{tree.topk}/{tree.total}" if isinstance(tree, DynamicTree) else str(tree)
+
+
+def _plain(target, ids: torch.Tensor, args: argparse.Namespace, eos: int | None) -> dict:
+    """The target's own `generate` on the same prompt (greedy, or sampling at the same temperature)."""
+    extra = dict(do_sample=True, temperature=args.temperature, top_k=0) if args.sample else dict(do_sample=False)
+    if args.sample:
+        torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        seq = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
+                              eos_token_id=eos, pad_token_id=eos if eos is not None else 0, **extra)
+    seconds = time.perf_counter() - t0
+    tokens = seq[0, ids.shape[1]:].tolist()
+    if eos is not None and eos in tokens:
+        tokens = tokens[: tokens.index(eos) + 1]
+    return {"tokens": tokens, "seconds": round(seconds, 4), "tokens_per_s": round(len(tokens) / max(seconds, 1e-9), 2)}

@@ -1,0 +1,80 @@
+"""`multispec generate`: text in, text out. On the zoo's byte pair the streamed text is the speculative
+output, which equals plain `generate` (greedy) with drafts accepted; on a user's checkpoint folder with its
+own tokenizer and a draft model or prompt lookup; bad options exit 2 naming the option, before any model
+loads."""
+
+import json
+
+import pytest
+import torch
+
+from multispec import zoo
+from multispec.cli import main
+from multispec.testing import make_perturbed_copy, make_target
+
+
+def test_a_zoo_pair_streams_what_it_generates_and_compares_with_generate(tmp_path, capsys):
+    out = tmp_path / "gen.json"
+    assert main(["generate", "--pair", "stdlib-bytes", "--prompt", "def parse(", "--max-new-tokens", "24",
+                 "--compare", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    record = json.loads(out.read_text())["records"][0]
+    assert printed.startswith("def parse(" + record["text"] + "\n")  # streamed as committed, nothing lost
+    assert record["new_tokens"] == 24 and record["identical_to_plain"] is True
+    assert record["mean_accepted_length"] > 1.5  # drafts are accepted: this is speculation
+    assert "mean accepted length" in printed and "plain generate" in printed and "outputs identical" in printed
+
+
+def _checkpoint(folder, model) -> None:
+    """`model` saved with a word-level tokenizer of its vocabulary (ids 0-2: pad, BOS, EOS)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<pad>", "<s>", "</s>"] + [f"w{i}" for i in range(3, model.config.vocab_size)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w3"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+
+
+@pytest.mark.parametrize("draft", ["model", "ngram", "suffix"])
+def test_a_users_checkpoint_with_a_draft_model_or_lookup(tmp_path, capsys, draft):
+    target = make_target("llama", seed=3)
+    _checkpoint(tmp_path / "target", target)
+    args = ["generate", "--target", str(tmp_path / "target"), "--prompt", "w10 w11 w12 w10 w11",
+            "--max-new-tokens", "16", "--tree", "3", "--compare", "--no-stream", "--json", str(tmp_path / "g.json")]
+    if draft == "model":
+        _checkpoint(tmp_path / "draft", make_perturbed_copy(target, noise=0.02))
+        args += ["--draft", str(tmp_path / "draft")]
+    elif draft == "suffix":
+        args += ["--draft", "suffix"]
+    assert main(args) == 0
+    record = json.loads((tmp_path / "g.json").read_text())["records"][0]
+    assert record["identical_to_plain"] is True and record["new_tokens"] > 0
+    if draft == "model":
+        assert record["mean_accepted_length"] > 1.5
+    assert capsys.readouterr().out.startswith("w10 w11 w12 w10 w11" + record["text"])
+
+
+def test_bad_options_name_themselves_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(zoo, "load", lambda *a, **k: pytest.fail("a model loaded before the check"))
+    prompts = tmp_path / "empty.txt"
+    prompts.write_text("\n\n")
+    for args, message in [(["--pair", "nope", "--prompt", "x"], "--pair: unknown zoo pair"),
+                          (["--pair", "stdlib-bytes", "--prompt", "x", "--draft", "ngram"], "--draft: a zoo pair"),
+                          (["--target", str(tmp_path), "--prompt", "x"], "--target: no config.json"),
+                          (["--pair", "stdlib-bytes", "--prompt", ""], "--prompt: empty"),
+                          (["--pair", "stdlib-bytes", "--prompts", str(prompts)], "--prompts: "),
+                          (["--pair", "stdlib-bytes", "--prompt", "x", "--tree", "0"], "--tree: a chain"),
+                          (["--pair", "stdlib-bytes", "--prompt", "x", "--tree", "4x4"], "--tree: expected K"),
+                          (["--pair", "stdlib-bytes", "--prompt", "x", "--sample", "--temperature", "0"],
+                           "--temperature")]:
+        assert main(["generate", *args]) == 2, args
+        assert message in capsys.readouterr().err, args
+    with pytest.raises(SystemExit):  # argparse: exit 2, the option named
+        main(["generate", "--pair", "stdlib-bytes", "--prompt", "x", "--max-new-tokens", "0"])
+    assert "--max-new-tokens" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main(["generate", "--pair", "vqa-llava", "--prompt", "x"]) == 2
+    assert "--pair: vqa-llava is not a text pair" in capsys.readouterr().err
