@@ -35,8 +35,9 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
                    help="the timed images split into N rounds, each ratio from one round (default 4; --quick: 2)")
     p.add_argument("--chain-k", type=int, default=None, help="drafts per step (default: 6 for lantern, "
                    "the continuous benchmark's K)")
-    p.add_argument("--tree", default=None, metavar="D/K/N", help="dynamic tree (default 5/4/16; lantern)")
-    p.add_argument("--steps", type=int, default=None, help="diffusion grid points (continuous; default: the pair's)")
+    p.add_argument("--tree", default=None, type=parse_tree, metavar="D/K/N",
+                   help="dynamic tree (default 5/4/16; lantern)")
+    p.add_argument("--steps", type=positive_int, default=None, help="diffusion grid points (continuous; default: the pair's)")
     p.add_argument("--prefill", type=float, default=0.1,
                    help="fraction of tokens the target writes before drafting starts (continuous)")
     p.add_argument("--threads", type=int, default=None)
@@ -56,7 +57,7 @@ def _bench(args: argparse.Namespace) -> int:
     run(quick=args.quick, json_path=args.json, method=args.method, threads=args.threads,
         guidance_scale=args.guidance_scale, top_k=args.top_k, temperature=args.temperature,
         timing_images=args.timing_images, fid_images=args.fid_images, chain_k=args.chain_k or 6,
-        tree=parse_tree(args.tree), weights=args.weights, rounds=args.rounds)
+        tree=args.tree, weights=args.weights, rounds=args.rounds)
     return 0
 
 
@@ -80,7 +81,12 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
 def _npz_images(path: str, name: str):
     if not Path(path).exists():
         raise FileNotFoundError(f"{name}: {path} does not exist")
-    data = np.load(path)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{name}: {path} is not an .npz archive of arrays ({err})") from None
+    if not hasattr(data, "files"):
+        raise ValueError(f"{name}: {path} holds a single array, not an .npz archive with `images`")
     if "images" not in data:
         raise ValueError(f"{name}: {path} has no `images` array (found: {', '.join(data.files)})")
     images = torch.from_numpy(np.asarray(data["images"]))
@@ -112,7 +118,7 @@ def _generate_continuous(args: argparse.Namespace):
 
 
 def _eval(args: argparse.Namespace) -> int:
-    pair = zoo_pair.load_pair()
+    # the inputs first: a bad file or number fails before any model loads
     if args.reference in DATASETS:
         reference, _ = load_digits_dataset(args.reference, "test")
     else:
@@ -120,9 +126,9 @@ def _eval(args: argparse.Namespace) -> int:
     speed = {}
     if args.images:
         images, labels = _npz_images(args.images, "--images")
-    else:
-        if args.num < 10 or args.num % 10:
-            raise ValueError(f"--num: expected a positive multiple of 10, got {args.num}")
+    elif args.num < 10 or args.num % 10:
+        raise ValueError(f"--num: expected a positive multiple of 10, got {args.num}")
+    pair = zoo_pair.load_pair()
     if not args.images and args.method.startswith("continuous"):
         images, labels, speed = _generate_continuous(args)
     elif not args.images:

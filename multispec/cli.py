@@ -65,14 +65,15 @@ def positive_int(text: str) -> int:
 
 
 def parse_tree(text: str | None) -> DynamicTree | None:
-    """`DEPTH/TOPK/TOTAL` (e.g. 4/4/15) as a `DynamicTree`; None stays None (the benchmark's default)."""
+    """`DEPTH/TOPK/TOTAL` (e.g. 4/4/15) as a `DynamicTree`; None stays None (the benchmark's default). An
+    argparse type: a bad value exits 2 with argparse's "argument --tree: ..." message."""
     if text is None:
         return None
     try:
         depth, topk, total = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise SystemExit(f"--tree: expected DEPTH/TOPK/TOTAL, e.g. 4/4/15; got {text!r}") from None
-    return DynamicTree(depth=depth, topk=topk, total=total)
+        return DynamicTree(depth=depth, topk=topk, total=total)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected DEPTH/TOPK/TOTAL, e.g. 4/4/15; got {text!r} ({err})") from None
 
 
 def _bench_core(args: argparse.Namespace) -> int:

@@ -62,7 +62,7 @@ def _tree(text: str | None):
 
     try:
         return parse_tree(text)
-    except SystemExit as err:
+    except argparse.ArgumentTypeError as err:
         raise ValueError(f"--tree: expected K or DEPTH/TOPK/TOTAL, e.g. 4 or 4/4/15; got {text!r}") from err
 
 

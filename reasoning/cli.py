@@ -26,7 +26,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    "uses 7 with its prompt scorer)")
     p.add_argument("--scorer", default="likelihood", choices=["likelihood", "prompt"],
                    help="how the base scores a step: its likelihood of it, or a 0-9 judging prompt")
-    p.add_argument("--k", type=int, default=4, help="drafts per token-level step")
+    p.add_argument("--k", type=positive_int, default=4, help="drafts per token-level step")
     p.add_argument("--judge-threshold", type=float, default=0.5)
     p.add_argument("--judge-min-prob", type=float, default=None, metavar="RHO",
                    help="judge decoding approves only tokens the base itself gives probability >= RHO (default 0.2, "
@@ -34,7 +34,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", choices=DRAFTERS, default="small",
                    help="the zoo pair's drafter and judge for the token-level rows (exact, judge, assisted): the "
                    "small model (default) or the styled drafter, which phrases steps its own way")
-    p.add_argument("--max-new-tokens", type=int, default=320)
+    p.add_argument("--max-new-tokens", type=positive_int, default=320)
     p.add_argument("--rounds", type=positive_int, default=3, help="the problems split into N timed rounds, each "
                    "speedup from one round (default 3; fewer when there are fewer problems)")
     p.add_argument("--threads", type=int, default=None)
@@ -60,7 +60,7 @@ def _methods(args):
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="30 held-out problems (instead of the whole split)")
-    p.add_argument("--problems", type=int, default=None)
+    p.add_argument("--problems", type=positive_int, default=None)
     p.add_argument("--weights", default=None, help="a retrained pair's folder (default: the shipped one)")
     p.add_argument("--split", choices=SPLITS, default="validation",
                    help="validation (default): problems for choosing settings, outside the test split and the "
@@ -83,7 +83,7 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge", default=None, metavar="DIR", help="a judge head for the base (multispec train judge)")
     p.add_argument("--experts", default=None, help="comma-separated expert checkpoints for Speculative Verdict "
                    "(default: the small model only, so 'verdict' needs this)")
-    p.add_argument("--limit", type=int, default=None, help="the first N problems only")
+    p.add_argument("--limit", type=positive_int, default=None, help="the first N problems only")
     _add_common(p)
 
 
@@ -135,9 +135,9 @@ def _add_train_judge(p: argparse.ArgumentParser) -> None:
     p.add_argument("--small", default=None, metavar="PATH", help="the drafter (default: the zoo's small model)")
     p.add_argument("--data", default=None, metavar="JSONL", help="problems with checkable answers (default: fresh "
                    "synthetic arithmetic problems)")
-    p.add_argument("--problems", type=int, default=400, help="how many problems to label divergences on")
-    p.add_argument("--k", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--problems", type=positive_int, default=400, help="how many problems to label divergences on")
+    p.add_argument("--k", type=positive_int, default=4)
+    p.add_argument("--max-new-tokens", type=positive_int, default=256)
     p.add_argument("--context", action="store_true", help="the judge also reads the state before each draft "
                    "token and the base's distribution there (judge_inputs), not only the state at the token")
     p.add_argument("--width", type=int, default=0, help="a hidden layer of this width (default 0: linear)")

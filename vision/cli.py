@@ -23,8 +23,14 @@ from .zoo_vlm import EOS, IMAGE, PAD, VQAProcessor, load_vlm
 SHIPPED = Path(__file__).parent / "data" / "vqa_synth"
 
 
-def _tree(text: str | None):
-    return parse_tree(text)
+def _image(record):
+    """A record's image as RGB; a file that is not an image names the record and the file."""
+    from PIL import Image
+
+    try:
+        return Image.open(record.image).convert("RGB")
+    except OSError as err:  # PIL's UnidentifiedImageError included
+        raise ValueError(f"{record.where}: {record.image} is not an image ({err})") from None
 
 
 def _lengths(text: str) -> tuple[int, ...]:
@@ -62,18 +68,18 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="8 questions instead of 32")
     p.add_argument("--rounds", type=positive_int, default=None,
                    help="the questions split into N rounds, a speedup per round (default 4; --quick 2)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="default 200")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None, help="default 200")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--chain-k", type=_lengths, default=None, metavar="K[,K...]",
                    help="chain lengths, one row each (default 8)")
-    p.add_argument("--tree", default=None, metavar="D/K/N", help="dynamic tree (default 8/2/16)")
+    p.add_argument("--tree", default=None, type=parse_tree, metavar="D/K/N", help="dynamic tree (default 8/2/16)")
     p.add_argument("--weights", default=None, help="a retrained vqa-llava folder (default: the shipped one)")
     p.add_argument("--json", default=None, metavar="PATH")
 
 
 def _bench(args: argparse.Namespace) -> int:
     run(quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens, threads=args.threads,
-        chain_k=args.chain_k or CHAIN_K, tree=_tree(args.tree), weights=args.weights, rounds=args.rounds)
+        chain_k=args.chain_k or CHAIN_K, tree=args.tree, weights=args.weights, rounds=args.rounds)
     return 0
 
 
@@ -86,20 +92,16 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None, help="a Llava / Qwen2-VL checkpoint folder (default: the zoo VLM)")
     p.add_argument("--draft", action="append", default=None, metavar="PATH",
                    help="a trained drafter folder (repeatable; default: the zoo's three for the zoo VLM)")
-    p.add_argument("--limit", type=int, default=None, help="first N questions only")
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--limit", type=positive_int, default=None, help="first N questions only")
+    p.add_argument("--max-new-tokens", type=positive_int, default=32)
     p.add_argument("--no-speculation", action="store_true", help="plain decoding only (accuracy)")
     p.add_argument("--json", default=None, metavar="PATH")
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from PIL import Image
-
     data = args.data or str(SHIPPED / "jsonl" / "questions.jsonl")
     records = read_vqa(data, images=args.images, annotations=args.annotations)
     if args.limit is not None:
-        if args.limit < 1:
-            raise ValueError(f"--limit: expected a positive number, got {args.limit}")
         records = records[:args.limit]
     if not records:
         raise ValueError(f"--data: {data} holds no questions")
@@ -107,7 +109,7 @@ def _eval(args: argparse.Namespace) -> int:
     for rec in records:
         if rec.image is None or not Path(rec.image).exists():
             raise FileNotFoundError(f"{rec.where}: image {rec.image} not found (pass --images DIR)")
-        items.append(VQAItem(Image.open(rec.image).convert("RGB"), rec.question, rec.answers, True))
+        items.append(VQAItem(_image(rec), rec.question, rec.answers, True))
     model, processor, eos, pad = _load_target(args.target)
     drafters = {}
     if not args.no_speculation:
@@ -137,27 +139,28 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--annotations", default=None)
     p.add_argument("--out", required=True, help="output folder (a run found there is resumed)")
     p.add_argument("--mode", choices=["eagle", "vispec", "specvlm"], default="vispec")
-    p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--steps", type=positive_int, default=400)
+    p.add_argument("--batch-size", type=positive_int, default=16)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--num-queries", type=int, default=2, help="ViSpec: q-1 image tokens + 1 global vector")
     p.add_argument("--no-global", action="store_true", help="ViSpec without the global image vector")
     p.add_argument("--ratio", type=int, default=4, help="SpecVLM: compression of prune / pool / conv")
     p.add_argument("--offline", action="store_true", help="CE to the data's tokens, not the teacher's distribution")
-    p.add_argument("--max-new-tokens", type=int, default=200, help="length of the target's training answers")
-    p.add_argument("--limit", type=int, default=None, help="first N questions only")
+    p.add_argument("--max-new-tokens", type=positive_int, default=200, help="length of the target's training answers")
+    p.add_argument("--limit", type=positive_int, default=None, help="first N questions only")
 
 
 def _train(args: argparse.Namespace) -> int:
-    from PIL import Image
-
     # training needs questions and images only: the answers are the target's own
     records = read_vqa(args.data, images=args.images, annotations=args.annotations, require_answers=False)[:args.limit]
+    for r in records:  # every image readable before any model loads
+        if r.image is None or not Path(r.image).exists():
+            raise FileNotFoundError(f"{r.where}: image {r.image} not found (pass --images DIR)")
+    pairs = [(_image(r), r.question) for r in records]
     model, processor, eos, pad = _load_target(args.target)
     image_token = getattr(model.config, "image_token_id", None)
     if image_token is None:
         raise ValueError(f"--target: {type(model).__name__} has no image_token_id in its config")
-    pairs = [(Image.open(r.image).convert("RGB"), r.question) for r in records]
     examples = answer_examples(model, processor, pairs, args.max_new_tokens, eos, pad)
     vision = VisionDraftConfig(mode=args.mode, image_token_id=int(image_token), num_queries=args.num_queries,
                                global_vector=not args.no_global, ratio=args.ratio)

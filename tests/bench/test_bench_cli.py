@@ -104,3 +104,46 @@ def test_bench_options_reject_non_positive_counts_before_loading(option, value, 
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "text", "--quick", option, value])
     assert exit_info.value.code == 2 and option in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["bench", "text", "--tree", "4x4"], "--tree"),
+    (["bench", "text", "--tree", "0/4/15"], "--tree"),
+    (["bench", "vision", "--tree", "8/2"], "--tree"),
+    (["bench", "image-ar", "--method", "lantern", "--tree", "a/b/c"], "--tree"),
+    (["eval", "reasoning", "--limit", "0"], "--limit"),
+    (["eval", "vqa", "--limit", "0"], "--limit"),
+    (["eval", "vqa", "--max-new-tokens", "-5"], "--max-new-tokens"),
+    (["bench", "reasoning", "--k", "0"], "--k"),
+    (["train", "vision-draft", "--target", "x", "--data", "y", "--out", "z", "--steps", "0"], "--steps"),
+])
+def test_every_count_and_tree_is_checked_by_argparse(argv, option, capsys):
+    """`--tree 4x4` once exited 1 without the `multispec` prefix and `eval reasoning --limit 0` ran all 300
+    problems: bad values now exit 2 with argparse's message naming the option, before anything loads."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and f"argument {option}" in capsys.readouterr().err
+
+
+def test_bad_files_name_the_record_or_option_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    """A text file given as an image (eval vqa) or as an .npz of images (eval image) is refused with the
+    record or option named, before any model loads (it used to give PIL's traceback, or numpy's allow_pickle
+    advice after loading the models)."""
+    from multispec.image_ar import zoo_pair
+    from multispec.vision import cli as vision_cli
+
+    monkeypatch.setattr(zoo_pair, "load_pair", lambda *a, **k: pytest.fail("a model loaded first"))
+    monkeypatch.setattr(vision_cli, "_load_target", lambda *a, **k: pytest.fail("a model loaded first"))
+    (tmp_path / "notes.txt").write_text("not an image")
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"question_id": 7, "question": "What?", "image": "notes.txt", "answers": ["x"]}\n')
+    assert main(["eval", "vqa", "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert "notes.txt is not an image" in err and "q.jsonl" in err
+    assert main(["train", "vision-draft", "--target", "t", "--data", str(data), "--out", str(tmp_path / "o")]) == 2
+    assert "notes.txt is not an image" in capsys.readouterr().err
+    assert main(["eval", "image", "--images", str(tmp_path / "notes.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "--images:" in err and "not an .npz archive" in err and "allow_pickle" not in err.split("(")[0]
+    assert main(["eval", "image", "--num", "15"]) == 2
+    assert "--num: expected a positive multiple of 10" in capsys.readouterr().err
