@@ -15,7 +15,7 @@ from .bench import DRAFTERS, SPLITS, run, settings_record, zoo_models, zoo_think
 from .data import make_problems, read_problems
 from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
 from .judge_data import label_divergences
-from .zoo_pair import ByteTokenizer, load_pair
+from .zoo_pair import ByteTokenizer, load_pair, validation_split
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -76,7 +76,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, metavar="JSONL", help="problems with `question` and `answer` (a number or "
-                   "GSM8K's '#### N' layout); default: the zoo pair's held-out split")
+                   "GSM8K's '#### N' layout); default: the zoo pair's validation split")
     p.add_argument("--base", default=None, metavar="PATH", help="your base model (a transformers checkpoint folder); "
                    "default: the zoo's")
     p.add_argument("--small", default=None, metavar="PATH", help="your small model (same tokenizer)")
@@ -110,7 +110,9 @@ def _eval(args: argparse.Namespace) -> int:
         models = _user_models(args)
         problems = None
     else:
-        models, problems = zoo_models(drafter=args.drafter)
+        models, _ = zoo_models(drafter=args.drafter)
+        # the zoo pair without --data: its validation split (the test split is `bench reasoning --split test`'s)
+        problems = validation_split()
         settings.thinking = zoo_thinking(settings.max_new_tokens)
         if args.judge:
             models.judge = JudgeHead.load(args.judge)
