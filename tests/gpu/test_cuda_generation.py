@@ -134,13 +134,13 @@ def test_session_and_guidance(text, generator):
 @pytest.fixture(scope="module")
 def vision():
     out = {}
-    for kind, mode in (("llava-clip", "specvlm"), ("qwen2-vl", "vispec")):
+    for kind, mode in (("llava-clip", "specvlm"), ("qwen2-vl", "vispec"), ("paligemma", "eagle")):
         model = forbid_special_tokens(make_vlm(kind, seed=1))
         out[kind] = (_on(model), tiny_head(model, mode).to(DEVICE), _on(make_perturbed_copy(model, noise=0.05)))
     return out
 
 
-@pytest.mark.parametrize("kind", ["llava-clip", "qwen2-vl"])
+@pytest.mark.parametrize("kind", ["llava-clip", "qwen2-vl", "paligemma"])
 def test_vlm_greedy_equals_generate(vision, kind):
     model, head, draft = vision[kind]
     inputs = row_of(vlm_prompts(kind), 1)  # on the CPU
@@ -263,10 +263,11 @@ def test_continuous_speculation(continuous, generator):
 def ssm():
     testing = ssm_testing
     return {name: _on(make(seed=1)) for name, make in (("mamba2", testing.make_mamba2), ("mamba", testing.make_mamba),
-                                                        ("bamba", testing.make_bamba))}
+                                                        ("bamba", testing.make_bamba), ("zamba2", testing.make_zamba2),
+                                                        ("qwen3_next", testing.make_qwen3_next))}
 
 
-@pytest.mark.parametrize("kind", ["mamba2", "mamba", "bamba"])
+@pytest.mark.parametrize("kind", ["mamba2", "mamba", "bamba", "zamba2", "qwen3_next"])
 def test_ssm_greedy_equals_generate_and_samples(ssm, kind):
     model = ssm[kind]
     draft = _on(make_perturbed_copy(model, noise=0.05, seed=3))
