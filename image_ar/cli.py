@@ -61,6 +61,9 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+FID_FEW = 1000  # below this many images FID is far above its large-sample value
+
+
 def _add_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--images", default=None, metavar="NPZ",
                    help="score your images: an .npz with `images` [N, 28, 28] (uint8 0-255 or float 0-1) and "
@@ -153,9 +156,14 @@ def _eval(args: argparse.Namespace) -> int:
     if args.features == "inception":
         scores["fid"] = inception_fid(images, reference)
     scores["fid_features"] = args.features
+    scores["images"] = len(images)
     result = speed | scores
     for key, value in result.items():
         print(f"{key:18s} {value:.4f}" if isinstance(value, float) else f"{key:18s} {value}")
+    if len(images) < FID_FEW:
+        print(f"note: FID from {len(images)} images is biased upward (it shrinks as the sample grows); compare "
+              f"only runs of the same size, and use class accuracy for quality (BENCHMARKS.md: the spread between "
+              "seeds)")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

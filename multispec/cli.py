@@ -128,6 +128,19 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quiet_libraries() -> None:
+    """Keep library chatter out of the results a command prints: `transformers`' per-load progress bars and
+    info lines, and deprecation warnings of the libraries underneath (our own progress bars stay)."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=r"(transformers|torch|numpy|PIL)\b.*")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="multispec", description="Speculative generation beyond plain text.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -170,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--build-only", action="store_true", help="build the app and exit (a smoke test)")
     demo.set_defaults(func=_demo)
     args = parser.parse_args(argv)
+    _quiet_libraries()
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, ImportError) as err:
