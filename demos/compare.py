@@ -91,10 +91,34 @@ def run_tab(pairs: Sequence[str], methods: Callable, pair: str, prompt: str, max
     return summary_markdown(results), results[0].text, results[-2].trace_html, results[-1].trace_html
 
 
+# what a bad request raises (an empty prompt, a problem number past the split, a missing extra): its message
+# goes to the page; anything else is a bug and keeps Gradio's own report
+INPUT_ERRORS = (ValueError, TypeError, FileNotFoundError, ImportError, KeyError, IndexError)
+
+
+def shown(fn: Callable) -> Callable:
+    """`fn` as a click handler whose input errors reach the page: raised as `gradio.Error` with the message
+    (shown in the app, the server keeps serving) rather than Gradio's generic "error" badge. The signature
+    is kept: `gradio_client` users see `fn`'s parameter names."""
+    import functools
+
+    @functools.wraps(fn)
+    def handler(*args, **kwargs):
+        import gradio as gr
+
+        try:
+            return fn(*args, **kwargs)
+        except INPUT_ERRORS as err:
+            raise gr.Error(str(err)) from err
+
+    return handler
+
+
 def build_tab(intro: str, pairs: Sequence[str], run: Callable, prompt: str, chain_k: int, tree: DynamicTree,
-              trace_labels: tuple[str, str]) -> None:
+              trace_labels: tuple[str, str], api_name: str) -> None:
     """The shared tab layout, added to the enclosing `gr.Blocks` / `gr.Tab` context: pair, lengths and tree
-    controls, a prompt, then the comparison table, the plain completion and two step traces."""
+    controls, a prompt, then the comparison table, the plain completion and two step traces; the button's
+    endpoint is `/api_name`."""
     import gradio as gr
 
     gr.Markdown(intro + " In the traces, green nodes were accepted, red rejected, blue is the target's own "
@@ -114,4 +138,5 @@ def build_tab(intro: str, pairs: Sequence[str], run: Callable, prompt: str, chai
     with gr.Row():
         first = gr.HTML(label=trace_labels[0])
         second = gr.HTML(label=trace_labels[1])
-    go.click(run, [pair, text, max_new, k, depth, topk, total], [table, completion, first, second])
+    go.click(shown(run), [pair, text, max_new, k, depth, topk, total], [table, completion, first, second],
+             api_name=api_name)

@@ -12,6 +12,8 @@ import torch
 
 from multispec.image_ar import generate_continuous, load_continuous_pair
 
+from .compare import shown
+
 COLOURS = {"prefill": "#ddd", "draft": "#c8f7c5", "target": "#cfe3ff"}
 
 
@@ -80,4 +82,9 @@ def build() -> None:
     table = gr.Markdown()
     gallery = gr.Gallery(label="plain AR | speculative | fewer diffusion steps", columns=3, height=260)
     grid = gr.HTML()
-    go.click(lambda l, s, kk, g: run(int(l), int(s), int(kk), float(g)), [label, seed, k, scale], [table, gallery, grid])
+    go.click(shown(generate_digit), [label, seed, k, scale], [table, gallery, grid], api_name="continuous")
+
+
+def generate_digit(digit_class: float, seed: float, drafts_per_step: float, guidance_scale: float):
+    """The button's endpoint (`/continuous`): slider values arrive as floats."""
+    return run(int(digit_class), int(seed), int(drafts_per_step), float(guidance_scale))

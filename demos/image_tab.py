@@ -11,6 +11,8 @@ import torch
 
 from multispec.image_ar import Relaxed, generate_images, image_drafter, load_image_pair
 
+from .compare import shown
+
 
 @functools.cache
 def _pair():
@@ -81,5 +83,9 @@ def build() -> None:
     table = gr.Markdown()
     gallery = gr.Gallery(label="plain AR | exact | LANTERN", columns=3, height=260)
     grids = gr.HTML()
-    go.click(lambda l, s, d, g: run(int(l), int(s), float(d), float(g)), [label, seed, delta, scale],
-             [table, gallery, grids])
+    go.click(shown(generate_digit), [label, seed, delta, scale], [table, gallery, grids], api_name="image")
+
+
+def generate_digit(digit_class: float, seed: float, delta: float, guidance_scale: float):
+    """The button's endpoint (`/image`): slider values arrive as floats."""
+    return run(int(digit_class), int(seed), float(delta), float(guidance_scale))

@@ -21,6 +21,8 @@ from multispec.reasoning.bench import zoo_thinking
 from multispec.reasoning.data import format_prompt, is_correct
 from multispec.rules import Judge
 
+from .compare import shown
+
 COLOURS = {"small": "#c8f7c5", "base": "#cfe3ff", "large": "#cfe3ff", "prompt": "#eee"}
 # judge decoding's tokens: a draft the base would have chosen too, a draft only the judge approved, the base's own
 TOKEN_COLOURS = {"exact": "#c8f7c5", "judge": "#ffd59e", "base": "#cfe3ff"}
@@ -166,7 +168,7 @@ def build() -> None:
     with gr.Row():
         chain = gr.HTML(label="SpecReason")
         thinking = gr.HTML(label="Speculative Thinking")
-    go.click(lambda p, q, t: run(int(p), q, float(t)), [problem, question, threshold], [table, chain, thinking])
+    go.click(shown(solve), [problem, question, threshold], [table, chain, thinking], api_name="reasoning")
     gr.Markdown("Judge decoding (token level): the styled drafter, which words its steps differently from the base "
                 "(\"9 plus 4 is 13\" for \"9 + 4 = 13\"), drafts 4 tokens at a time; exact decoding keeps only the "
                 "base's own choices, the judge head (on the base's hidden states) also approves drafts it rates "
@@ -176,5 +178,15 @@ def build() -> None:
     judge_go = gr.Button("judge decoding")
     judge_table = gr.Markdown()
     judge_text = gr.HTML(label="judge decoding's solution")
-    judge_go.click(lambda p, q, t: run_judge(int(p), q, float(t)), [problem, question, judge_threshold],
-                   [judge_table, judge_text])
+    judge_go.click(shown(judge), [problem, question, judge_threshold], [judge_table, judge_text],
+                   api_name="reasoning_judge")
+
+
+def solve(problem_number: float, question: str, threshold: float):
+    """The solve button's endpoint (`/reasoning`)."""
+    return run(int(problem_number), question, float(threshold))
+
+
+def judge(problem_number: float, question: str, judge_threshold: float):
+    """The judge button's endpoint (`/reasoning_judge`)."""
+    return run_judge(int(problem_number), question, float(judge_threshold))

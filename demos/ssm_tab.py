@@ -38,4 +38,4 @@ def build() -> None:
     build_tab("Code completion with a byte-level SSM target trained on CPython's stdlib, drafted by the byte "
               "Llama. Every row decodes greedily; speeds are measured in this request.",
               PAIRS, run, default_prompt(), chain_k=4, tree=DynamicTree(5, 3, 14),
-              trace_labels=("chain steps", "STree steps"))
+              trace_labels=("chain steps", "STree steps"), api_name="ssm")

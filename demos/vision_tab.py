@@ -15,6 +15,8 @@ from multispec.vision.vqa_synth import KINDS, generate_vqa
 from multispec.vision.zoo_pair import NAME, load_drafters
 from multispec.vision.zoo_vlm import EOS, PAD
 
+from .compare import shown as shown_errors
+
 DRAFTERS = ("eagle", "vispec", "specvlm")
 
 
@@ -101,5 +103,11 @@ def build() -> None:
     table = gr.Markdown()
     answer = gr.Textbox(label="answer (plain decoding)")
     shown = gr.HTML()
-    new.click(sample, [kind], [image, question])
-    go.click(lambda img, q, m, kk: run(img, q, m, kk), [image, question, max_new, k], [table, answer, shown])
+    new.click(shown_errors(sample), [kind], [image, question], api_name="vision_sample")
+    go.click(shown_errors(answer_question), [image, question, max_new, k], [table, answer, shown],
+             api_name="vision")
+
+
+def answer_question(image, question: str, max_new_tokens: float, chain_k: float):
+    """The button's endpoint (`/vision`)."""
+    return run(image, question, int(max_new_tokens), int(chain_k))

@@ -116,3 +116,26 @@ def test_reasoning_tab_colours_the_tokens_only_the_judge_approved():
     assert any(reasoning_tab.TOKEN_COLOURS["judge"] in reasoning_tab.run_judge(p)[1] for p in range(6))
     with pytest.raises(ValueError, match="judge_threshold"):
         reasoning_tab.run_judge(0, judge_threshold=2)
+
+
+def test_endpoints_have_names_and_bad_requests_show_their_message():
+    """Every button is a named endpoint with readable parameters (it used to be `/lambda_4` taking `l, s, d, g`);
+    a bad request raises `gradio.Error` with the message, which Gradio shows in the page (it used to show only
+    its generic "error" badge, the message reaching the server log alone)."""
+    import inspect
+
+    import gradio as gr
+
+    from demos import image_tab
+
+    blocks = app.build()
+    names = {fn.api_name for fn in blocks.fns.values() if fn.api_name}
+    assert {"text", "ssm", "vision", "vision_sample", "image", "continuous", "reasoning", "reasoning_judge"} <= names
+    assert not any(name.startswith("lambda") for name in names)
+    assert list(inspect.signature(compare.shown(image_tab.generate_digit)).parameters) == \
+        ["digit_class", "seed", "delta", "guidance_scale"]
+    for call, message in [(lambda: compare.shown(text_tab.run)("stdlib-bytes", "", 4), "prompt"),
+                          (lambda: compare.shown(image_tab.generate_digit)(12, 0, 0.2, 2.0), "label"),
+                          (lambda: compare.shown(ssm_tab.run)("nope", "x"), "pair")]:
+        with pytest.raises(gr.Error, match=message):
+            call()

@@ -80,13 +80,15 @@ def _zoo(name):
 
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("tree", ["chain", "dynamic"])
-def test_mamba2_draft_for_a_llama_target(tree, batch):
-    """The zoo's trained byte-level Mamba-2 drafts for the zoo's byte-level Llama (same 256-byte vocabulary,
-    same corpus): lossless, and most drafts are accepted."""
-    llama, mamba2 = _zoo("stdlib-bytes").target, _zoo("stdlib-mamba2").target
+@pytest.mark.parametrize("draft_pair", ["stdlib-mamba2", "stdlib-bamba"])
+def test_ssm_and_hybrid_drafts_for_a_llama_target(tree, batch, draft_pair):
+    """The zoo's trained byte-level Mamba-2 and Bamba hybrid draft for the zoo's byte-level Llama (same 256-byte
+    vocabulary, same corpus): a state-space and a hybrid draft model for an attention target, lossless, and most
+    drafts are accepted."""
+    llama, draft = _zoo("stdlib-bytes").target, _zoo(draft_pair).target
     ids, mask = source_prompts((300, 180, 240)[:batch])
     n = 32
-    out = speculative_generate(llama, mamba2, ids, mask, max_new_tokens=n, tree=TREES[tree], eos_token_id=[],
+    out = speculative_generate(llama, draft, ids, mask, max_new_tokens=n, tree=TREES[tree], eos_token_id=[],
                                pad_token_id=0)
     assert torch.equal(out.sequences[:, -n:], greedy_rows_alone(llama, ids, mask, n))
     assert out.stats.mean_accepted_length >= 2.0, out.stats
