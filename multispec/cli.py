@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import generate_cli, zoo
+from .cli_types import parse_tree, positive_int
 from .bench import core as bench_core
 from .bench import text as bench_text
 from .targets import load_adapter_plugins
-from .tree import DynamicTree
 
 # commands that modality packages add when imported (`multispec.adapters` entry points):
 # (group, name) -> (help, add_arguments(parser), run(args) -> exit code); group is "bench", "eval" or "train"
@@ -51,29 +51,6 @@ def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, 
         parser.add_argument("--tree", default=None, type=parse_tree, metavar="D/K/N",
                             help=f"dynamic tree: depth/top-k/total nodes (default {tree})")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a positive integer (argparse names the option in its error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def parse_tree(text: str | None) -> DynamicTree | None:
-    """`DEPTH/TOPK/TOTAL` (e.g. 4/4/15) as a `DynamicTree`; None stays None (the benchmark's default). An
-    argparse type: a bad value exits 2 with argparse's "argument --tree: ..." message."""
-    if text is None:
-        return None
-    try:
-        depth, topk, total = (int(x) for x in text.split("/"))
-        return DynamicTree(depth=depth, topk=topk, total=total)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected DEPTH/TOPK/TOTAL, e.g. 4/4/15; got {text!r} ({err})") from None
 
 
 def _bench_core(args: argparse.Namespace) -> int:

@@ -22,14 +22,13 @@ from pathlib import Path
 import torch
 
 from . import zoo
-from .drafters import ModelDrafter, NGramDrafter
+from .cli_types import parse_tree, positive_int
+from .drafters import EagleDrafter, EagleHead, ModelDrafter, NGramDrafter, SuffixDecodingDrafter
 from .generate import speculative_generate
 from .tree import DynamicTree
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from .cli import positive_int
-
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--pair", help="a zoo pair (multispec zoo list), e.g. stdlib-bytes")
     source.add_argument("--target", metavar="PATH", help="a causal LM checkpoint folder with its tokenizer")
@@ -58,8 +57,6 @@ def _tree(text: str | None):
         if k < 1:
             raise ValueError(f"--tree: a chain needs at least one draft, got {text!r}")
         return k
-    from .cli import parse_tree
-
     try:
         return parse_tree(text)
     except argparse.ArgumentTypeError as err:
@@ -121,12 +118,8 @@ def _load(args: argparse.Namespace, prompts: list[str]):
     if draft == "ngram":
         drafter = NGramDrafter()
     elif draft == "suffix":
-        from .drafters import SuffixDecodingDrafter
-
         drafter = SuffixDecodingDrafter(corpus=[tokenizer(p)["input_ids"] for p in prompts])
     elif draft.startswith("eagle:"):
-        from .drafters import EagleDrafter, EagleHead
-
         drafter = EagleDrafter(EagleHead.load(draft[6:]), target)
     else:
         drafter = ModelDrafter(AutoModelForCausalLM.from_pretrained(draft).eval())

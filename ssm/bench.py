@@ -19,6 +19,7 @@ rows report speed and acceptance (distribution correctness is the core's tests).
 from __future__ import annotations
 
 import torch
+from transformers import Zamba2ForCausalLM
 
 from multispec import (DynamicTree, HybridDrafter, ModelDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter,
                        TokenRecyclingDrafter, speculative_generate, zoo)
@@ -27,6 +28,7 @@ from multispec.bench.recorder import (LEGEND, Fresh, Recorder, format_table, out
                                       sequences)
 from multispec.bench.text import classify, prompts
 from multispec.drafters.recycling import cpu_tree
+from multispec.testing import make_perturbed_copy
 from multispec.zoo import ZooPair
 from multispec.zoo.bytes_lm import ByteTokenizer
 from multispec.zoo.data import read_source, stdlib_files
@@ -34,6 +36,8 @@ from multispec.zoo.data import read_source, stdlib_files
 from .hybrid import BambaTarget, Zamba2Target
 from .mamba1 import MambaTarget
 from .mamba2 import Mamba2Target
+from .testing import _randomised
+from .zoo_pair import zamba2_config
 
 
 def _target(model, replay: bool = False):
@@ -54,13 +58,6 @@ RANDOM_PAIRS = {"random-zamba2": "a zoo-sized Zamba2 (zamba2_config) with random
 
 
 def _random_pair(name: str) -> ZooPair:
-    from transformers import Zamba2ForCausalLM
-
-    from multispec.testing import make_perturbed_copy
-
-    from .testing import _randomised
-    from .zoo_pair import zamba2_config
-
     torch.manual_seed(0)
     model = Zamba2ForCausalLM(zamba2_config())
     mixers = [layer.mamba if hasattr(layer, "mamba") else layer.mamba_decoder.mamba for layer in model.model.layers]

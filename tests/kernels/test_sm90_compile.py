@@ -105,6 +105,7 @@ TV = "multispec.kernels.tree_verify"
 NB = "multispec.image_ar.neighbourhood"
 TJ = "multispec.image_ar.trajectory_kernel"
 SSM = "multispec.ssm.kernels"
+DR = "multispec.ssm.delta_rule"
 
 # BLOCK_V / BLOCK_K / BLOCK: the wrappers take next_power_of_2(size), at least 16, capped at 4096 (1024 for the
 # neighbour table); 4096 is what every real vocabulary gets, 16 the smallest tile. Greedy vs random rows of the
@@ -157,13 +158,21 @@ CASES = [
     Case("tree_conv-walk-nobias-fp32-4x32", SSM, "tree_conv_kernel",
          {**_ptrs("fp32", "xbc_ptr state_ptr w_ptr bias_ptr out_ptr"), **_ptrs("i64", "src_ptr par_ptr")},
          dict(K=4, HAS_BIAS=False, WALK=True, BTN=4, BC=32), ones=("sxc", "ssk", "spt", "swk", "soc")),
+    # tree_delta_rule_kernel: everything fp32 (the wrapper converts), parents int64; BK = next_power_of_2(Dk),
+    # BV = min(64, next_power_of_2(Dv)): Qwen3-Next's heads (128 x 128) and a small head (16 x 16)
+    Case("tree_delta_rule-128x64", DR, "tree_delta_rule_kernel",
+         {**_ptrs("fp32", "q_ptr k_ptr v_ptr g_ptr beta_ptr h0_ptr out_ptr st_ptr"), "par_ptr": "i64"},
+         dict(BK=128, BV=64), ones=("sqd", "svd", "sgh", "spt", "shv", "sov", "ssv")),
+    Case("tree_delta_rule-16x16", DR, "tree_delta_rule_kernel",
+         {**_ptrs("fp32", "q_ptr k_ptr v_ptr g_ptr beta_ptr h0_ptr out_ptr st_ptr"), "par_ptr": "i64"},
+         dict(BK=16, BV=16), ones=("sqd", "svd", "sgh", "spt", "shv", "sov", "ssv")),
 ]
 CASE_BY_ID = {c.id: c for c in CASES}
 assert len(CASE_BY_ID) == len(CASES), "case ids must be unique"
 
 # modules that hold kernels, besides multispec.kernels.*; any other module with a `@triton.jit` line is found by
 # `_grepped_kernels`
-KERNEL_MODULES = (SSM, NB, TJ)
+KERNEL_MODULES = (SSM, DR, NB, TJ)
 
 
 # ---- the compile (runs in the worker processes: TRITON_INTERPRET=0) -----------------------------------------

@@ -1,0 +1,31 @@
+"""Argument types every `multispec` command shares (argparse `type=` functions): a bad value exits 2 with
+argparse's "argument --option: ..." message, before anything loads."""
+
+from __future__ import annotations
+
+import argparse
+
+from .tree import DynamicTree
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a positive integer (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def parse_tree(text: str | None) -> DynamicTree | None:
+    """`DEPTH/TOPK/TOTAL` (e.g. 4/4/15) as a `DynamicTree`; None stays None (the benchmark's default). An
+    argparse type: a bad value exits 2 with argparse's "argument --tree: ..." message."""
+    if text is None:
+        return None
+    try:
+        depth, topk, total = (int(x) for x in text.split("/"))
+        return DynamicTree(depth=depth, topk=topk, total=total)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected DEPTH/TOPK/TOTAL, e.g. 4/4/15; got {text!r} ({err})") from None
