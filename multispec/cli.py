@@ -101,7 +101,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.build_only:
         print(f"built {type(blocks).__name__} from {app_py}")
         return 0
-    blocks.launch(server_port=args.port, share=args.share)
+    blocks.launch(server_name=args.host, server_port=args.port, share=args.share)
     return 0
 
 
@@ -155,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     zoo.add_argument("--out", default=None, help="where `train` writes (default ~/.cache/multispec/zoo/NAME)")
     zoo.set_defaults(func=_zoo)
     demo = sub.add_parser("demo", help="the Gradio demos (a tab per modality; needs the [demo] extra)")
-    demo.add_argument("--port", type=int, default=7860)
+    demo.add_argument("--host", default="127.0.0.1",
+                      help="the address to serve on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
+    demo.add_argument("--port", type=positive_int, default=7860)
     demo.add_argument("--share", action="store_true", help="a public Gradio link")
     demo.add_argument("--build-only", action="store_true", help="build the app and exit (a smoke test)")
     demo.set_defaults(func=_demo)

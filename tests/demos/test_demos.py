@@ -42,11 +42,21 @@ def test_gradio_app_builds():
     assert isinstance(blocks, gr.Blocks)
 
 
-def test_cli_demo_builds_the_app(capsys):
+def test_cli_demo_builds_the_app_and_serves_where_it_is_told(capsys, monkeypatch):
+    import gradio as gr
+
     from multispec.cli import main
 
     assert main(["demo", "--build-only"]) == 0
     assert "built Blocks" in capsys.readouterr().out
+    launched = {}
+    monkeypatch.setattr(gr.Blocks, "launch", lambda self, **kw: launched.update(kw))
+    assert main(["demo", "--host", "0.0.0.0", "--port", "7861"]) == 0
+    assert launched == {"server_name": "0.0.0.0", "server_port": 7861, "share": False}
+    assert main(["demo"]) == 0 and launched["server_name"] == "127.0.0.1"  # this machine only by default
+    with pytest.raises(SystemExit):
+        main(["demo", "--port", "0"])
+    assert "--port" in capsys.readouterr().err
 
 
 def test_vision_tab_answers_with_every_drafter_and_highlights_accepted_tokens():
