@@ -111,7 +111,8 @@ def _run(method: str, models: Models, s: Settings, question: str) -> dict:
         experts = {name: TextExpert(m, tok, models.prompt, s.max_new_tokens) for name, m in models.experts.items()}
         verdict = LikelihoodVerdict(TextExpert(models.base, tok, models.prompt, s.max_new_tokens))
         r = SpeculativeVerdict(experts, verdict, k=min(s.verdict_k, len(experts))).run(question)
-        return {"text": r.text, "answer": r.answer, "tokens": 0, "counts": {"chosen": r.chosen}}
+        written = sum(len(_encode(tok, a.text)) for a in r.answers.values())  # every expert's answer
+        return {"text": r.text, "answer": r.answer, "tokens": written, "counts": {"chosen": r.chosen}}
     if method in ("generate", "assisted"):
         ids = torch.tensor([prompt], device=models.base.device)
         extra = {"assistant_model": models.drafter_model} if method == "assisted" else {}

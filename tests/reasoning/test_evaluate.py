@@ -40,6 +40,7 @@ def test_every_method_runs_and_is_summarised(models, tok):
     ratio = results["judge"]["mean_accepted_length"] / results["exact"]["mean_accepted_length"]
     assert results["judge"]["accepted_length_vs_exact"] == pytest.approx(ratio, abs=1e-3)
     assert results["specreason"]["steps_accepted"] + results["specreason"]["steps_rejected"] > 0
+    assert results["verdict"]["tokens"] > 0  # the experts' answers (it used to report 0)
     assert "| judge |" in markdown(table) and "| judge |" in markdown(results)
     assert "2 rounds" in markdown(table)
 
