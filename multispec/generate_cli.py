@@ -215,6 +215,7 @@ def _plain(target, ids: torch.Tensor, args: argparse.Namespace, eos: int | None)
     extra = dict(do_sample=True, temperature=args.temperature, top_k=0) if args.sample else dict(do_sample=False)
     if args.sample:
         torch.manual_seed(args.seed)
+    ids = ids.to(next(target.parameters()).device)  # the model's own generate takes inputs on its device
     t0 = time.perf_counter()
     with torch.no_grad():
         seq = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
