@@ -14,19 +14,20 @@ from demos import continuous_tab, image_tab, reasoning_tab, ssm_tab, text_tab, v
 def build():
     import gradio as gr
 
+    # short tab titles: longer ones pushed the last tab into an overflow menu at 1,400 px
     with gr.Blocks(title="multispec") as app:
         gr.Markdown("# multispec: speculative generation beyond plain text")
-        with gr.Tab("Text (EAGLE, hybrid)"):
+        with gr.Tab("Text"):
             text_tab.build()
-        with gr.Tab("State-space models (STree)"):
+        with gr.Tab("State-space (STree)"):
             ssm_tab.build()
-        with gr.Tab("Vision-language (EAGLE, ViSpec, SpecVLM)"):
+        with gr.Tab("Vision-language"):
             vision_tab.build()
         with gr.Tab("Image AR (LANTERN)"):
             image_tab.build()
-        with gr.Tab("Image AR, continuous tokens"):
+        with gr.Tab("Image AR, continuous"):
             continuous_tab.build()
-        with gr.Tab("Reasoning (SpecReason, Speculative Thinking)"):
+        with gr.Tab("Reasoning"):
             reasoning_tab.build()
     return app
 

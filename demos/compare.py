@@ -114,6 +114,14 @@ def shown(fn: Callable) -> Callable:
     return handler
 
 
+TABLE_LEGEND = (
+    "*tok/s*: new tokens per second of this request; *vs plain*: that speed over plain decoding's; *accepted "
+    "length*: tokens committed per target forward. A speculative row is slower than plain where its drafts are "
+    "rejected often or the target is cheap next to the draft (the byte pairs on a CPU): each step pays a draft "
+    "and a verification over several tokens, and gains only what is accepted. The first request after a pair "
+    "loads runs cold (plain decoding runs first and pays the warm-up): send it twice to compare speeds.")
+
+
 def build_tab(intro: str, pairs: Sequence[str], run: Callable, prompt: str, chain_k: int, tree: DynamicTree,
               trace_labels: tuple[str, str], api_name: str) -> None:
     """The shared tab layout, added to the enclosing `gr.Blocks` / `gr.Tab` context: pair, lengths and tree
@@ -132,11 +140,16 @@ def build_tab(intro: str, pairs: Sequence[str], run: Callable, prompt: str, chai
         topk = gr.Slider(1, 8, value=tree.topk, step=1, label="tree top-k")
         total = gr.Slider(1, 48, value=tree.total, step=1, label="tree nodes")
     text = gr.Textbox(prompt, lines=8, label="prompt")
-    go = gr.Button("generate", variant="primary")
-    table = gr.Markdown()
+    go = gr.Button("generate", variant="primary", elem_id=f"{api_name}-run")
+    table = gr.Markdown(label="comparison", elem_id=f"{api_name}-table")
+    gr.Markdown(TABLE_LEGEND)
     completion = gr.Textbox(lines=6, label="completion (plain decoding)")
     with gr.Row():
-        first = gr.HTML(label=trace_labels[0])
-        second = gr.HTML(label=trace_labels[1])
+        with gr.Column():
+            gr.Markdown(f"**{trace_labels[0]}**")
+            first = gr.HTML(label=trace_labels[0])
+        with gr.Column():
+            gr.Markdown(f"**{trace_labels[1]}**")
+            second = gr.HTML(label=trace_labels[1])
     go.click(shown(run), [pair, text, max_new, k, depth, topk, total], [table, completion, first, second],
              api_name=api_name)

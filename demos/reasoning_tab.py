@@ -19,7 +19,7 @@ from multispec.reasoning import (Settings, SpecReason, SpecReasonConfig, Specula
                                  load_pair)
 from multispec.reasoning.bench import zoo_thinking
 from multispec.reasoning.data import format_prompt, is_correct
-from multispec.rules import Judge
+from multispec.rules import Judge, JudgeHead
 
 from .compare import shown
 
@@ -48,6 +48,26 @@ def chain_html(steps) -> str:
         text = html.escape(s.text.replace("\x03", "").strip()) or "&nbsp;"
         parts.append(f'<div style="background:{COLOURS.get(s.author, "#fff")};padding:4px;margin:3px 0;'
                      f'border-radius:4px"><b>{s.author}</b>{score}{rejected}<div>{text}</div></div>')
+    return "".join(parts)
+
+
+def thinking_html(steps) -> str:
+    """Speculative Thinking's text as runs by one author: its segments (look-ahead, paragraph, takeover) end
+    where a token budget ends, often mid-word, so consecutive segments by the same model are joined first."""
+    runs: list[tuple[str, list[str], str]] = []  # (author, segment kinds, text)
+    for s in steps:
+        text = s.text.replace("\x03", "")
+        if runs and runs[-1][0] == s.author:
+            author, kinds, joined = runs[-1]
+            runs[-1] = (author, kinds + [s.kind], joined + text)
+        else:
+            runs.append((s.author, [s.kind], text))
+    parts = []
+    for author, kinds, text in runs:
+        kinds_shown = ", ".join(dict.fromkeys(kinds))
+        parts.append(f'<div style="background:{COLOURS.get(author, "#fff")};padding:4px;margin:3px 0;'
+                     f'border-radius:4px"><b>{author}</b><span style="color:#555;font-size:smaller"> [{kinds_shown}]'
+                     f'</span><div style="white-space:pre-wrap">{html.escape(text.strip()) or "&nbsp;"}</div></div>')
     return "".join(parts)
 
 
@@ -84,6 +104,18 @@ def _problem(pair, problem: int, question: str):
     return pair.test[problem].question, pair.test[problem].answer
 
 
+def _number(x: float | None) -> str:
+    """An answer as a person writes it: 42, not 42.0."""
+    if x is None:
+        return "-"
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _heading(question: str, answer: float | None) -> str:
+    reference = "none (your own question)" if answer is None else _number(answer)
+    return f"**Question:** {html.escape(question)}  \n**Reference answer:** {reference}\n\n"
+
+
 def run_judge(problem: int = 0, question: str = "", judge_threshold: float | None = None):
     """Token-level judge decoding with the styled drafter (chain of 4) beside exact decoding with it.
     Returns (results markdown, the judge's solution HTML coloured by who chose each token)."""
@@ -99,19 +131,25 @@ def run_judge(problem: int = 0, question: str = "", judge_threshold: float | Non
     ids = torch.tensor([tok.encode(format_prompt(q))])
     rows = ["| method | time | answer | correct | accepted length |", "| --- | --- | --- | --- | --- |"]
     authors = TokenAuthors()
-    for name, rule in (("exact", None), ("judge", Judge(pair.styled_judge, float(judge_threshold),
-                                                        settings.judge_min_prob))):
+    floor = settings.judge_min_prob
+    head = pair.styled_judge
+    # the control beside the judge: the same rule with a head that approves every token, at the same floor; where
+    # it matches the judge, the floor (not the head) made the difference
+    control = Judge(JudgeHead.approve_all(head.hidden_size, head.context), float(judge_threshold), floor)
+    for name, rule in (("exact", None), ("judge", Judge(head, float(judge_threshold), floor)),
+                       (f"control: approve-all head, floor {floor:g}", control)):
         t0 = time.perf_counter()
         out = speculative_generate(pair.target, ModelDrafter(pair.styled), ids, max_new_tokens=320, tree=settings.k,
-                                   rule=rule, eos_token_id=tok.eos_token_id, on_step=authors if rule else None)
+                                   rule=rule, eos_token_id=tok.eos_token_id,
+                                   on_step=authors if name == "judge" else None)
         seconds = time.perf_counter() - t0
         text = tok.decode(out.sequences[0, ids.shape[1]: ids.shape[1] + out.num_new_tokens[0]].tolist())
-        got = extract_answer(text)
         correct = "-" if answer is None else ("yes" if is_correct(text, answer) else "no")
         rows.append(f"| {name} (styled drafter, k={settings.k}) | {seconds * 1e3:.0f} ms | "
-                    f"{got if got is not None else '-'} | {correct} | {out.stats.mean_accepted_length:.2f} |")
+                    f"{_number(extract_answer(text))} | {correct} | {out.stats.mean_accepted_length:.2f} |")
     overrides = sum(a == "judge" for _, a in authors.tokens)
-    summary = "\n".join(rows) + f"\n\nThe judge approved {overrides} drafted tokens the base would not have chosen."
+    summary = (_heading(q, answer) + "\n".join(rows) + f"\n\nThe judge approved {overrides} drafted tokens the base "
+               "would not have chosen. The control row shows what the probability floor alone accepts.")
     return summary, tokens_html(authors.tokens, tok.decode)
 
 
@@ -141,13 +179,12 @@ def run(problem: int = 0, question: str = "", threshold: float | None = None):
     results["Speculative Thinking"] = (st.text, st.seconds)
     base_s = results["base alone"][1]
     for name, (text, seconds) in results.items():
-        got = extract_answer(text)
         correct = "-" if answer is None else ("yes" if is_correct(text, answer) else "no")
-        rows.append(f"| {name} | {seconds * 1e3:.0f} ms | {base_s / seconds:.2f}x | {got if got is not None else '-'} "
+        rows.append(f"| {name} | {seconds * 1e3:.0f} ms | {base_s / seconds:.2f}x | {_number(extract_answer(text))} "
                     f"| {correct} |")
-    summary = "\n".join(rows) + (f"\n\nSpecReason: {sr.counters['accepted']} small steps accepted, "
+    summary = _heading(q, answer) + "\n".join(rows) + (f"\n\nSpecReason: {sr.counters['accepted']} small steps accepted, "
                                  f"{sr.counters['rejected']} rewritten by the base model.")
-    return summary, chain_html(sr.steps), chain_html(st.steps)
+    return summary, chain_html(sr.steps), thinking_html(st.steps)
 
 
 def build() -> None:
@@ -159,15 +196,19 @@ def build() -> None:
                 "scoring under the threshold. Speculative Thinking: the small model writes and the base takes over "
                 "after reflective words (check, verify, wait, yes). Green: the small model's text; blue: the base's.")
     with gr.Row():
-        problem = gr.Number(0, label="test problem #", precision=0)
+        problem = gr.Number(0, label="test problem #", precision=0, elem_id="reasoning-problem")
         threshold = gr.Slider(0, 10, value=default_threshold(), step=0.5,
                               label="SpecReason threshold (10: every step is the base's)")
     question = gr.Textbox(label="or your own question (arithmetic in the training style)", lines=2)
-    go = gr.Button("solve", variant="primary")
-    table = gr.Markdown()
+    go = gr.Button("solve", variant="primary", elem_id="reasoning-run")
+    table = gr.Markdown(label="comparison", elem_id="reasoning-table")
     with gr.Row():
-        chain = gr.HTML(label="SpecReason")
-        thinking = gr.HTML(label="Speculative Thinking")
+        with gr.Column():
+            gr.Markdown("**SpecReason's steps** (with the base model's score of each small step)")
+            chain = gr.HTML(label="SpecReason")
+        with gr.Column():
+            gr.Markdown("**Speculative Thinking's text**")
+            thinking = gr.HTML(label="Speculative Thinking")
     go.click(shown(solve), [problem, question, threshold], [table, chain, thinking], api_name="reasoning")
     gr.Markdown("Judge decoding (token level): the styled drafter, which words its steps differently from the base "
                 "(\"9 plus 4 is 13\" for \"9 + 4 = 13\"), drafts 4 tokens at a time; exact decoding keeps only the "
@@ -175,8 +216,8 @@ def build() -> None:
                 "right. Green: a draft the base would have chosen; orange: a draft only the judge approved; blue: "
                 "the base's own token.")
     judge_threshold = gr.Slider(0, 1, value=0.5, step=0.05, label="judge threshold (1: exact decoding)")
-    judge_go = gr.Button("judge decoding")
-    judge_table = gr.Markdown()
+    judge_go = gr.Button("judge decoding", elem_id="reasoning_judge-run")
+    judge_table = gr.Markdown(label="judge comparison", elem_id="reasoning_judge-table")
     judge_text = gr.HTML(label="judge decoding's solution")
     judge_go.click(shown(judge), [problem, question, judge_threshold], [judge_table, judge_text],
                    api_name="reasoning_judge")
