@@ -14,10 +14,12 @@ drafting with a small `PatchAR` or with a `PatchEagle` (EAGLE-style: it predicts
 and samples with the target's head; `train_eagle` trains one for a user's own `PatchAR`).
 """
 
+from multispec.generate_cli import register_generate_mode
 from multispec.targets import register_target_adapter
 from multispec.zoo import register_entry
 
 from . import cli as _cli
+from . import generate_mode as _generate_mode
 
 from .continuous_eagle import PatchEagle, PatchEagleConfig, train_eagle
 from .continuous_pair import load_pair as _load_continuous_pair
@@ -41,6 +43,7 @@ register_target_adapter(lambda model: isinstance(model, ClassConditionalGPT), Im
 register_entry(zoo_entry())
 register_entry(continuous_zoo_entry())
 _cli.register()
+register_generate_mode(_generate_mode.MODE)
 
 
 def load_image_pair(folder=None):

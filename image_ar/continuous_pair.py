@@ -26,6 +26,7 @@ from multispec.zoo.training import adamw_cosine, train_steps
 from .classifier import DigitClassifier
 from .data import load_digits_dataset, shifted
 from .diffusion_head import TRAIN_STEPS, Trajectory, schedule_scheduler
+from .hub_load import from_folder
 from .patch_ar import PatchAR, PatchARConfig, patchify
 from .zoo_pair import NAME as VQ_NAME
 
@@ -168,7 +169,7 @@ def save_half(model: PatchAR, folder: Path) -> None:
 
 
 def load_model(folder: Path) -> PatchAR:
-    return PatchAR.from_pretrained(folder).float().eval()
+    return from_folder(PatchAR, folder).float().eval()
 
 
 def train_pair(folder: Path, *, quick: bool = False) -> dict:
@@ -207,7 +208,7 @@ def load_pair(folder: Path | None = None) -> ContinuousPair:
     folder = Path(folder) if folder is not None else zoo.path(NAME)
     if not (folder / "target" / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {NAME}`")
-    classifier = DigitClassifier.from_pretrained(zoo.path(VQ_NAME) / "classifier").eval()
+    classifier = from_folder(DigitClassifier, zoo.path(VQ_NAME) / "classifier").eval()
     return ContinuousPair(load_model(folder / "target"), load_model(folder / "draft"), classifier, folder)
 
 

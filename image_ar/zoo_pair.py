@@ -32,6 +32,7 @@ from multispec.zoo.training import adamw_cosine, train_steps
 from .classifier import DigitClassifier, accuracy, train_classifier
 from .data import load_digits_dataset, shifted
 from .gpt import ClassConditionalGPT, gpt_config
+from .hub_load import from_folder
 from .target import ImageGPTTarget
 from .vqvae import VQVAE, train_vqvae
 
@@ -133,12 +134,12 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
     if (folder / "report.json").exists():  # resume: stages already trained are kept
         report = json.loads((folder / "report.json").read_text())
     if "vqvae" in report and (folder / "vqvae").exists():
-        vq = VQVAE.from_pretrained(folder / "vqvae").eval()
+        vq = from_folder(VQVAE, folder / "vqvae").eval()
     else:
         vq, report["vqvae"] = train_vqvae(images, steps=60 if quick else 2000, seed=SEED)
         vq.save_pretrained(folder / "vqvae")
     if "classifier" in report and (folder / "classifier").exists():
-        classifier = DigitClassifier.from_pretrained(folder / "classifier").eval()
+        classifier = from_folder(DigitClassifier, folder / "classifier").eval()
     else:
         classifier = train_classifier(images, labels, steps=60 if quick else 1500, seed=SEED)
         classifier.save_pretrained(folder / "classifier")
@@ -200,7 +201,7 @@ def load_pair(folder: Path | None = None) -> ImagePair:
     folder = Path(folder) if folder is not None else zoo.path(NAME)
     if not (folder / "target" / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {NAME}`")
-    load = lambda cls, sub: cls.from_pretrained(folder / sub).eval()  # noqa: E731
+    load = lambda cls, sub: from_folder(cls, folder / sub).eval()  # noqa: E731
     target = ClassConditionalGPT.from_pretrained(folder / "target", dtype=torch.float32).eval()
     draft = ClassConditionalGPT.from_pretrained(folder / "draft", dtype=torch.float32).eval()
     return ImagePair(load(VQVAE, "vqvae"), target, draft, EagleHead.load(folder / "eagle"),

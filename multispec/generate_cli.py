@@ -9,6 +9,10 @@ names a draft model folder, `suffix` (SuffixDecoding over the prompts), or an EA
 (`eagle:PATH`). Tokens print as each verification commits them (`--no-stream`: at the end); `--compare`
 runs the target's own `generate` on the same prompt and prints both speeds and whether the outputs agree.
 Every option is checked before a model loads; errors name the option.
+
+Pairs of the other modalities take their own options (listed under their headings in --help): a VLM pair
+answers --prompt about --image, an image AR pair draws --class digits into PNGs, the reasoning pair solves
+--prompt with --method. Each modality package registers its mode here (`register_generate_mode`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,6 +34,28 @@ from .generate import speculative_generate
 from .tree import DynamicTree
 
 
+@dataclass(frozen=True)
+class GenerateMode:
+    """How `multispec generate` serves one modality's zoo pairs: its own options (added under a heading by
+    `add_arguments`; `options` maps each one's dest to its flag: they default to None and are refused with any
+    other pair) and `run(args)`."""
+
+    name: str
+    pairs: tuple[str, ...]
+    options: dict[str, str]
+    add_arguments: Callable[[argparse._ArgumentGroup], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+GENERATE_MODES: dict[str, GenerateMode] = {}
+DEFAULT_MAX_NEW_TOKENS = 64
+
+
+def register_generate_mode(mode: GenerateMode) -> None:
+    """Called by a modality package on import (before the CLI builds its parser)."""
+    GENERATE_MODES[mode.name] = mode
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--pair", help="a zoo pair (multispec zoo list), e.g. stdlib-bytes")
@@ -35,21 +63,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None, metavar="PATH|ngram|suffix|eagle:PATH",
                    help="with --target: a draft model folder (same tokenizer), ngram (prompt lookup, the default), "
                         "suffix (SuffixDecoding) or eagle:PATH (an EAGLE head trained for the target)")
-    text = p.add_mutually_exclusive_group(required=True)
-    text.add_argument("--prompt", help="the text to continue")
+    text = p.add_mutually_exclusive_group()
+    text.add_argument("--prompt", help="the text to continue (a VLM pair: the question; reasoning: the problem)")
     text.add_argument("--prompts", metavar="FILE", help="a text file, one prompt per line (\\n escapes allowed)")
-    p.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens to generate per prompt")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None,
+                   help="tokens to generate per prompt (default 64; the reasoning pair: 320)")
     p.add_argument("--tree", default=None, metavar="K|D/K/N",
                    help="a chain of K drafts, or a dynamic tree DEPTH/TOPK/TOTAL (default: the pair's, else 4)")
     p.add_argument("--sample", action="store_true", help="sample (exact speculative sampling) instead of greedy")
     p.add_argument("--temperature", type=float, default=1.0, help="with --sample")
-    p.add_argument("--seed", type=int, default=0, help="with --sample: the generator's seed")
+    p.add_argument("--seed", type=int, default=0, help="the generator's seed (with --sample, and for the image pairs)")
     p.add_argument("--compare", action="store_true", help="also run the target's own generate and compare")
     p.add_argument("--no-stream", action="store_true", help="print each text at the end, not as it is committed")
     p.add_argument("--json", default=None, metavar="PATH", help="write texts and figures as JSON")
+    for mode in GENERATE_MODES.values():
+        mode.add_arguments(p.add_argument_group(f"{mode.name} pairs ({', '.join(mode.pairs)})"))
 
 
-def _tree(text: str | None):
+def tree_option(text: str | None):
     if text is None:
         return None
     if text.isdigit():
@@ -63,7 +94,10 @@ def _tree(text: str | None):
         raise ValueError(f"--tree: expected K or DEPTH/TOPK/TOTAL, e.g. 4 or 4/4/15; got {text!r}") from err
 
 
-def _prompts(args: argparse.Namespace) -> list[str]:
+def prompts(args: argparse.Namespace) -> list[str]:
+    """The texts of --prompt or --prompts FILE (one per line, \\n escapes allowed)."""
+    if args.prompt is None and args.prompts is None:
+        raise ValueError("--prompt: give the text with --prompt TEXT or a file of them with --prompts FILE")
     if args.prompt is not None:
         if not args.prompt:
             raise ValueError("--prompt: empty; give some text to continue")
@@ -75,6 +109,21 @@ def _prompts(args: argparse.Namespace) -> list[str]:
     if not lines:
         raise ValueError(f"--prompts: {path} holds no prompt")
     return lines
+
+
+def _mode(args: argparse.Namespace) -> GenerateMode | None:
+    """The modality mode serving --pair (None: text), refusing another mode's options."""
+    mode = next((m for m in GENERATE_MODES.values() if args.pair in m.pairs), None)
+    for other in GENERATE_MODES.values():
+        given = [flag for dest, flag in other.options.items() if getattr(args, dest, None) is not None]
+        if other is not mode and given:
+            raise ValueError(f"{given[0]}: only for {other.name} pairs ({', '.join(other.pairs)})")
+    return mode
+
+
+def check_sampling(args: argparse.Namespace) -> None:
+    if args.sample and not args.temperature > 0:
+        raise ValueError(f"--temperature: expected a positive number, got {args.temperature}")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -94,8 +143,7 @@ def _check(args: argparse.Namespace) -> None:
                 and not Path(draft, "config.json").is_file():
             raise FileNotFoundError(f"--draft: expected ngram, suffix, eagle:PATH or a model folder; no config.json "
                                     f"in {draft}")
-    if args.sample and not args.temperature > 0:
-        raise ValueError(f"--temperature: expected a positive number, got {args.temperature}")
+    check_sampling(args)
 
 
 def _load(args: argparse.Namespace, prompts: list[str]):
@@ -105,9 +153,9 @@ def _load(args: argparse.Namespace, prompts: list[str]):
         config = getattr(pair.target, "config", None)
         if getattr(config, "image_token_id", None) is not None or not callable(pair.tokenizer) \
                 or not hasattr(pair.tokenizer, "decode"):
-            raise ValueError(f"--pair: {args.pair} is not a text pair; generate takes text and state-space pairs "
-                             "(images: multispec eval vqa / eval image)")
-        tree = _tree(args.tree) or pair.tree or pair.chain_k or 4
+            raise ValueError(f"--pair: {args.pair} is not a text pair, and no installed modality package serves it in "
+                             "generate")
+        tree = tree_option(args.tree) or pair.tree or pair.chain_k or 4
         eos = getattr(pair.tokenizer, "eos_token_id", None)
         return pair.target, pair.drafter, pair.tokenizer, tree, eos
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -123,15 +171,15 @@ def _load(args: argparse.Namespace, prompts: list[str]):
         drafter = EagleDrafter(EagleHead.load(draft[6:]), target)
     else:
         drafter = ModelDrafter(AutoModelForCausalLM.from_pretrained(draft).eval())
-    return target, drafter, tokenizer, _tree(args.tree) or 4, tokenizer.eos_token_id
+    return target, drafter, tokenizer, tree_option(args.tree) or 4, tokenizer.eos_token_id
 
 
 class _Stream:
     """Prints a row's committed tokens as they come, up to its first EOS and `limit` tokens; holds back a
     trailing partial character (a byte-level tokenizer may split one)."""
 
-    def __init__(self, tokenizer, eos: int | None, limit: int, enabled: bool):
-        self.tokenizer, self.eos, self.limit, self.enabled = tokenizer, eos, limit, enabled
+    def __init__(self, decode: Callable[[list[int]], str], eos: int | None, limit: int, enabled: bool):
+        self.decode, self.eos, self.limit, self.enabled = decode, eos, limit, enabled
         self.ids: list[int] = []
         self.shown = ""
         self.ended = False
@@ -149,7 +197,7 @@ class _Stream:
             if t == self.eos:
                 self.ended = True
                 break
-        text = self.tokenizer.decode(self.ids)
+        text = self.decode(self.ids)
         if text.endswith("\ufffd"):
             text = text[:-1]
         if self.enabled and text.startswith(self.shown):
@@ -159,67 +207,89 @@ class _Stream:
 
 
 def run(args: argparse.Namespace) -> int:
-    prompts = _prompts(args)
+    mode = _mode(args)
+    if mode is not None:
+        return mode.run(args)
+    texts = prompts(args)
+    args.max_new_tokens = args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     _check(args)
-    _tree(args.tree)
-    target, drafter, tokenizer, tree, eos = _load(args, prompts)
+    tree_option(args.tree)
+    target, drafter, tokenizer, tree, eos = _load(args, texts)
     records = []
-    for i, prompt in enumerate(prompts):
+    for i, prompt in enumerate(texts):
+        if len(texts) > 1:
+            print(f"--- prompt {i + 1} of {len(texts)}")
         ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
-        if len(prompts) > 1:
-            print(f"--- prompt {i + 1} of {len(prompts)}")
-        stream = _Stream(tokenizer, eos, args.max_new_tokens, not args.no_stream)
-        if not args.no_stream:
-            sys.stdout.write(prompt)  # the continuation streams after it
-            sys.stdout.flush()
-        sampling = dict(do_sample=True, temperature=args.temperature,
-                        generator=torch.Generator().manual_seed(args.seed)) if args.sample else {}
-        t0 = time.perf_counter()
-        out = speculative_generate(target, drafter, ids, max_new_tokens=args.max_new_tokens, tree=tree,
-                                   eos_token_id=eos, on_step=stream, **sampling)
-        seconds = time.perf_counter() - t0
-        new = out.sequences[0, ids.shape[1]: ids.shape[1] + out.num_new_tokens[0]].tolist()
-        text = tokenizer.decode(new)
-        if args.no_stream:
-            print(prompt + text)
-        elif text.startswith(stream.shown):
-            print(text[len(stream.shown):])
-        record = {"prompt": prompt, "text": text, "new_tokens": len(new), "seconds": round(seconds, 4),
-                  "tokens_per_s": round(len(new) / max(seconds, 1e-9), 2),
-                  "mean_accepted_length": round(out.stats.mean_accepted_length, 3), "steps": len(out.stats.steps)}
-        line = (f"[{len(new)} tokens in {seconds:.2f} s, {record['tokens_per_s']:.1f} tokens/s, "
-                f"mean accepted length {record['mean_accepted_length']:.2f} tokens per target forward]")
-        if args.compare:
-            plain = _plain(target, ids, args, eos)
-            record["plain"] = plain
-            record["speedup"] = round(plain["seconds"] / max(seconds, 1e-9), 3)
-            if not args.sample:
-                record["identical_to_plain"] = plain["tokens"] == new
-            line += (f"\n[plain generate: {plain['tokens_per_s']:.1f} tokens/s; speculative {record['speedup']:.2f}x"
-                     + ("" if args.sample else f"; outputs {'identical' if record['identical_to_plain'] else 'differ'}")
-                     + "]")
-        print(line)
-        records.append(record)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"source": args.pair or args.target, "tree": _tree_name(tree),
-                                               "sample": args.sample, "records": records}, indent=2))
+        records.append(generate_one(target, drafter, tokenizer.decode, {"input_ids": ids}, prompt, args, tree, eos))
+    write_json(args, {"source": args.pair or args.target, "tree": tree_name(tree), "sample": args.sample,
+                      "records": records})
     return 0
 
 
-def _tree_name(tree) -> str:
+def generate_one(target, drafter, decode: Callable[[list[int]], str], inputs: dict, shown: str,
+                 args: argparse.Namespace, tree, eos: int | None, pad: int | None = None) -> dict:
+    """One input through `speculative_generate` (`inputs`: the model inputs, `input_ids` first), streamed after
+    `shown` (the prompt as the user gave it), with speed and accepted length printed; `--compare` also runs the
+    target's own `generate` on the same inputs. Returns the JSON record."""
+    ids = inputs["input_ids"]
+    stream = _Stream(decode, eos, args.max_new_tokens, not args.no_stream)
+    if not args.no_stream:
+        sys.stdout.write(shown)  # the continuation streams after it
+        sys.stdout.flush()
+    sampling = dict(do_sample=True, temperature=args.temperature,
+                    generator=torch.Generator().manual_seed(args.seed)) if args.sample else {}
+    pad = pad if pad is not None else (eos if eos is not None else 0)
+    t0 = time.perf_counter()
+    out = speculative_generate(target, drafter, max_new_tokens=args.max_new_tokens, tree=tree, eos_token_id=eos,
+                               pad_token_id=pad, on_step=stream, **sampling, **inputs)
+    seconds = time.perf_counter() - t0
+    new = out.sequences[0, ids.shape[1]: ids.shape[1] + out.num_new_tokens[0]].tolist()
+    text = decode(new)
+    if args.no_stream:
+        print(shown + text)
+    elif text.startswith(stream.shown):
+        print(text[len(stream.shown):])
+    record = {"prompt": shown, "text": text, "new_tokens": len(new), "seconds": round(seconds, 4),
+              "tokens_per_s": round(len(new) / max(seconds, 1e-9), 2),
+              "mean_accepted_length": round(out.stats.mean_accepted_length, 3), "steps": len(out.stats.steps)}
+    line = (f"[{len(new)} tokens in {seconds:.2f} s, {record['tokens_per_s']:.1f} tokens/s, "
+            f"mean accepted length {record['mean_accepted_length']:.2f} tokens per target forward]")
+    if args.compare:
+        plain = _plain(target, inputs, args, eos, pad)
+        record["plain"] = plain
+        record["speedup"] = round(plain["seconds"] / max(seconds, 1e-9), 3)
+        if not args.sample:
+            record["identical_to_plain"] = plain["tokens"] == new
+        line += (f"\n[plain generate: {plain['tokens_per_s']:.1f} tokens/s; speculative {record['speedup']:.2f}x"
+                 + ("" if args.sample else f"; outputs {'identical' if record['identical_to_plain'] else 'differ'}")
+                 + "]")
+    print(line)
+    return record
+
+
+def write_json(args: argparse.Namespace, payload: dict) -> None:
+    if args.json:
+        Path(args.json).write_text(json.dumps(payload, indent=2))
+
+
+def tree_name(tree) -> str:
     return f"{tree.depth}/{tree.topk}/{tree.total}" if isinstance(tree, DynamicTree) else str(tree)
 
 
-def _plain(target, ids: torch.Tensor, args: argparse.Namespace, eos: int | None) -> dict:
-    """The target's own `generate` on the same prompt (greedy, or sampling at the same temperature)."""
+def _plain(target, inputs: dict, args: argparse.Namespace, eos: int | None, pad: int) -> dict:
+    """The target's own `generate` on the same inputs (greedy, or sampling at the same temperature)."""
     extra = dict(do_sample=True, temperature=args.temperature, top_k=0) if args.sample else dict(do_sample=False)
     if args.sample:
         torch.manual_seed(args.seed)
-    ids = ids.to(next(target.parameters()).device)  # the model's own generate takes inputs on its device
+    device = next(target.parameters()).device  # the model's own generate takes inputs on its device
+    inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    ids = inputs["input_ids"]
+    if "attention_mask" not in inputs:
+        inputs["attention_mask"] = torch.ones_like(ids)
     t0 = time.perf_counter()
     with torch.no_grad():
-        seq = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
-                              eos_token_id=eos, pad_token_id=eos if eos is not None else 0, **extra)
+        seq = target.generate(**inputs, max_new_tokens=args.max_new_tokens, eos_token_id=eos, pad_token_id=pad,
+                              **extra)
     seconds = time.perf_counter() - t0
     tokens = seq[0, ids.shape[1]:].tolist()
     if eos is not None and eos in tokens:

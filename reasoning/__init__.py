@@ -13,9 +13,11 @@ when it decodes alone), so no context is prefilled twice. The zoo pair `arith-re
 Llamas on synthetic step-by-step arithmetic) ships a base, a small model, two more experts and a judge.
 """
 
+from multispec.generate_cli import register_generate_mode
 from multispec.zoo import register_entry
 
 from . import cli as _cli
+from . import generate_mode as _generate_mode
 from .data import Problem, extract_answer, is_correct, make_problems, read_problems, write_problems
 from .evaluate import METHODS, Models, Settings, evaluate
 from .judge_data import label_divergences
@@ -29,6 +31,7 @@ from .zoo_pair import load_pair, zoo_entry
 
 register_entry(zoo_entry())
 _cli.register()
+register_generate_mode(_generate_mode.MODE)
 
 __all__ = ["LikelihoodVerdict", "LogLikelihoodScorer", "METHODS", "Models", "PlainWriter", "Problem", "PromptScorer",
            "PromptVerdict", "ReasoningOutput", "SessionWriter", "Settings", "SpecReason", "SpecReasonConfig",

@@ -83,7 +83,7 @@ class Settings:
     thinking: object = None  # a SpeculativeThinkingConfig (default: the reference's knobs, this token budget)
 
 
-def _run(method: str, models: Models, s: Settings, question: str) -> dict:
+def solve(method: str, models: Models, s: Settings, question: str) -> dict:
     """One problem through one method: the generated text, tokens and the method's counts (the recorder
     times the call; the token-level rows also give their `SpeculativeStats` as `stats`)."""
     tok = models.tokenizer
@@ -173,7 +173,7 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
     def observe(method: str, problem: Problem, result: dict) -> None:
         answers[method].append(result | {"correct": _correct(result, problem.answer)})
 
-    calls = {m: (lambda p, m=m: _run(m, models, s, p.question)) for m in methods}
+    calls = {m: (lambda p, m=m: solve(m, models, s, p.question)) for m in methods}
     baseline = "base" if "base" in methods else methods[0]
     table = Recorder(calls, baseline, unit="problems", count=lambda p, r: 1, stats_of=lambda r: r.get("stats"),
                      observe=observe).run(partition(problems, rounds), warmup=list(problems[:1]) if warmup else [],

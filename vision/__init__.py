@@ -11,10 +11,12 @@ Drafters: `VisionEagleDrafter` over a `VisionEagleHead` in one of three modes (p
 trained with `VisionDistiller` (online logit distillation). The zoo pair `vqa-llava` ships all three.
 """
 
+from multispec.generate_cli import register_generate_mode
 from multispec.targets import register_target_adapter
 from multispec.zoo import register_entry
 
 from . import cli as _cli
+from . import generate_mode as _generate_mode
 from .compress import ElasticCompressor, QueryAdaptor
 from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead, build_draft_sequence
@@ -26,6 +28,7 @@ register_target_adapter(lambda model: vision_adapter_for(model) is not None,
                         lambda model: vision_adapter_for(model)(model))
 register_entry(zoo_entry())
 _cli.register()
+register_generate_mode(_generate_mode.MODE)
 
 __all__ = ["DistillConfig", "ElasticCompressor", "Gemma3VLTarget", "Idefics3Target", "LlavaTarget", "PaliGemmaTarget",
            "QueryAdaptor", "Qwen2VLTarget", "Qwen3VLTarget",
