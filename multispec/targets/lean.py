@@ -39,11 +39,23 @@ def unsupported_class(model: object, model_types: tuple[str, ...]) -> str | None
     return None
 
 
+def dispatched(model: object) -> bool:
+    """Whether `accelerate` dispatched `model` (`device_map=`): weights spread over devices, or offloaded to the
+    CPU or disk and moved in by hooks around each module's forward. A lean forward reads the weights itself and
+    would find them on the meta device; the model's own forward runs the hooks."""
+    if getattr(model, "hf_device_map", None) is not None and len(set(model.hf_device_map.values())) > 1:
+        return True
+    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
+    return any(hasattr(m, "_hf_hook") for m in modules)
+
+
 def lean_unsupported(model: object) -> str | None:
     """None if `LeanCausalLM` can run `model` exactly like `transformers` does, else the reason why not."""
     reason = unsupported_class(model, LEAN_MODEL_TYPES)
     if reason is not None:
         return reason
+    if dispatched(model):
+        return "dispatched by accelerate (device_map): its own forward moves the offloaded weights in"
     config = model.config
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"hidden_act {config.hidden_act!r} (only silu)"

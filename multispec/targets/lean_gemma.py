@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from .base import FeatureRequest, Features
-from .lean import LeanCausalLM, _BufferedCache, unsupported_class
+from .lean import LeanCausalLM, _BufferedCache, dispatched, unsupported_class
 from .lm_head import tall_lm_head
 
 GEMMA_MODEL_TYPES = ("gemma3_text",)
@@ -29,6 +29,8 @@ def lean_gemma_unsupported(model: object) -> str | None:
     reason = unsupported_class(model, GEMMA_MODEL_TYPES)
     if reason is not None:
         return reason
+    if dispatched(model):
+        return "dispatched by accelerate (device_map): its own forward moves the offloaded weights in"
     config = model.config
     if getattr(config, "final_logit_softcapping", None) is not None or getattr(config, "attn_logit_softcapping", None):
         return "logit softcapping"
