@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from multispec.bench.shards import Shards, current
 from multispec.cli import parse_tree, positive_int, register_command
 
 from . import continuous_pair, zoo_pair
@@ -102,22 +103,33 @@ def _npz_images(path: str, name: str):
     return images, labels
 
 
-def _generate_continuous(args: argparse.Namespace):
+def _batches(args: argparse.Namespace, generate, shards: Shards) -> list[dict]:
+    """`--num` digits as batches of the ten classes, batch b drawn with seed `--seed + b` (so a batch is the same
+    whichever process draws it): this process's share, then every process's batches in order."""
+    starts = list(range(0, args.num, 10))
+    mine = {b: generate(torch.Generator().manual_seed(args.seed + b)) for b in shards.take(starts)}
+    drawn = {b: part for parts in shards.gather(mine) for b, part in parts.items()}
+    return [drawn[b] for b in starts]
+
+
+def _generate_continuous(args: argparse.Namespace, shards: Shards):
     """`--num` digits from mnist-patch-diffusion (classes in turn, batches of 10), with speed figures."""
     pair = continuous_pair.load_pair()
     draft = pair.draft if args.method == "continuous" else None
-    chunks, secs, accepted, drafted, fallbacks = [], 0.0, 0, 0, 0
-    for b in range(0, args.num, 10):
-        out = generate_continuous(pair.target, torch.arange(10), draft, k=K,
-                                  guidance_scale=continuous_pair.CFG_SCALE,
-                                  generator=torch.Generator().manual_seed(args.seed + b))
-        chunks.append(out.images[:, None])
-        secs += out.seconds
-        accepted, drafted, fallbacks = accepted + out.accepted, drafted + out.drafted, fallbacks + out.residual_fallbacks
+
+    def batch(generator) -> dict:
+        out = generate_continuous(pair.target, torch.arange(10), draft, k=K, guidance_scale=continuous_pair.CFG_SCALE,
+                                  generator=generator)
+        return {"images": out.images[:, None], "seconds": out.seconds, "accepted": out.accepted,
+                "drafted": out.drafted, "fallbacks": out.residual_fallbacks}
+
+    parts = _batches(args, batch, shards)
+    secs = sum(p["seconds"] for p in parts)
     speed = {"method": args.method, "seconds": round(secs, 2), "images_per_s": round(args.num / secs, 2)}
     if draft is not None:
-        speed |= {"acceptance_rate": round(accepted / drafted, 4), "residual_fallbacks": fallbacks}
-    return torch.cat(chunks), torch.arange(10).repeat(args.num // 10), speed
+        speed |= {"acceptance_rate": round(sum(p["accepted"] for p in parts) / sum(p["drafted"] for p in parts), 4),
+                  "residual_fallbacks": sum(p["fallbacks"] for p in parts)}
+    return torch.cat([p["images"] for p in parts]), torch.arange(10).repeat(args.num // 10), speed
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -132,8 +144,9 @@ def _eval(args: argparse.Namespace) -> int:
     elif args.num < 10 or args.num % 10:
         raise ValueError(f"--num: expected a positive multiple of 10, got {args.num}")
     pair = zoo_pair.load_pair()
+    shards = current()  # under accelerate launch / torchrun: this process draws its share of the batches
     if not args.images and args.method.startswith("continuous"):
-        images, labels, speed = _generate_continuous(args)
+        images, labels, speed = _generate_continuous(args, shards)
     elif not args.images:
         kw = {}
         if args.method != "ar":
@@ -141,17 +154,19 @@ def _eval(args: argparse.Namespace) -> int:
             kw = dict(drafter=zoo_pair.image_drafter(pair, "eagle"), tree=6)
         if args.method == "lantern":
             kw["rule"] = Relaxed.from_codebook(pair.vqvae.codebook_latents(), NEIGHBOURS, delta=args.delta)
-        chunks, labels, secs, tvd = [], [], 0.0, 0.0
-        for b in range(0, args.num, 10):
+
+        def batch(generator) -> dict:
             out = generate_images(pair.target, list(range(10)), guidance_scale=zoo_pair.CFG_SCALE,
-                                  top_k=zoo_pair.TOP_K, vqvae=pair.vqvae, generator=torch.Generator().manual_seed(args.seed + b), **kw)
-            chunks.append(out.images)
-            labels += list(range(10))
-            secs += out.seconds
-            tvd = max(tvd, out.max_tvd)
-        images, labels = torch.cat(chunks), torch.tensor(labels)
+                                  top_k=zoo_pair.TOP_K, vqvae=pair.vqvae, generator=generator, **kw)
+            return {"images": out.images, "seconds": out.seconds, "max_tvd": out.max_tvd}
+
+        parts = _batches(args, batch, shards)
+        secs = sum(p["seconds"] for p in parts)
+        images, labels = torch.cat([p["images"] for p in parts]), torch.arange(10).repeat(args.num // 10)
         speed = {"method": args.method, "seconds": round(secs, 2), "images_per_s": round(args.num / secs, 2),
-                 "max_tvd": round(tvd, 4)}
+                 "max_tvd": round(max(p["max_tvd"] for p in parts), 4)}
+    if not shards.main:  # rank 0 scores and reports
+        return 0
     scores = image_scores(images, reference, pair.classifier, labels).as_dict()
     if args.features == "inception":
         scores["fid"] = inception_fid(images, reference)

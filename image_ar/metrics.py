@@ -50,7 +50,8 @@ def frechet_distance(extractor, images: torch.Tensor, reference: torch.Tensor) -
     """FID between `images` and `reference` in `extractor`'s feature space (torchmetrics)."""
     from torchmetrics.image.fid import FrechetInceptionDistance
 
-    fid = FrechetInceptionDistance(feature=extractor, reset_real_features=True)
+    # no cross-process sync: in a data-parallel eval, rank 0 alone scores the images every process drew
+    fid = FrechetInceptionDistance(feature=extractor, reset_real_features=True, sync_on_compute=False)
     with torch.no_grad():
         for i in range(0, len(reference), 500):
             fid.update(reference[i:i + 500], real=True)
@@ -103,7 +104,7 @@ def inception_fid(images: torch.Tensor, reference: torch.Tensor) -> float:
     try:
         from torchmetrics.image.fid import FrechetInceptionDistance
 
-        fid = FrechetInceptionDistance(feature=2048)
+        fid = FrechetInceptionDistance(feature=2048, sync_on_compute=False)
     except Exception as error:  # missing torch-fidelity, or weights it cannot download
         raise RuntimeError("features: Inception FID needs `torch-fidelity` and its Inception weights on this "
                            f"machine (they cannot be downloaded here): {error}") from error

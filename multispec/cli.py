@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import generate_cli, zoo
+from .bench import shards
 from .cli_types import parse_tree, positive_int
 from .bench import core as bench_core
 from .bench import text as bench_text
@@ -164,10 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _quiet_libraries()
     try:
-        return args.func(args)
+        code = args.func(args)
     except (ValueError, FileNotFoundError, ImportError) as err:
         print(f"multispec: {err}", file=sys.stderr)
         return 2
+    shards.finish()  # a data-parallel run (accelerate launch): every process ends together
+    return code
 
 
 if __name__ == "__main__":

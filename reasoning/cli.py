@@ -8,6 +8,7 @@ from pathlib import Path
 
 from multispec.bench.machine import save_results
 from multispec.bench.recorder import results
+from multispec.bench.shards import current
 from multispec.cli import positive_int, register_command
 from multispec.rules import Judge, JudgeHead, train_judge_head
 
@@ -125,10 +126,14 @@ def _eval(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    table = evaluate_table(models, problems, _methods(args), settings, rounds=args.rounds)
-    print(markdown(table))
-    record = {"problems": len(problems), "rounds": args.rounds} | settings_record(settings)
-    save_results(results("eval-reasoning", record, {"greedy": table}), args.json)
+    shards = current()  # under accelerate launch / torchrun: this process's share of the problems
+    if shards.device.type == "cuda":
+        models.to(shards.device)
+    table = evaluate_table(models, problems, _methods(args), settings, rounds=args.rounds, shards=shards)
+    if shards.main:
+        print(markdown(table))
+        record = {"problems": len(problems), "rounds": args.rounds, "processes": shards.world} | settings_record(settings)
+        save_results(results("eval-reasoning", record, {"greedy": table}), args.json)
     return 0
 
 

@@ -35,6 +35,7 @@ import torch
 
 from multispec import speculative_generate
 from multispec.bench.recorder import Recorder, partition
+from multispec.bench.shards import Shards
 from multispec.drafters import ModelDrafter
 from multispec.rules import Judge, JudgeHead, JudgeStats
 
@@ -65,6 +66,14 @@ class Models:
     @property
     def drafter_model(self):
         return self.small if self.token_drafter is None else self.token_drafter
+
+    def to(self, device) -> "Models":
+        """Every model (and the judge head) on `device`: a data-parallel process's own GPU."""
+        for name in ("base", "small", "judge", "token_drafter"):
+            if getattr(self, name) is not None:
+                setattr(self, name, getattr(self, name).to(device))
+        self.experts = {k: m.to(device) for k, m in self.experts.items()}
+        return self
 
 
 @dataclass
@@ -157,11 +166,12 @@ def evaluate(models: Models, problems: Sequence[Problem], methods: Sequence[str]
 
 def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequence[str] = METHODS,
                    settings: Settings | None = None, warmup: bool = True, rounds: int = 3,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, shards: Shards | None = None) -> dict:
     """Run every method on every problem through the recorder (methods interleaved problem by problem, the
     problems split into `rounds`, fewer when there are fewer problems) and return its table, each row with
     the method's accuracy and counts. `warmup`: run every method once on the first problem, untimed;
-    `progress`: show progress bars."""
+    `progress`: show progress bars; `shards`: this process's part of a data-parallel run (`multispec.bench.shards`:
+    each process solves its share of every round, and every process returns the table of all problems)."""
     s = settings or Settings()
     _check(models, methods)
     if "judge" in methods:  # a judge's figure is reported beside its controls, never alone
@@ -177,7 +187,11 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
     baseline = "base" if "base" in methods else methods[0]
     table = Recorder(calls, baseline, unit="problems", count=lambda p, r: 1, stats_of=lambda r: r.get("stats"),
                      observe=observe).run(partition(problems, rounds), warmup=list(problems[:1]) if warmup else [],
-                                          desc="problems", round_inputs="partition", progress=progress)
+                                          desc="problems", round_inputs="partition", progress=progress,
+                                          shards=shards)
+    if shards is not None and shards.world > 1:  # every process's answers, for the figures of all problems
+        parts = shards.gather(answers)
+        answers = {m: [r for part in parts for r in part[m]] for m in methods}
     rows = table["methods"]
     for m, row in rows.items():
         row |= _figures(m, answers[m], row)
@@ -264,7 +278,8 @@ def markdown(results: dict) -> str:
         lines.append(f"| {m} | {r['accuracy']:.3f} | {r['latency_s']:.3f} | {_speedup(r)} | {r['tokens']:.0f} "
                      f"| {'; '.join(notes)} |")
     if "baseline" in results:
+        processes = f", across {results['processes']} processes" if results.get("processes") else ""
         lines += ["", f"{results['rounds']} rounds ({results['round_inputs']}, problems per round "
-                      f"{results['inputs_per_round']}); speedup: median of the per-round ratios of "
+                      f"{results['inputs_per_round']}{processes}); speedup: median of the per-round ratios of "
                       f"`{results['baseline']}`'s latency to the method's, [min-max] across rounds"]
     return "\n".join(lines)

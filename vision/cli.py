@@ -8,6 +8,7 @@ from pathlib import Path
 
 from multispec import zoo
 from multispec.bench.recorder import LEGEND, format_table
+from multispec.bench.shards import current
 from multispec.cli import parse_tree, positive_int, register_command
 
 from .bench import run
@@ -120,7 +121,10 @@ def _eval(args: argparse.Namespace) -> int:
         elif args.target is None:
             drafters = load_drafters(model)
     methods = vqa_methods(model, drafters, args.max_new_tokens, eos, pad, prompt_lookup=False)
-    res = run_vqa(items, processor, methods, eos, desc="eval vqa")
+    shards = current()  # under accelerate launch / torchrun: this process answers its share of the questions
+    res = run_vqa(items, processor, methods, eos, desc="eval vqa", shards=shards)
+    if not shards.main:  # rank 0 reports
+        return 0
     print(f"{len(items)} questions from {data}")
     print(format_table("method", res["table"], columns=[("vqa_accuracy", "VQA acc"), ("anls", "ANLS"),
                                                         ("relaxed_accuracy", "relaxed")]))

@@ -14,6 +14,7 @@ import torch
 
 from multispec import DynamicTree, speculative_generate
 from multispec.bench.recorder import Recorder, generated_tokens, outputs_identical, partition, sequences
+from multispec.bench.shards import Shards
 
 from .vqa_metrics import anls, relaxed_accuracy, vqa_accuracy
 
@@ -90,13 +91,14 @@ def _answer(seq: torch.Tensor, prompt_len: int, eos: int, processor) -> tuple[li
 
 
 def run_vqa(items: Sequence[VQAItem], processor, methods: dict[str, Method], eos_token_id: int,
-            desc: str = "vqa", rounds: int = 1) -> dict:
+            desc: str = "vqa", rounds: int = 1, shards: Shards | None = None) -> dict:
     """Run every method on every item (batch 1) through the benchmark recorder: methods interleaved per
     question, the questions split into `rounds` rounds (a ratio per round, their spread reported), a warm-up
     on the first question. Returns the recorder's table (rows: tokens/s, speedup with its spread, mean
     accepted length, step split, `outputs` against plain decoding, and under `quality` the VQA accuracy /
     ANLS / relaxed accuracy on the short questions), whether every output equals plain decoding's, and the
-    predictions."""
+    predictions. `shards`: this process's part of a data-parallel run (`multispec.bench.shards`): it answers
+    its share of the questions, and every process returns the figures of all of them."""
     prepared = [(i, processor(item.image, item.question)) for i, item in enumerate(items)]
     predictions: dict[str, list[str | None]] = {name: [None] * len(items) for name in methods}
 
@@ -113,7 +115,11 @@ def run_vqa(items: Sequence[VQAItem], processor, methods: dict[str, Method], eos
     timed = {name: (lambda question, m=method: m(question[1])) for name, method in methods.items()}
     table = Recorder(timed, "plain", count=lambda question, out: generated_tokens(question[1], out),
                      compare=compare, observe=observe).run(partition(prepared, rounds), warmup=prepared[:1],
-                                                           desc=desc, round_inputs="partition")
+                                                           desc=desc, round_inputs="partition", shards=shards)
+    if shards is not None and shards.world > 1:  # each question was answered by one process: take its answers
+        for part in shards.gather(predictions):
+            for name, preds in part.items():
+                predictions[name] = [p if p is not None else q for p, q in zip(predictions[name], preds)]
     short = [i for i, item in enumerate(items) if item.short]
     for name, row in table["methods"].items():
         preds = predictions[name]

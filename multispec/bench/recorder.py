@@ -35,6 +35,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from .machine import machine_info
+from .shards import Shards
 
 SCHEMA = "multispec.bench/1"
 SPLIT_KEYS = ("prefill_s", "draft_s", "verify_s", "commit_s")
@@ -129,21 +130,25 @@ class Recorder:
         return {name: m.make() if isinstance(m, Fresh) else m for name, m in self.methods.items()}
 
     def run(self, rounds: Sequence[Sequence[Any]], warmup: Sequence[Any] | None = None, desc: str = "bench",
-            round_inputs: str = "repeat", progress: bool = True) -> dict:
+            round_inputs: str = "repeat", progress: bool = True, shards: Shards | None = None) -> dict:
         """Time every method on every input of every round; returns the table (see the module docstring).
 
         `warmup`: inputs each method runs once, untimed, before the first round (default: the first round's
         first input, so the first timed call of a method is never its first call on inputs of that kind);
-        `progress`: show progress bars."""
+        `progress`: show progress bars; `shards`: this process's part of a data-parallel run (it takes its
+        share of every round; the tallies of all processes are pooled per round, on every process)."""
         if not rounds or any(len(r) == 0 for r in rounds):
             raise ValueError("rounds: expected at least one non-empty round of inputs")
         if round_inputs not in ("repeat", "partition"):
             raise ValueError(f"round_inputs: expected 'repeat' or 'partition', got {round_inputs!r}")
+        shards = shards or Shards()
+        progress = progress and shards.main  # one set of bars in a data-parallel run
         warm = self._callables()
         for inputs in tqdm(list(rounds[0][:1] if warmup is None else warmup), desc=f"{desc} (warm-up)", unit="input",
                            leave=False, disable=not progress):
             for fn in warm.values():
                 fn(inputs)
+        full_rounds, rounds = rounds, [shards.take(r) for r in rounds]
         per_round: list[dict[str, Tally]] = []
         outputs: dict[str, Counter] = {name: Counter() for name in self.methods}
         total = sum(len(r) for r in rounds)
@@ -166,9 +171,14 @@ class Recorder:
                             self.observe(name, inputs, out)
                         bar.update()
                 per_round.append(tallies)
+        if shards.world > 1:
+            per_round, outputs = _pooled(shards.gather((per_round, outputs)))
         methods = {name: self._row(name, per_round, outputs[name]) for name in self.methods}
-        return {"baseline": self.baseline, "unit": self.unit, "rounds": len(rounds), "round_inputs": round_inputs,
-                "inputs_per_round": [len(r) for r in rounds], "methods": methods}
+        table = {"baseline": self.baseline, "unit": self.unit, "rounds": len(full_rounds),
+                 "round_inputs": round_inputs, "inputs_per_round": [len(r) for r in full_rounds], "methods": methods}
+        if shards.world > 1:
+            table["processes"] = shards.world
+        return table
 
     def _row(self, name: str, per_round: list[dict[str, Tally]], outputs: Counter) -> dict:
         pooled = Tally()
@@ -193,6 +203,18 @@ class Recorder:
         if outputs:
             row["outputs"] = dict(sorted(outputs.items()))
         return row
+
+
+def _pooled(parts: list[tuple[list[dict[str, Tally]], dict[str, Counter]]]):
+    """The processes' (per-round tallies, output counts) as one process's: tallies merged round by round."""
+    per_round, outputs = parts[0]
+    for other_rounds, other_outputs in parts[1:]:
+        for tallies, others in zip(per_round, other_rounds):
+            for name, tally in tallies.items():
+                tally.merge(others[name])
+        for name, counts in outputs.items():
+            counts.update(other_outputs[name])
+    return per_round, outputs
 
 
 def repeat(inputs: Sequence[Any], rounds: int) -> list[list[Any]]:
