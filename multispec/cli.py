@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import generate_cli, zoo
-from .bench import shards
-from .cli_types import parse_tree, positive_int
 from .bench import core as bench_core
+from .bench import report, shards
 from .bench import text as bench_text
+from .cli_types import parse_tree, positive_int
 from .targets import load_adapter_plugins
 
 # commands that modality packages add when imported (`multispec.adapters` entry points):
@@ -52,6 +52,26 @@ def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, 
         parser.add_argument("--tree", default=None, type=parse_tree, metavar="D/K/N",
                             help=f"dynamic tree: depth/top-k/total nodes (default {tree})")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+
+
+def _bench_all(args: argparse.Namespace, parsers: dict[str, argparse.ArgumentParser]) -> int:
+    names = report.bench_names(list(parsers), args.only)  # a bad --only fails before anything runs
+    if args.from_json is not None:
+        if not Path(args.from_json).is_file():
+            raise FileNotFoundError(f"--from-json: {args.from_json} is not a file")
+        doc = json.loads(Path(args.from_json).read_text())
+        json_path = Path(args.from_json)
+    else:
+        doc = report.run_all(parsers, names, args.quick, args.rounds)
+        json_path = Path(args.json or f"benchmarks/results/all{'_quick' if args.quick else ''}.json")
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(doc, indent=2))
+    readme = None if args.readme == "none" else Path(args.readme)
+    report.write_report(doc, json_path, Path(args.benchmarks_md), readme, Path(args.plots))
+    print(report.summary_table(doc))
+    print(f"\nwrote {json_path}, {args.benchmarks_md}'s generated section, {args.plots}/*.png"
+          + ("" if readme is None else f" and {readme}'s summary"))
+    return 0
 
 
 def _bench_core(args: argparse.Namespace) -> int:
@@ -146,6 +166,25 @@ def main(argv: list[str] | None = None) -> int:
         command = groups[group].add_parser(name, help=text)
         add_arguments(command)
         command.set_defaults(func=run)
+    every = dict(suites.choices)  # the benchmarks `bench all` runs, each through its own parser
+    everything = suites.add_parser("all", help="every benchmark, one JSON, BENCHMARKS.md's section and plots and "
+                                   "README's summary regenerated")
+    everything.add_argument("--quick", action="store_true", help="each benchmark's smaller run")
+    everything.add_argument("--only", default=None, metavar="A,B",
+                            help="some of the benchmarks: " + ", ".join(report.bench_names(list(every), None)))
+    everything.add_argument("--rounds", type=positive_int, default=None, help="timed rounds per benchmark "
+                            "(default: each one's)")
+    everything.add_argument("--json", default=None, metavar="PATH",
+                            help="the combined results (default benchmarks/results/all[_quick].json)")
+    everything.add_argument("--from-json", default=None, metavar="PATH",
+                            help="regenerate the report from a stored run instead of running")
+    everything.add_argument("--benchmarks-md", default="BENCHMARKS.md", metavar="PATH",
+                            help="the report whose generated section is rewritten (default %(default)s)")
+    everything.add_argument("--readme", default="README.md", metavar="PATH",
+                            help="whose results summary is rewritten (default %(default)s; 'none': leave it)")
+    everything.add_argument("--plots", default="benchmarks/plots", metavar="DIR",
+                            help="where the PNGs go (default %(default)s)")
+    everything.set_defaults(func=lambda args: _bench_all(args, every))
     generate = sub.add_parser("generate", help="generate text speculatively (a zoo pair or your checkpoint)",
                               description=generate_cli.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     generate_cli.add_arguments(generate)

@@ -167,3 +167,23 @@ def test_docs_carry_no_measured_speedups(page):
     if page == README:
         text = "\n".join(line for line in text.splitlines() if not line.startswith("| "))
     assert not re.findall(r"\b\d+\.\d+x\b", text)
+
+
+def test_the_generated_report_is_what_its_stored_run_renders():
+    """BENCHMARKS.md's `bench all` section, its plots and README's results summary are regenerated from one stored
+    JSON (`multispec bench all`): they must be what that JSON renders now, so neither drifts from the run."""
+    import json
+
+    from multispec.bench import report
+
+    text = BENCHMARKS.read_text()
+    block = re.search(re.escape(report.BEGIN) + r"\n(.*?)\n" + re.escape(report.END), text, re.S)
+    assert block, "BENCHMARKS.md has no `multispec bench all` section"
+    stored = re.search(r"stored in `(benchmarks/results/[\w.\-]+\.json)`", block.group(1)).group(1)
+    doc = json.loads((ROOT / stored).read_text())
+    assert block.group(1).rstrip() == report.render_section(doc, stored, "benchmarks/plots").rstrip()
+    for png in re.findall(r"\]\((benchmarks/plots/[\w\-]+\.png)\)", block.group(1)):
+        assert (ROOT / png).is_file(), png
+    summary = re.search(re.escape(report.SUMMARY_BEGIN) + r"\n(.*?)\n" + re.escape(report.SUMMARY_END),
+                        README.read_text(), re.S)
+    assert summary and summary.group(1).rstrip() == report.summary_table(doc).rstrip()

@@ -73,6 +73,7 @@ class Tally:
     row_forwards: int = 0
     steps: int = 0
     split: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SPLIT_KEYS, 0.0))
+    lengths: Counter = field(default_factory=Counter)  # steps by tokens committed per row (the accepted length)
 
     def add(self, seconds: float, units: float, stats: Any = None) -> None:
         self.seconds += seconds
@@ -83,6 +84,7 @@ class Tally:
             self.steps += stats.target_forwards
             for key in SPLIT_KEYS:
                 self.split[key] += getattr(stats, key)
+            self.lengths.update(round(st.committed / st.rows) for st in stats.steps if st.rows)
 
     def merge(self, other: Tally) -> None:
         self.seconds += other.seconds
@@ -92,6 +94,7 @@ class Tally:
         self.steps += other.steps
         for key in SPLIT_KEYS:
             self.split[key] += other.split[key]
+        self.lengths.update(other.lengths)
 
     @property
     def rate(self) -> float:
@@ -200,6 +203,8 @@ class Recorder:
             row["per_step_ms"] = {k[:-2]: round(pooled.split[k] / pooled.steps * 1e3, 3) for k in SPLIT_KEYS[1:]}
             row["per_step_ms"]["other"] = round((pooled.seconds - sum(pooled.split.values())) / pooled.steps * 1e3, 3)
             row["prefill_s"] = round(pooled.split["prefill_s"], 3)
+        if pooled.lengths:  # how many steps committed 1, 2, ... tokens (per row)
+            row["accepted_length_histogram"] = {str(k): v for k, v in sorted(pooled.lengths.items())}
         if outputs:
             row["outputs"] = dict(sorted(outputs.items()))
         return row

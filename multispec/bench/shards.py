@@ -49,7 +49,10 @@ def current() -> Shards:
     GPUs."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return Shards()
-    from accelerate import PartialState
+    try:
+        from accelerate import PartialState
+    except ImportError as err:
+        raise ImportError("a data-parallel run needs accelerate: pip install 'multispec[distributed]'") from err
 
     state = PartialState(cpu=not torch.cuda.is_available())
     return Shards(state.process_index, state.num_processes, state.device)

@@ -1,0 +1,104 @@
+"""`multispec bench all`: benchmarks run through their own parsers into one document, and the report regenerated
+from it: BENCHMARKS.md's generated section (tables, plot links), README's summary (the fastest speculative row of
+each table, never a baseline or a control), PNG plots; rewriting replaces the blocks, never duplicates them."""
+
+import argparse
+import json
+
+import pytest
+
+from multispec.bench import report
+from multispec.bench.recorder import results
+from multispec.cli import main
+
+
+def _row(speedup, spread, length=None, hist=None, split=None, **extra):
+    row = {"speedup": speedup, "speedup_spread": spread, "tokens_per_s": 10.0 * speedup, "seconds": 1.0,
+           "tokens": 10, "mean_accepted_length": length, **extra}
+    if hist:
+        row["accepted_length_histogram"] = hist
+    if split:
+        row["per_step_ms"] = split
+    return row
+
+
+def _table(rows):
+    return {"baseline": next(iter(rows)), "unit": "tokens", "rounds": 2, "round_inputs": "repeat", "inputs_per_round": [2, 2],
+            "methods": rows}
+
+
+def _fake_bench(name, tables):
+    parser = argparse.ArgumentParser(prog=f"bench {name}")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json")
+
+    def run(args):
+        assert args.quick and args.rounds == 2  # bench all passes its options through
+        with open(args.json, "w") as f:
+            json.dump(results(name, {"pair": f"{name}-pair"}, tables), f)
+        return 0
+
+    parser.set_defaults(func=run)
+    return parser
+
+
+SPLIT = {"draft": 1.0, "verify": 4.0, "commit": 0.5, "other": 0.2}
+TEXT = {"greedy": _table({"plain": _row(1.0, [1.0, 1.0]), "no_draft": _row(1.2, [1.1, 1.3]),
+                          "eagle_chain_k8": _row(2.7, [2.5, 2.9], 7.1, {"6": 3, "9": 5}, SPLIT),
+                          "hybrid_chain_k8": _row(2.6, [2.5, 2.8], 4.0, {"3": 2, "5": 4}, SPLIT)}),
+        "sampling": _table({"plain": _row(1.0, [1.0, 1.0]),
+                            "eagle_chain_k8": _row(2.1, [1.7, 2.4], 6.1, {"6": 8}, SPLIT)})}
+REASONING = {"greedy": _table({"base": _row(1.0, [1.0, 1.0]),
+                               "judge_approve_all": _row(3.0, [2.9, 3.1], 4.3, control="approve_all_floor"),
+                               "judge": _row(2.5, [2.4, 2.6], 4.2, control=None)})}
+
+
+def test_bench_all_runs_each_benchmark_and_regenerates_the_report(tmp_path):
+    parsers = {"text": _fake_bench("text", TEXT), "reasoning": _fake_bench("reasoning", REASONING)}
+    doc = report.run_all(parsers, report.bench_names(list(parsers), None), quick=True, rounds=2, progress=False)
+    assert list(doc["benches"]) == ["text", "reasoning"] and doc["quick"]
+    md, readme = tmp_path / "BENCHMARKS.md", tmp_path / "README.md"
+    md.write_text("# Benchmarks\n\nhand-written text\n")
+    readme.write_text("# multispec\n\n" + report.SUMMARY_BEGIN + "\nold\n" + report.SUMMARY_END + "\n\nmore\n")
+    json_path = tmp_path / "results" / "all_quick.json"
+    json_path.parent.mkdir()
+    json_path.write_text(json.dumps(doc))
+    for _ in range(2):  # a second run replaces the blocks
+        report.write_report(doc, json_path, md, readme, tmp_path / "plots")
+    text = md.read_text()
+    assert text.startswith("# Benchmarks\n\nhand-written text\n") and text.count(report.BEGIN) == 1
+    assert "| `eagle_chain_k8` | 27.00 | 2.70x [2.50-2.90] |" in text and "results/all_quick.json" in text
+    assert "![text: accepted_lengths](plots/text_accepted_lengths.png)" in text
+    summary = readme.read_text()
+    assert summary.count(report.SUMMARY_BEGIN) == 1 and "old" not in summary and summary.endswith("more\n")
+    assert "| text (text-pair) | greedy | `eagle_chain_k8` | 2.70x [2.50-2.90] over `plain` | 7.10 |" in summary
+    # the control row is faster here, but a control is not a method: the judge is reported
+    assert "| reasoning (reasoning-pair) | greedy | `judge` | 2.50x" in summary
+    for name in ("text_speedup", "text_accepted_lengths", "text_step_split", "reasoning_speedup"):
+        assert (tmp_path / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "plots" / "reasoning_step_split.png").exists()  # no step split in that bench
+
+
+def test_bench_all_options_are_checked_before_anything_runs(tmp_path, capsys):
+    assert main(["bench", "all", "--only", "text,nope"]) == 2
+    assert "--only: expected some of core, text" in capsys.readouterr().err
+    assert main(["bench", "all", "--from-json", str(tmp_path / "missing.json")]) == 2
+    assert "--from-json" in capsys.readouterr().err
+
+
+def test_a_stored_run_regenerates_the_report_without_running(tmp_path, capsys):
+    doc = {"schema": "multispec.bench/1", "benchmark": "all", "quick": True, "machine": results("x", {}, {})["machine"],
+           "benches": {"text": results("text", {"pair": "p"}, TEXT)}}
+    stored = tmp_path / "all.json"
+    stored.write_text(json.dumps(doc))
+    md = tmp_path / "B.md"
+    md.write_text("")
+    assert main(["bench", "all", "--from-json", str(stored), "--benchmarks-md", str(md), "--readme", "none",
+                 "--plots", str(tmp_path / "plots")]) == 0
+    assert "eagle_chain_k8" in md.read_text() and "| text (p) | sampling |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("only, expected", [(None, ["core", "text", "ssm"]), ("ssm,core", ["core", "ssm"])])
+def test_benchmarks_run_in_the_reports_order(only, expected):
+    assert report.bench_names(["ssm", "text", "core"], only) == expected
