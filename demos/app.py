@@ -11,8 +11,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from demos import continuous_tab, image_tab, reasoning_tab, ssm_tab, text_tab, vision_tab  # noqa: E402
 
 
-def build():
+def build(target: str | None = None, draft: str | None = None):
+    """The app; `target` (a causal LM folder) and `draft` (as `multispec generate --draft` takes it) add the
+    user's own checkpoint to the Text tab, as its default pair."""
     import gradio as gr
+
+    if target is not None:
+        text_tab.add_checkpoint(target, draft)
 
     # short tab titles: longer ones pushed the last tab into an overflow menu at 1,400 px
     with gr.Blocks(title="multispec") as app:

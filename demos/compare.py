@@ -73,8 +73,15 @@ def summary_markdown(results: list[MethodResult]) -> str:
     return "\n".join(rows)
 
 
+# pairs served from a user's own checkpoints (`multispec demo --target PATH`): name -> a loader returning an object
+# with .target, .drafter and .tokenizer, as a zoo pair has
+USER_PAIRS: dict[str, Callable] = {}
+
+
 @functools.cache
 def _load(pair: str):
+    if pair in USER_PAIRS:
+        return USER_PAIRS[pair]()
     return zoo.load(pair)
 
 

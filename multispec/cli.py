@@ -115,10 +115,14 @@ def _demo(args: argparse.Namespace) -> int:
                                 "`pip install -e \".[demo]\"` from a clone")
     if importlib.util.find_spec("gradio") is None:
         raise ImportError("the demos need gradio: pip install -e \".[demo]\"")
+    if args.target is not None:
+        generate_cli.check_checkpoint(args.target, args.draft)
+    elif args.draft is not None:
+        raise ValueError("--draft: drafts the model of --target PATH; give that too")
     spec = importlib.util.spec_from_file_location("multispec_demo_app", app_py)
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
-    blocks = app.build()
+    blocks = app.build(args.target, args.draft)
     if args.build_only:
         print(f"built {type(blocks).__name__} from {app_py}")
         return 0
@@ -199,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="the address to serve on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
     demo.add_argument("--port", type=positive_int, default=7860)
     demo.add_argument("--share", action="store_true", help="a public Gradio link")
+    demo.add_argument("--target", default=None, metavar="PATH",
+                      help="your causal LM checkpoint folder (with its tokenizer), served in the Text tab")
+    demo.add_argument("--draft", default=None, metavar="PATH|ngram|suffix|eagle:PATH",
+                      help="with --target: its drafter, as multispec generate takes it (default ngram)")
     demo.add_argument("--build-only", action="store_true", help="build the app and exit (a smoke test)")
     demo.set_defaults(func=_demo)
     args = parser.parse_args(argv)

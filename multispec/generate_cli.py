@@ -134,16 +134,20 @@ def _check(args: argparse.Namespace) -> None:
         if args.draft is not None:
             raise ValueError("--draft: a zoo pair brings its drafter; use --target PATH to choose one")
     else:
-        if not Path(args.target, "config.json").is_file():
-            raise FileNotFoundError(f"--target: no config.json in {args.target}")
-        draft = args.draft or "ngram"
-        if draft.startswith("eagle:") and not Path(draft[6:]).is_dir():
-            raise FileNotFoundError(f"--draft: no EAGLE head folder at {draft[6:]}")
-        if draft not in ("ngram", "suffix") and not draft.startswith("eagle:") \
-                and not Path(draft, "config.json").is_file():
-            raise FileNotFoundError(f"--draft: expected ngram, suffix, eagle:PATH or a model folder; no config.json "
-                                    f"in {draft}")
+        check_checkpoint(args.target, args.draft)
     check_sampling(args)
+
+
+def check_checkpoint(target: str, draft: str | None) -> None:
+    """`--target PATH [--draft ...]` as `load_checkpoint` takes them, checked before anything loads."""
+    if not Path(target, "config.json").is_file():
+        raise FileNotFoundError(f"--target: no config.json in {target}")
+    draft = draft or "ngram"
+    if draft.startswith("eagle:") and not Path(draft[6:]).is_dir():
+        raise FileNotFoundError(f"--draft: no EAGLE head folder at {draft[6:]}")
+    if draft not in ("ngram", "suffix") and not draft.startswith("eagle:") and not Path(draft, "config.json").is_file():
+        raise FileNotFoundError(f"--draft: expected ngram, suffix, eagle:PATH or a model folder; no config.json "
+                                f"in {draft}")
 
 
 def _load(args: argparse.Namespace, prompts: list[str]):
@@ -158,11 +162,18 @@ def _load(args: argparse.Namespace, prompts: list[str]):
         tree = tree_option(args.tree) or pair.tree or pair.chain_k or 4
         eos = getattr(pair.tokenizer, "eos_token_id", None)
         return pair.target, pair.drafter, pair.tokenizer, tree, eos
+    target, drafter, tokenizer = load_checkpoint(args.target, args.draft, prompts)
+    return target, drafter, tokenizer, tree_option(args.tree) or 4, tokenizer.eos_token_id
+
+
+def load_checkpoint(target_path: str, draft: str | None, prompts: list[str] = ()):
+    """(target, drafter, tokenizer) of a causal LM folder and a --draft spec: a draft model folder, ngram
+    (prompt lookup, the default), suffix (SuffixDecoding over `prompts`) or eagle:PATH."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target = AutoModelForCausalLM.from_pretrained(args.target).eval()
-    tokenizer = AutoTokenizer.from_pretrained(args.target)
-    draft = args.draft or "ngram"
+    target = AutoModelForCausalLM.from_pretrained(target_path).eval()
+    tokenizer = AutoTokenizer.from_pretrained(target_path)
+    draft = draft or "ngram"
     if draft == "ngram":
         drafter = NGramDrafter()
     elif draft == "suffix":
@@ -171,7 +182,7 @@ def _load(args: argparse.Namespace, prompts: list[str]):
         drafter = EagleDrafter(EagleHead.load(draft[6:]), target)
     else:
         drafter = ModelDrafter(AutoModelForCausalLM.from_pretrained(draft).eval())
-    return target, drafter, tokenizer, tree_option(args.tree) or 4, tokenizer.eos_token_id
+    return target, drafter, tokenizer
 
 
 class _Stream:

@@ -41,6 +41,20 @@ def make_target(kind: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: 
     return model.eval()
 
 
+def save_checkpoint(folder, model: torch.nn.Module) -> None:
+    """`model` saved as a user's checkpoint folder, with a word-level tokenizer of its vocabulary (ids 0-2: pad,
+    BOS, EOS; "w3", "w4", ... the rest), for the tests of commands that take `--target PATH`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<pad>", "<s>", "</s>"] + [f"w{i}" for i in range(3, model.config.vocab_size)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w3"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+
+
 def make_eagle_head(d2t: torch.Tensor | None = None, hidden: int = 64, vocab: int = VOCAB,
                     draft_vocab: int = 96) -> EagleHead:
     """An untrained EAGLE head for `make_target`'s models, with a reduced draft vocabulary: `d2t` maps its

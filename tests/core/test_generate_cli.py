@@ -10,7 +10,7 @@ import torch
 
 from multispec import zoo
 from multispec.cli import main
-from multispec.testing import make_perturbed_copy, make_target
+from multispec.testing import make_perturbed_copy, make_target, save_checkpoint
 
 
 def test_a_zoo_pair_streams_what_it_generates_and_compares_with_generate(tmp_path, capsys):
@@ -25,27 +25,14 @@ def test_a_zoo_pair_streams_what_it_generates_and_compares_with_generate(tmp_pat
     assert "mean accepted length" in printed and "plain generate" in printed and "outputs identical" in printed
 
 
-def _checkpoint(folder, model) -> None:
-    """`model` saved with a word-level tokenizer of its vocabulary (ids 0-2: pad, BOS, EOS)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = ["<pad>", "<s>", "</s>"] + [f"w{i}" for i in range(3, model.config.vocab_size)]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w3"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
-    model.save_pretrained(folder)
-    fast.save_pretrained(folder)
-
-
 @pytest.mark.parametrize("draft", ["model", "ngram", "suffix"])
 def test_a_users_checkpoint_with_a_draft_model_or_lookup(tmp_path, capsys, draft):
     target = make_target("llama", seed=3)
-    _checkpoint(tmp_path / "target", target)
+    save_checkpoint(tmp_path / "target", target)
     args = ["generate", "--target", str(tmp_path / "target"), "--prompt", "w10 w11 w12 w10 w11",
             "--max-new-tokens", "16", "--tree", "3", "--compare", "--no-stream", "--json", str(tmp_path / "g.json")]
     if draft == "model":
-        _checkpoint(tmp_path / "draft", make_perturbed_copy(target, noise=0.02))
+        save_checkpoint(tmp_path / "draft", make_perturbed_copy(target, noise=0.02))
         args += ["--draft", str(tmp_path / "draft")]
     elif draft == "suffix":
         args += ["--draft", "suffix"]

@@ -149,3 +149,33 @@ def test_endpoints_have_names_and_bad_requests_show_their_message():
                           (lambda: compare.shown(ssm_tab.run)("nope", "x"), "pair")]:
         with pytest.raises(gr.Error, match=message):
             call()
+
+
+def test_the_text_tab_serves_a_users_checkpoint(tmp_path, capsys, monkeypatch):
+    """`multispec demo --target PATH --draft PATH`: the user's model and draft model become the Text tab's default
+    pair; its rows are named by the drafter they use and equal plain decoding, with drafts accepted."""
+    import gradio as gr
+
+    from multispec.cli import main
+    from multispec.testing import make_perturbed_copy, make_target, save_checkpoint
+
+    target = make_target("llama", seed=3)
+    save_checkpoint(tmp_path / "target", target)
+    save_checkpoint(tmp_path / "draft", make_perturbed_copy(target, noise=0.02))
+    launched = {}
+    monkeypatch.setattr(gr.Blocks, "launch", lambda self, **kw: launched.update(kw))
+    try:
+        assert main(["demo", "--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft")]) == 0
+        name = text_tab.PAIRS[0]
+        assert name == "your checkpoint (target)" and launched
+        table, completion, _, _ = text_tab.run(name, "w10 w11 w12 w10 w11", max_new_tokens=16, chain_k=3)
+        assert "| draft model chain k=3 |" in table and "| draft model tree 4/4/15 |" in table
+        assert table.count("| yes |") == 5 and completion
+        rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| draft model chain")]
+        assert float(rows[0][3]) > 1.5  # accepted length: the draft model's drafts are accepted
+    finally:
+        text_tab.PAIRS.remove("your checkpoint (target)")
+    for args, message in [(["--target", str(tmp_path)], "--target: no config.json"),
+                          (["--draft", "ngram"], "--draft: drafts the model of --target")]:
+        assert main(["demo", *args]) == 2
+        assert message in capsys.readouterr().err
