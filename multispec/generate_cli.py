@@ -118,6 +118,8 @@ def _mode(args: argparse.Namespace) -> GenerateMode | None:
         given = [flag for dest, flag in other.options.items() if getattr(args, dest, None) is not None]
         if other is not mode and given:
             raise ValueError(f"{given[0]}: only for {other.name} pairs ({', '.join(other.pairs)})")
+    if mode is not None and args.draft is not None:
+        raise ValueError("--draft: a zoo pair brings its drafter; use --target PATH to choose one")
     return mode
 
 
