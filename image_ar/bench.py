@@ -87,6 +87,14 @@ def speedup_cell(row: dict) -> str:
     return f"{row['speedup']:.2f}x [{lo:.2f}-{hi:.2f}]"
 
 
+# what the columns of `markdown` mean, printed under the table
+LEGEND = ("mean acc. len: image codes committed per target forward (the correction included); FID: against the "
+          "reference digits in the classifier's feature space, FID vs AR: the row's FID over plain AR's (runs of "
+          "plain AR with other seeds differ by as much: see the line above the table); class acc: the classifier's "
+          "accuracy on the generated digits (the quality figure to compare); max TVD: the largest probability mass a "
+          "relaxed rule moved at one code (0: lossless)")
+
+
 def rounds_note(table: dict) -> str:
     return (f"{table['rounds']} rounds ({table['round_inputs']}, images per round {table['inputs_per_round']}); "
             f"speedup: median of the per-round ratios to `{table['baseline']}`, [min-max] across rounds")
@@ -191,5 +199,5 @@ def markdown(results: dict) -> str:
         acc = f"{q['class_accuracy']:.3f}" if q else "-"
         lines.append(f"| {name} | {r['images_per_s']:.2f} | {r['tokens_per_s']:.0f} | {speedup_cell(r)} | {mal} "
                      f"| {fid} | {rel} | {acc} | {r['max_tvd']:.3f} |")
-    lines += ["", rounds_note(table)]
+    lines += ["", rounds_note(table), LEGEND]
     return "\n".join(lines)

@@ -268,7 +268,8 @@ def format_table(title: str, table: dict, columns: Sequence[tuple[str, str]] = (
     """A plain-text table of one recorder table: throughput, speedup [spread], accepted length, step split,
     output verdicts, plus `columns` (key, heading) read from each row (or its `quality`)."""
     unit = table["unit"]
-    extra = [c for c in table["methods"][table["baseline"]] if c.startswith("speedup_vs_") and not c.endswith("spread")]
+    base = table["methods"][table["baseline"]]
+    extra = [c for c in base if c.startswith("speedup_vs_") and not c.endswith("spread") and f"{c}_spread" in base]
     head = (f"{title:30s} {unit + '/s':>9s} {'speedup [spread]':>20s} "
             + "".join(f" {'vs ' + c[len('speedup_vs_'):]:>21s}" for c in extra)
             + f" {'acc. len':>8s} {'ms per step':>24s}" + "".join(f" {h:>10s}" for _, h in columns) + "  outputs")
@@ -298,7 +299,8 @@ def markdown_table(table: dict, columns: Sequence[tuple[str, str]] = ()) -> str:
     `columns` (key, heading) read from each row or its `quality`, and the output verdicts."""
     unit = table["unit"]
     rows = table["methods"]
-    others = [k for k in rows[table["baseline"]] if k.startswith("speedup_vs_") and not k.endswith("_spread")]
+    base = rows[table["baseline"]]  # other baselines are those with a spread (`speedup_vs_base` alone is an alias)
+    others = [k for k in base if k.startswith("speedup_vs_") and not k.endswith("_spread") and f"{k}_spread" in base]
     split = any("per_step_ms" in r for r in rows.values())
     compared = any("outputs" in r for r in rows.values())
     head = (["method", f"{unit}/s", f"vs {table['baseline']} [spread]"] + [f"vs {k[11:]} [spread]" for k in others]
