@@ -160,3 +160,20 @@ def build_tab(intro: str, pairs: Sequence[str], run: Callable, prompt: str, chai
             second = gr.HTML(label=trace_labels[1])
     go.click(shown(run), [pair, text, max_new, k, depth, topk, total], [table, completion, first, second],
              api_name=api_name)
+
+
+def build_image_outputs(api_name: str, legend: str, gallery_label: str, grid_heading: str):
+    """The image tabs' button and outputs, added to the enclosing tab: the button (`/api_name`), the comparison
+    table with its legend, a gallery of the runs' images and the HTML grid of who wrote each token.
+    Returns (button, table, gallery, grid)."""
+    import gradio as gr
+
+    go = gr.Button("generate", variant="primary", elem_id=f"{api_name}-run")
+    table = gr.Markdown(label="comparison", elem_id=f"{api_name}-table")
+    gr.Markdown(legend)
+    gallery = gr.Gallery(label=gallery_label, columns=3, height="auto",
+                         object_fit="contain")  # "cover" cropped the bottom of every digit
+    gr.Markdown(grid_heading)
+    grid = gr.HTML(label="token grid")
+    return go, table, gallery, grid
+

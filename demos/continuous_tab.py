@@ -12,7 +12,7 @@ import torch
 
 from multispec.image_ar import generate_continuous, load_continuous_pair
 
-from .compare import shown
+from .compare import build_image_outputs, shown
 
 COLOURS = {"prefill": "#ddd", "draft": "#c8f7c5", "target": "#cfe3ff"}
 
@@ -78,16 +78,14 @@ def build() -> None:
         seed = gr.Number(0, label="seed", precision=0)
         k = gr.Slider(1, 8, value=4, step=1, label="drafts per step (k)")
         scale = gr.Slider(1.0, 4.0, value=2.0, step=0.25, label="guidance scale")
-    go = gr.Button("generate", variant="primary", elem_id="continuous-run")
-    table = gr.Markdown(label="comparison", elem_id="continuous-table")
-    gr.Markdown("*vs plain*: plain AR's time over the row's; *drafts accepted*: patches taken from the draft; "
-                "*residual fallbacks*: rejected patches redrawn by the target. Each patch costs a full diffusion "
-                "sampling loop in both heads, so a rejected draft is expensive; the fewer-steps row is the "
-                "quality/speed trade-off speculation avoids.")
-    gallery = gr.Gallery(label="plain AR | speculative | fewer diffusion steps", columns=3, height="auto",
-                         object_fit="contain")  # "cover" cropped the bottom of every digit
-    gr.Markdown("**the speculative run's patches** (grey: prefill, green: accepted drafts, blue: the target's)")
-    grid = gr.HTML(label="patch grid")
+    go, table, gallery, grid = build_image_outputs(
+        "continuous",
+        "*vs plain*: plain AR's time over the row's; *drafts accepted*: patches taken from the draft; *residual "
+        "fallbacks*: rejected patches redrawn by the target. Each patch costs a full diffusion sampling loop in both "
+        "heads, so a rejected draft is expensive; the fewer-steps row is the quality/speed trade-off speculation "
+        "avoids.",
+        "plain AR | speculative | fewer diffusion steps",
+        "**the speculative run's patches** (grey: prefill, green: accepted drafts, blue: the target's)")
     go.click(shown(generate_digit), [label, seed, k, scale], [table, gallery, grid], api_name="continuous")
 
 

@@ -11,7 +11,7 @@ import torch
 
 from multispec.image_ar import Relaxed, generate_images, image_drafter, load_image_pair
 
-from .compare import shown
+from .compare import build_image_outputs, shown
 
 
 @functools.cache
@@ -79,16 +79,14 @@ def build() -> None:
         seed = gr.Number(0, label="seed", precision=0)
         delta = gr.Slider(0.0, 0.6, value=0.2, step=0.05, label="LANTERN delta (TVD budget)")
         scale = gr.Slider(1.0, 4.0, value=2.0, step=0.25, label="guidance scale")
-    go = gr.Button("generate", variant="primary", elem_id="image-run")
-    table = gr.Markdown(label="comparison", elem_id="image-table")
-    gr.Markdown("*vs plain*: plain AR's time over the row's; *mean accepted length*: codes committed per target "
-                "forward; *max TVD*: the largest probability mass LANTERN moved at one code (exact: 0). Exact "
-                "speculation can be slower than plain here: on a CPU a draft step costs a sizeable part of a target "
-                "step and sampled image codes are hard to guess, so few drafts are accepted; LANTERN accepts more.")
-    gallery = gr.Gallery(label="plain AR | exact | LANTERN", columns=3, height="auto",
-                         object_fit="contain")  # "cover" cropped the bottom of every digit
-    gr.Markdown("**the speculative runs' code grids** (green: accepted drafts, blue: the target's own codes)")
-    grids = gr.HTML(label="code grids")
+    go, table, gallery, grids = build_image_outputs(
+        "image",
+        "*vs plain*: plain AR's time over the row's; *mean accepted length*: codes committed per target forward; "
+        "*max TVD*: the largest probability mass LANTERN moved at one code (exact: 0). Exact speculation can be "
+        "slower than plain here: on a CPU a draft step costs a sizeable part of a target step and sampled image "
+        "codes are hard to guess, so few drafts are accepted; LANTERN accepts more.",
+        "plain AR | exact | LANTERN",
+        "**the speculative runs' code grids** (green: accepted drafts, blue: the target's own codes)")
     go.click(shown(generate_digit), [label, seed, delta, scale], [table, gallery, grids], api_name="image")
 
 
