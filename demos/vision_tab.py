@@ -97,7 +97,7 @@ def build() -> None:
             kind = gr.Dropdown(list(KINDS), value="bar", label="procedural sample")
             new = gr.Button("new sample", elem_id="vision_sample-run")
             question = gr.Textbox(first_question, label="question")
-            max_new = gr.Slider(8, 256, value=160, step=8, label="new tokens at most")
+            max_new = gr.Slider(8, 256, value=160, step=8, label="new tokens at most", elem_id="vision-max-new")
             k = gr.Slider(1, 12, value=8, step=1, label="chain length k")
     go = gr.Button("answer", variant="primary", elem_id="vision-run")
     table = gr.Markdown(label="comparison", elem_id="vision-table")

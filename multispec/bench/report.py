@@ -61,10 +61,22 @@ def _speculative_rows(table: dict) -> dict[str, dict]:
             if name != table["baseline"] and not name.startswith(skip) and row.get("control") is None}
 
 
+def _output(row: dict, table: dict, table_name: str) -> str:
+    """What the fastest row gives up, if anything: a lossy row is never shown as if it were lossless."""
+    if row.get("max_tvd"):
+        return f"lossy: max TVD {row['max_tvd']:.3f} per token"
+    if "accuracy" in row:
+        return f"accuracy {row['accuracy']:.3f} (`{table['baseline']}` {table['methods'][table['baseline']]['accuracy']:.3f})"
+    verdicts = row.get("outputs")
+    if verdicts:
+        return ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + " to the baseline's"
+    return "exact speculative sampling" if row.get("max_tvd") == 0 or table_name == "sampling" else "-"
+
+
 def summary_table(doc: dict) -> str:
     """README's results block: per benchmark and table, the fastest speculative row."""
     lines = ["| benchmark (pair) | table | fastest speculative row | speedup [spread across rounds] | "
-             "mean accepted length |", "| --- | --- | --- | --- | --- |"]
+             "mean accepted length | output |", "| --- | --- | --- | --- | --- | --- |"]
     for name, result in doc["benches"].items():
         pair = result.get("settings", {}).get("pair") or result.get("pair")
         for table_name, table in result["tables"].items():
@@ -75,7 +87,8 @@ def summary_table(doc: dict) -> str:
             lo, hi = row["speedup_spread"]
             mal = "-" if row.get("mean_accepted_length") is None else f"{row['mean_accepted_length']:.2f}"
             lines.append(f"| {name}{f' ({pair})' if pair else ''} | {table_name} | `{best}` | "
-                         f"{row['speedup']:.2f}x [{lo:.2f}-{hi:.2f}] over `{table['baseline']}` | {mal} |")
+                         f"{row['speedup']:.2f}x [{lo:.2f}-{hi:.2f}] over `{table['baseline']}` | {mal} | "
+                         f"{_output(row, table, table_name)} |")
     return "\n".join(lines) + f"\n\nMachine: {describe(doc['machine'])}" + (" (--quick)" if doc.get("quick") else "")
 
 

@@ -102,3 +102,13 @@ def test_a_stored_run_regenerates_the_report_without_running(tmp_path, capsys):
 @pytest.mark.parametrize("only, expected", [(None, ["core", "text", "ssm"]), ("ssm,core", ["core", "ssm"])])
 def test_benchmarks_run_in_the_reports_order(only, expected):
     assert report.bench_names(["ssm", "text", "core"], only) == expected
+
+
+def test_the_summary_says_what_the_fastest_row_gives_up():
+    table = _table({"ar": _row(1.0, [1.0, 1.0], max_tvd=0.0, accuracy=0.99),
+                    "lantern": _row(2.0, [1.9, 2.1], 6.0, max_tvd=0.4)})
+    assert report._output(table["methods"]["lantern"], table, "sampling") == "lossy: max TVD 0.400 per token"
+    table = _table({"base": _row(1.0, [1.0, 1.0], accuracy=0.99), "judge": _row(2.0, [1.9, 2.1], accuracy=0.95)})
+    assert report._output(table["methods"]["judge"], table, "greedy") == "accuracy 0.950 (`base` 0.990)"
+    table = _table({"plain": _row(1.0, [1.0, 1.0]), "eagle": _row(2.0, [1.9, 2.1], outputs={"identical": 3})})
+    assert report._output(table["methods"]["eagle"], table, "greedy") == "3 identical to the baseline's"
