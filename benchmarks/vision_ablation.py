@@ -26,13 +26,12 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from multispec import Prompt, zoo
+from multispec import zoo
 from multispec.bench.machine import machine_info
-from multispec.targets import as_target
 from multispec.vision.bench import bench_items
 from multispec.vision.distill import DistillConfig
 from multispec.vision.drafter import VisionEagleDrafter, VisionEagleHead
-from multispec.vision.evaluate import CHAIN_K, TREE, accepted_length
+from multispec.vision.evaluate import CHAIN_K, TREE, accepted_length, gate_choices
 from multispec.vision.vqa_synth import generate_vqa
 from multispec.vision.zoo_pair import (ANSWERS, DRAFT_STEPS, DRAFTERS, NAME, TRAIN_SEED, drafter_config,
                                        generate_answers, train_drafter)
@@ -50,19 +49,6 @@ VARIANTS = {  # name -> (drafter config overrides, online distillation); the pai
     "specvlm_retrained": (dict(mode="specvlm"), True),
 }
 ABLATION = ("vispec_q5", "vispec_q17", "vispec_no_global", "vispec_offline", "eagle_offline")  # the default run
-
-
-@torch.no_grad()
-def gate_choices(model, head, prompts) -> dict[str, int]:
-    """How often the SpecVLM gate picks each branch."""
-    drafter = VisionEagleDrafter(head, model)
-    target = as_target(model)
-    picks = []
-    for inputs in prompts:
-        prompt = Prompt.build(**inputs)
-        drafter.start(prompt, target.prefill(prompt, drafter.feature_request).features)
-        picks.append(head.vision.branches[int(drafter.last_choice[0].argmax())])
-    return {b: picks.count(b) for b in head.vision.branches if picks.count(b)}
 
 
 def forced(folder: Path, k: int) -> VisionEagleHead:
@@ -128,7 +114,7 @@ def main() -> None:
         head = VisionEagleHead.load(folder)
         rows[name] = lengths(head)
         if head.vision.mode == "specvlm":
-            rows[name]["gate_choices"] = gate_choices(model, head, prompts)
+            rows[name]["gate_choices"] = gate_choices(model, VisionEagleDrafter(head, model), prompts)
         if head.vision.mode == "specvlm" and name in DRAFTERS:  # forced branches: the pair's drafter only
             for k, branch in enumerate(head.vision.branches):
                 rows[f"specvlm_forced_{branch}"] = lengths(forced(folder, k))

@@ -62,8 +62,13 @@ def _bench_all(args: argparse.Namespace, parsers: dict[str, argparse.ArgumentPar
         doc = json.loads(Path(args.from_json).read_text())
         json_path = Path(args.from_json)
     else:
-        doc = report.run_all(parsers, names, args.quick, args.rounds)
         json_path = Path(args.json or f"benchmarks/results/all{'_quick' if args.quick else ''}.json")
+        stored = json.loads(json_path.read_text()) if args.only and json_path.is_file() else None
+        if stored is not None:
+            report.check_merge(stored, args.quick)  # before anything runs
+        doc = report.run_all(parsers, names, args.quick, args.rounds)
+        if stored is not None:  # --only: replace those benchmarks in the stored run, keep the others
+            doc = report.merge(stored, doc)
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(doc, indent=2))
     readme = None if args.readme == "none" else Path(args.readme)
@@ -175,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
                                    "README's summary regenerated")
     everything.add_argument("--quick", action="store_true", help="each benchmark's smaller run")
     everything.add_argument("--only", default=None, metavar="A,B",
-                            help="some of the benchmarks: " + ", ".join(report.bench_names(list(every), None)))
+                            help="some of the benchmarks: " + ", ".join(report.bench_names(list(every), None))
+                            + "; where --json (or the default path) holds a stored run, only these are rerun and "
+                            "replace theirs, the others are kept")
     everything.add_argument("--rounds", type=positive_int, default=None, help="timed rounds per benchmark "
                             "(default: each one's)")
     everything.add_argument("--json", default=None, metavar="PATH",

@@ -15,7 +15,7 @@ from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import LEGEND, format_table, results
 from multispec.drafters import ModelDrafter
 
-from .evaluate import CHAIN_K, TREE, VQAItem, chain_lengths, probe, run_vqa, vqa_methods
+from .evaluate import CHAIN_K, TREE, VQAItem, chain_lengths, gate_choices, probe, run_vqa, vqa_methods
 from .vqa_synth import generate_vqa
 from .zoo_pair import DRAFTERS, NAME, TEST_SEED, load_assistant, load_drafters
 from .zoo_vlm import EOS, PAD
@@ -67,6 +67,9 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
                "transformers_assisted": "assistant_model: the zoo's small Llava (measured); prompt lookup: " +
                                         ("measured" if refusal is None else f"refused ({refusal})"),
                "mean_accepted_length_definition": "tokens committed per target forward, including the bonus token"}
+    if "specvlm" in loaded:  # which compressor the gate gave each question (never silently "no image")
+        summary["specvlm_gate_choices"] = gate_choices(model, loaded["specvlm"],
+                                                       [processor(i.image, i.question) for i in items])
     if chain:  # one target forward over k+1 tokens vs one draft forward (the draft's k forwards per step)
         summary["target_forward_ms"] = chain["verify"]
         summary["draft_forward_ms"] = round(chain["draft"] / ks[0], 3)
@@ -85,6 +88,8 @@ def _print(res: dict) -> None:
     if "target_to_draft_cost" in res:
         print(f"one target forward {res['target_forward_ms']:.2f} ms vs one draft forward "
               f"{res['draft_forward_ms']:.2f} ms ({res['target_to_draft_cost']:.1f}x)")
+    if "specvlm_gate_choices" in res:
+        print(f"SpecVLM gate, compressor per question: {gate_line(res['specvlm_gate_choices'])}")
     print(f"transformers assisted generation: {res['transformers_assisted']}")
     print(f"outputs_identical={res['outputs_identical']} vqa_accuracy={res['vqa_accuracy']}")
     print(LEGEND)
@@ -107,4 +112,10 @@ def markdown(res: dict) -> str:
         lo, hi = r["speedup_spread"]
         rows.append(f"| `{name}` | {r['tokens_per_s']:.2f} | {r['speedup']:.2f}x [{lo:.2f}-{hi:.2f}] | {mal} | {split} | "
                     f"{'-' if acc is None else f'{acc:.3f}'} | {same} |")
+    if "specvlm_gate_choices" in res:
+        rows.append(f"\nSpecVLM gate, compressor per question: {gate_line(res['specvlm_gate_choices'])}")
     return "\n".join(rows)
+
+
+def gate_line(choices: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in choices.items())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from multispec import zoo
@@ -12,6 +13,7 @@ from multispec.bench.shards import current
 from multispec.cli import parse_tree, positive_int, register_command
 
 from .bench import run
+from .compress import BRANCHES, COMPRESSORS
 from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
 from .evaluate import CHAIN_K, VQAItem, run_vqa, vqa_methods
@@ -148,10 +150,34 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--num-queries", type=int, default=2, help="ViSpec: q-1 image tokens + 1 global vector")
     p.add_argument("--no-global", action="store_true", help="ViSpec without the global image vector")
-    p.add_argument("--ratio", type=int, default=4, help="SpecVLM: compression of prune / pool / conv")
+    p.add_argument("--ratio", type=square_ratio, default=4,
+                   help="SpecVLM: compression of prune / pool / conv, a square (4: 2 x 2 windows on the patch grid)")
+    p.add_argument("--branches", type=branch_list, default=COMPRESSORS, metavar="A,B,...",
+                   help=f"SpecVLM: the gate's choices among {','.join(BRANCHES)} (default: the four that keep the "
+                        "image; 'text' drops it, an ablation)")
     p.add_argument("--offline", action="store_true", help="CE to the data's tokens, not the teacher's distribution")
     p.add_argument("--max-new-tokens", type=positive_int, default=200, help="length of the target's training answers")
     p.add_argument("--limit", type=positive_int, default=None, help="first N questions only")
+
+
+def square_ratio(text: str) -> int:
+    """argparse type of --ratio: a square >= 1 (SpecVLM's 2-D windows have side sqrt(ratio))."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a square integer (1, 4, 9, ...), got {text!r}") from None
+    if value < 1 or math.isqrt(value) ** 2 != value:
+        raise argparse.ArgumentTypeError(f"expected a square integer (1, 4, 9, ...), got {value}")
+    return value
+
+
+def branch_list(text: str) -> tuple[str, ...]:
+    """argparse type of --branches: a comma-separated subset of the SpecVLM compressor branches."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in BRANCHES]
+    if not names or unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"expected distinct names among {','.join(BRANCHES)}, got {text!r}")
+    return names
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -167,7 +193,7 @@ def _train(args: argparse.Namespace) -> int:
         raise ValueError(f"--target: {type(model).__name__} has no image_token_id in its config")
     examples = answer_examples(model, processor, pairs, args.max_new_tokens, eos, pad)
     vision = VisionDraftConfig(mode=args.mode, image_token_id=int(image_token), num_queries=args.num_queries,
-                               global_vector=not args.no_global, ratio=args.ratio)
+                               global_vector=not args.no_global, ratio=args.ratio, branches=args.branches)
     head = head_for(model, vision)
     config = DistillConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, online=not args.offline)
     answer_type = getattr(vision_adapter_for(model), "appended_token_type", 0)  # PaliGemma's suffix: 1

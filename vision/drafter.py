@@ -1,7 +1,7 @@
 """EAGLE-style drafters for vision-language targets: plain (every image embedding in the draft sequence),
-ViSpec (a query adaptor compresses each image to q-1 tokens plus a global vector fused into every later
-feature) and SpecVLM (an elastic compressor picks pruning, pooling, convolution, a resampler or text only
-per input).
+ViSpec (a query adaptor compresses each image to q-1 tokens plus a global vector fused into the features of
+the text after the image) and SpecVLM (an elastic compressor picks importance pruning, 2-D pooling, 2-D
+convolution or a resampler per input).
 
 The draft sequence pairs token x_{j+1} with the target's feature f_j (entry j), as the core's EAGLE head
 does; at the entries whose next token is an image token, the drafter sees the target's projected image
@@ -28,7 +28,7 @@ from multispec.drafters.eagle import EagleConfig, EagleHead
 from multispec.prompt import Prompt
 from multispec.targets import FeatureRequest, Features
 
-from .compress import BRANCHES, ElasticCompressor, QueryAdaptor
+from .compress import COMPRESSORS, ElasticCompressor, QueryAdaptor
 
 MODES = ("eagle", "vispec", "specvlm")
 
@@ -38,10 +38,10 @@ class VisionDraftConfig:
     mode: str = "eagle"  # eagle | vispec | specvlm
     image_token_id: int = 0
     num_queries: int = 2  # vispec: q queries -> q-1 draft tokens + 1 global vector
-    global_vector: bool = True  # vispec: fuse the global vector into every later feature
-    ratio: int = 4  # specvlm: compression of prune / pool / conv
+    global_vector: bool = True  # vispec: fuse the global vector into the features of the text after the image
+    ratio: int = 4  # specvlm: compression of prune / pool / conv (a square: 2-D windows)
     resampler_queries: int = 2  # specvlm
-    branches: tuple[str, ...] = BRANCHES  # specvlm: the gate's choices
+    branches: tuple[str, ...] = COMPRESSORS  # specvlm: the gate's choices ("text" only as an ablation)
 
     def __post_init__(self):
         self.branches = tuple(self.branches)
@@ -71,12 +71,16 @@ class VisionEagleHead(EagleHead):
         elif vision.mode == "specvlm":
             self.compressor = ElasticCompressor(h, heads, vision.ratio, vision.resampler_queries, vision.branches)
 
-    def fuse_global(self, features: torch.Tensor, global_vec: torch.Tensor | None) -> torch.Tensor:
-        """ViSpec: img_fc(cat(f, g)) with each row's g [B, H] broadcast over the positions of f [B, S, H]."""
+    def fuse_global(self, features: torch.Tensor, global_vec: torch.Tensor | None,
+                    where: torch.Tensor | None = None) -> torch.Tensor:
+        """ViSpec: img_fc(cat(f, g)) with each row's g [B, H] broadcast over the positions of f [B, S, H], at
+        the entries `where` [B, S] marks (None: all); the others keep f (the text before the image, rows
+        without one)."""
         if self.img_fc is None or global_vec is None:
             return features
         g = global_vec[:, None, :].to(self.img_fc.weight.dtype).expand(-1, features.shape[1], -1)
-        return self.img_fc(torch.cat([features.to(g.dtype), g], -1))
+        fused = self.img_fc(torch.cat([features.to(g.dtype), g], -1))
+        return fused if where is None else torch.where(where[..., None], fused, features.to(fused.dtype))
 
     def save(self, folder: str | Path, dtype: torch.dtype = torch.float16) -> None:
         super().save(folder, dtype)
@@ -102,6 +106,7 @@ class DraftSequence:
     mask: torch.Tensor  # [B, S] 1 = a real entry
     index: torch.Tensor  # [B, E] column of each original entry in the sequence; -1 = compressed away / padding
     global_vec: torch.Tensor | None  # [B, H] (ViSpec) or None
+    has_image: torch.Tensor  # [B] whether the row holds an image
     choice: torch.Tensor | None  # [B, branches] the gate's one-hot choice (SpecVLM) or None
 
 
@@ -155,11 +160,14 @@ def build_draft_sequence(head: VisionEagleHead, embed: nn.Module, tokens: torch.
     token_embeds = embed(tokens.clamp(min=0).to(embed.weight.device)).to(device, dtype)
     if vision.mode == "eagle" and image_embeds.shape[1]:
         token_embeds = token_embeds.masked_scatter(is_image[..., None], image_embeds[scatter_mask])
-    feats = head.fuse_global(features.to(dtype) * mask[..., None], global_vec)
+    # ViSpec's global vector reaches the text after the image only (entries past the row's last image token)
+    last_image = torch.where(is_image, torch.arange(e, device=device), -1).max(1).values
+    after_image = (torch.arange(e, device=device) > last_image[:, None]) & has_image[:, None] & mask
+    feats = head.fuse_global(features.to(dtype) * mask[..., None], global_vec, after_image)
     fused = head.fc(torch.cat([token_embeds, feats], -1))
     if compressed is None:  # plain: one entry per original entry
         index = torch.where(mask, torch.arange(e, device=device).expand(b, e), -1)
-        return DraftSequence(fused * mask[..., None], mask.long(), index, global_vec, choice)
+        return DraftSequence(fused * mask[..., None], mask.long(), index, global_vec, has_image, choice)
     rows, index = [], torch.full((b, e), -1, dtype=torch.long, device=device)
     order = []
     for r in range(b):
@@ -181,7 +189,7 @@ def build_draft_sequence(head: VisionEagleHead, embed: nn.Module, tokens: torch.
         seq_mask[r, pad:] = 1
         index[r, before] = pad + torch.arange(len(before), device=device)
         index[r, after] = pad + len(before) + k + torch.arange(len(after), device=device)
-    return DraftSequence(embeds, seq_mask, index, global_vec, choice)
+    return DraftSequence(embeds, seq_mask, index, global_vec, has_image, choice)
 
 
 class VisionEagleDrafter(EagleDrafter):
@@ -202,7 +210,8 @@ class VisionEagleDrafter(EagleDrafter):
 
     @torch.no_grad()
     def _embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-        return super()._embeds(tokens, self.head.fuse_global(features.to(self.device), self._global))
+        rows = self._has_image[:, None].expand(-1, features.shape[1])  # generated text follows the image
+        return super()._embeds(tokens, self.head.fuse_global(features.to(self.device), self._global, rows))
 
     @torch.no_grad()
     def start(self, prompt: Prompt, features: Features | None = None) -> None:
@@ -218,7 +227,7 @@ class VisionEagleDrafter(EagleDrafter):
         question_at = torch.full((b,), length - 2, dtype=torch.long, device=self.device)
         seq = build_draft_sequence(self.head, self.embed, tokens, mask, feats, features.image_embeds,
                                    features.image_mask, question_at)
-        self._global = seq.global_vec
+        self._global, self._has_image = seq.global_vec, seq.has_image
         self.last_choice = seq.choice  # SpecVLM: which compressor each row got (for reports and demos)
         # the last entry (x_{L-1}, f_{L-2}) is the first root: `lm.start` leaves it out and `propose` feeds it
         self.lm.start(seq.mask.new_zeros(seq.mask.shape), seq.mask, inputs_embeds=seq.embeds)
@@ -231,3 +240,4 @@ class VisionEagleDrafter(EagleDrafter):
         super().select(rows)
         if self._global is not None:
             self._global = self._global[rows.to(self.device)]
+            self._has_image = self._has_image[rows.to(self.device)]

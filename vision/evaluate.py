@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec import DynamicTree, speculative_generate
+from multispec import DynamicTree, Prompt, speculative_generate
 from multispec.bench.recorder import Recorder, generated_tokens, outputs_identical, partition, sequences
 from multispec.bench.shards import Shards
+from multispec.targets import as_target
 
 from .vqa_metrics import anls, relaxed_accuracy, vqa_accuracy
 
@@ -73,6 +74,19 @@ def accepted_length(model, drafter, prompts: Sequence[dict[str, torch.Tensor]], 
         committed += res.stats.committed
         forwards += sum(s.rows for s in res.stats.steps)
     return round(committed / max(1, forwards), 3)
+
+
+@torch.no_grad()
+def gate_choices(model, drafter, prompts: Sequence[dict[str, torch.Tensor]]) -> dict[str, int]:
+    """How often a SpecVLM drafter's gate picks each compressor over `prompts` (model inputs, batch 1 each)."""
+    target = as_target(model)
+    branches = drafter.head.vision.branches
+    picks = []
+    for inputs in prompts:
+        prompt = Prompt.build(**inputs)
+        drafter.start(prompt, target.prefill(prompt, drafter.feature_request).features)
+        picks.append(branches[int(drafter.last_choice[0].argmax())])
+    return {b: picks.count(b) for b in branches if picks.count(b)}
 
 
 def probe(method: Method, inputs: dict[str, torch.Tensor]) -> str | None:

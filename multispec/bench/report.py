@@ -43,6 +43,31 @@ def run_all(parsers: dict[str, argparse.ArgumentParser], names: list[str], quick
     return {"schema": SCHEMA, "benchmark": "all", "quick": quick, "machine": machine_info(), "benches": benches}
 
 
+def merge(old: dict, new: dict) -> dict:
+    """`old` (a stored document) with the benchmarks of `new` (an `--only` run) replacing its own, in the
+    report's order; each benchmark keeps the machine and commit it ran at (the rerun ones are named in the
+    report)."""
+    check_merge(old, bool(new.get("quick")))
+    benches = {**old["benches"], **new["benches"]}
+    order = bench_names(list(benches), None)
+    return {**old, "benches": {name: benches[name] for name in order}}
+
+
+def check_merge(stored: dict, quick: bool) -> None:
+    """A stored document an `--only` run may update: the same --quick setting."""
+    if bool(stored.get("quick")) != quick:
+        raise ValueError(f"--only: the stored run is {'' if stored.get('quick') else 'not '}--quick and this one "
+                         f"{'is' if quick else 'is not'}; rerun every benchmark or write another --json")
+
+
+def _rerun(doc: dict, result: dict) -> str | None:
+    """'commit X, date' when a benchmark ran at another commit or time than the document."""
+    m, own = doc["machine"], result.get("machine")
+    if not own or (own.get("git_commit"), own.get("date_utc")) == (m.get("git_commit"), m.get("date_utc")):
+        return None
+    return f"rerun alone: {describe(own)}"
+
+
 def bench_names(available: list[str], only: str | None) -> list[str]:
     ordered = [n for n in ORDER if n in available] + sorted(n for n in available if n not in ORDER)
     if only is None:
@@ -89,7 +114,9 @@ def summary_table(doc: dict) -> str:
             lines.append(f"| {name}{f' ({pair})' if pair else ''} | {table_name} | `{best}` | "
                          f"{row['speedup']:.2f}x [{lo:.2f}-{hi:.2f}] over `{table['baseline']}` | {mal} | "
                          f"{_output(row, table, table_name)} |")
-    return "\n".join(lines) + f"\n\nMachine: {describe(doc['machine'])}" + (" (--quick)" if doc.get("quick") else "")
+    reruns = [f"{name} {_rerun(doc, result)}" for name, result in doc["benches"].items() if _rerun(doc, result)]
+    return "\n".join(lines) + f"\n\nMachine: {describe(doc['machine'])}" + (" (--quick)" if doc.get("quick") else "") \
+        + "".join(f"; {r}" for r in reruns)
 
 
 def render_section(doc: dict, json_rel: str, plots_rel: str) -> str:
@@ -102,6 +129,8 @@ def render_section(doc: dict, json_rel: str, plots_rel: str) -> str:
            "(the correction or bonus token included); ms per step: draft / verify / commit / other.", ""]
     for name, result in doc["benches"].items():
         out += [f"### bench {name}", ""]
+        if _rerun(doc, result):
+            out += [f"This benchmark was {_rerun(doc, result)}.", ""]
         for table_name, table in result["tables"].items():
             out += [f"{table_name}:", "", markdown_table(table), ""]
         for kind in _plot_kinds(result):

@@ -112,3 +112,33 @@ def test_the_summary_says_what_the_fastest_row_gives_up():
     assert report._output(table["methods"]["judge"], table, "greedy") == "accuracy 0.950 (`base` 0.990)"
     table = _table({"plain": _row(1.0, [1.0, 1.0]), "eagle": _row(2.0, [1.9, 2.1], outputs={"identical": 3})})
     assert report._output(table["methods"]["eagle"], table, "greedy") == "3 identical to the baseline's"
+
+
+def test_only_reruns_replace_their_benchmarks_in_the_stored_run(tmp_path, monkeypatch):
+    """`bench all --only vision` on a stored document reruns vision alone, keeps the others, and the report
+    names the rerun's own machine line; a stored run of the other --quick setting is refused before running."""
+    old_machine = dict(results("x", {}, {})["machine"], git_commit="aaaaaaa", date_utc="2026-01-01 00:00")
+    stored = {"schema": "multispec.bench/1", "benchmark": "all", "quick": True, "machine": old_machine,
+              "benches": {"text": dict(results("text", {"pair": "p"}, TEXT), machine=old_machine),
+                          "reasoning": dict(results("reasoning", {"pair": "r"}, REASONING), machine=old_machine)}}
+    new = {"schema": "multispec.bench/1", "benchmark": "all", "quick": True, "machine": results("x", {}, {})["machine"],
+           "benches": {"reasoning": results("reasoning", {"pair": "r2"}, REASONING)}}
+    merged = report.merge(stored, new)
+    assert list(merged["benches"]) == ["text", "reasoning"] and merged["machine"] == old_machine
+    assert merged["benches"]["reasoning"]["settings"]["pair"] == "r2" and merged["benches"]["text"] == stored["benches"]["text"]
+    section = report.render_section(merged, "all.json", "plots")
+    assert section.count("This benchmark was rerun alone:") == 1
+    assert "; reasoning rerun alone:" in report.summary_table(merged)
+    with pytest.raises(ValueError, match="--quick"):
+        report.merge(stored, dict(new, quick=False))
+    path = tmp_path / "all.json"
+    path.write_text(json.dumps(stored))
+    ran = []
+    monkeypatch.setattr(report, "run_all", lambda *a, **k: ran.append(a) or new)
+    assert main(["bench", "all", "--only", "reasoning", "--json", str(path), "--benchmarks-md", str(tmp_path / "B.md"),
+                 "--readme", "none", "--plots", str(tmp_path / "plots")]) == 2  # not --quick: refused
+    assert not ran
+    (tmp_path / "B.md").write_text("")
+    assert main(["bench", "all", "--quick", "--only", "reasoning", "--json", str(path), "--benchmarks-md",
+                 str(tmp_path / "B.md"), "--readme", "none", "--plots", str(tmp_path / "plots")]) == 0
+    assert list(json.loads(path.read_text())["benches"]) == ["text", "reasoning"]

@@ -9,7 +9,7 @@ import torch
 
 from multispec import DynamicTree, speculative_generate
 from multispec.vision import VisionDistiller, VisionDraftConfig, VisionEagleDrafter, build_draft_sequence
-from multispec.vision.compress import BRANCHES, ElasticCompressor
+from multispec.vision.compress import COMPRESSORS, ElasticCompressor, patch_grid
 from multispec.vision.distill import DistillConfig
 from multispec.vision.processing import collate_examples
 from multispec.vision.testing import (IMAGE_TOKEN, forbid_special_tokens, make_vlm, row_of, tiny_answer_examples,
@@ -140,9 +140,9 @@ def test_draft_sequence_holds_the_compressed_image(mode, num_queries, kept):
     elif mode == "vispec":
         assert lengths.tolist() == (text.sum(1) + kept).tolist()
         assert seq.global_vec is not None and seq.global_vec.shape == (3, 64)
-    else:  # 16 image tokens: prune / pool / conv keep ceil(16 / 4) = 4, the resampler 2, text-only 1 marker
-        picked = [BRANCHES[int(i)] for i in seq.choice.argmax(1)]
-        keep = {"prune": 4, "pool": 4, "conv": 4, "resampler": 2, "text": 1}
+    else:  # 16 image tokens (a 4 x 4 grid): prune keeps ceil(16 / 4) = 4, 2 x 2 pool / conv 4, the resampler 2
+        picked = [COMPRESSORS[int(i)] for i in seq.choice.argmax(1)]
+        keep = {"prune": 4, "pool": 4, "conv": 4, "resampler": 2}
         assert lengths.tolist() == [int(t) + keep[p] for t, p in zip(text.sum(1), picked)]
     # text entries keep their order; compressed-away image entries map to no column
     assert (seq.index[text] >= 0).all()
@@ -172,12 +172,90 @@ def test_elastic_gate_trains_with_gumbel_and_picks_argmax_at_inference():
     assert comp.gate.weight.grad is not None and comp.gate.weight.grad.abs().sum() > 0  # straight-through
     comp.eval()
     with torch.no_grad():
-        comp.gate.bias.copy_(torch.tensor([0.0, 0.0, 0.0, 5.0, 0.0]))
+        comp.gate.bias.copy_(torch.tensor([0.0, 0.0, 0.0, 5.0]))
         _, c1 = comp(embeds, mask, question)
         _, c2 = comp(embeds, mask, question)
-    assert torch.equal(c1, c2) and (c1.argmax(1) == BRANCHES.index("resampler")).all()
+    assert torch.equal(c1, c2) and (c1.argmax(1) == COMPRESSORS.index("resampler")).all()
+    assert "text" not in comp.branches  # the image-blind branch is an ablation, never a default choice
     with pytest.raises(ValueError, match="branches"):
         ElasticCompressor(32, 4, branches=("pool", "magic"))
+    with pytest.raises(ValueError, match="ratio"):
+        ElasticCompressor(32, 4, ratio=2)  # 2-D windows need a square
+
+
+def _grid_tokens(rows: int, cols: int, hidden: int = 8) -> torch.Tensor:
+    """Raster-order tokens whose first two channels are their (row, col) on the patch grid."""
+    r, c = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+    x = torch.randn(rows * cols, hidden)
+    x[:, 0], x[:, 1] = r.flatten().float(), c.flatten().float()
+    return x
+
+
+def test_pool_and_conv_work_on_the_2d_patch_grid():
+    comp = ElasticCompressor(8, 2, ratio=4).eval()
+    x = _grid_tokens(8, 8)
+    pooled = comp.branch("pool", x, torch.zeros(8))
+    assert pooled.shape == (16, 8)
+    # output (i, j) averages the 2 x 2 block at rows 2i..2i+1, cols 2j..2j+1
+    expect = x.T.reshape(8, 8, 8)[:, :, :].unflatten(1, (4, 2)).unflatten(3, (4, 2)).mean((2, 4)).flatten(1).T
+    assert torch.allclose(pooled, expect, atol=1e-6)
+    assert torch.allclose(pooled[:4, 0], torch.full((4,), 0.5)) and torch.allclose(pooled[:4, 1], torch.tensor([0.5, 2.5, 4.5, 6.5]))
+    # control: pooling runs of four in raster order (the old 1-D compressor) mixes no rows
+    raster = x.unflatten(0, (16, 4)).mean(1)
+    assert not torch.allclose(pooled, raster, atol=1e-3)
+    # convolution starts as the same average pooling
+    assert torch.allclose(comp.branch("conv", x, torch.zeros(8)), pooled, atol=1e-5)
+    # odd sides: 5 x 5 -> 3 x 3 windows (edge replicated); a count with no square grid: one row of patches
+    assert comp.branch("pool", _grid_tokens(5, 5), torch.zeros(8)).shape == (9, 8)
+    assert patch_grid(12) == (1, 12) and patch_grid(64) == (8, 8)
+    row = comp.branch("conv", _grid_tokens(1, 12), torch.zeros(8))
+    assert row.shape == (6, 8) and torch.allclose(row[:, 1], torch.arange(6) * 2 + 0.5, atol=1e-5)
+
+
+def test_pruning_keeps_the_tokens_the_question_makes_important():
+    torch.manual_seed(0)
+    comp = ElasticCompressor(8, 2, ratio=4)
+    x = _grid_tokens(4, 4)
+    with torch.no_grad():
+        comp.importance.weight.zero_()
+        comp.importance.bias.zero_()
+        comp.importance_query.weight.copy_(torch.eye(8) * 10)
+    q_first, q_second = torch.zeros(8), torch.zeros(8)
+    q_first[0], q_second[1] = 1.0, 1.0  # favour high rows / high columns
+    kept = comp.branch("prune", x, q_first)
+    assert kept.shape == (4, 8) and torch.equal(kept[:, 0], torch.full((4,), 3.0))  # the last grid row
+    assert torch.equal(comp.branch("prune", x, q_second)[:, 1], torch.full((4,), 3.0))  # the last column
+    kept.sum().backward()  # values unchanged, but the scorer learns through the straight-through scale
+    assert comp.importance_query.weight.grad.abs().sum() > 0 and comp.importance.weight.grad.abs().sum() > 0
+
+
+def test_vispec_global_vector_reaches_only_the_text_after_the_image():
+    model = make_vlm("llava-siglip", seed=1)
+    torch.manual_seed(0)
+    head = tiny_head(model, "vispec").eval()
+    with torch.no_grad():
+        head.img_fc.weight.add_(torch.randn_like(head.img_fc.weight) * 0.2)  # a trained fusion, not [I | 0]
+    tokens = torch.tensor([[5, 6, IMAGE_TOKEN, IMAGE_TOKEN, IMAGE_TOKEN, IMAGE_TOKEN, 7, 8],
+                           [5, 6, 9, 10, 11, 12, 7, 8]])  # row 1 holds no image
+    mask = torch.ones_like(tokens)
+    features = torch.randn(2, 8, 64)
+    image = torch.randn(2, 4, 64)
+    image_mask = torch.tensor([[True] * 4, [False] * 4])
+    embed = model.get_input_embeddings()
+    with torch.no_grad():
+        fused = build_draft_sequence(head, embed, tokens, mask, features, image, image_mask, torch.tensor([7, 7]))
+        img_fc, head.img_fc = head.img_fc, None
+        plain = build_draft_sequence(head, embed, tokens, mask, features, image, image_mask, torch.tensor([7, 7]))
+        head.img_fc = img_fc
+
+    def entry(seq, r, j):
+        return seq.embeds[r, seq.index[r, j]]
+
+    for j in (0, 1):  # the text before the image: no global vector
+        assert torch.equal(entry(fused, 0, j), entry(plain, 0, j))
+    for j in (6, 7):  # the text after it: fused
+        assert not torch.allclose(entry(fused, 0, j), entry(plain, 0, j), atol=1e-4)
+    assert torch.equal(fused.embeds[1], plain.embeds[1])  # no image in the row: nothing fused
 
 
 def test_training_resumes_to_the_same_head(tmp_path):
