@@ -1,4 +1,4 @@
-"""Choose a zoo pair's EAGLE draft shape (chain length, dynamic tree) on the validation split.
+"""Choose a zoo pair's draft shape (chain length, dynamic tree) on the validation split.
 
 Every candidate, greedy and sampled (T = 0.8), against plain decoding and our engine with no drafts, in
 interleaved rounds on validation prompts (stdlib files no recipe trained on, see `multispec.zoo.data`); the
@@ -6,6 +6,11 @@ chosen chain and tree maximise the mean of the greedy and sampled speedups over 
 split (the held-out files) is then run once with the choice: `multispec bench text`.
 
     python benchmarks/choose_draft_shape.py --pair stdlib-bytes-large --json benchmarks/results/shapes.json
+    python benchmarks/choose_draft_shape.py --pair gemma3-270m-eagle --drafter ngram --chains 2,3,4,5 --trees none
+
+`--drafter`: whose drafts the candidates verify (the pair's EAGLE head, or prompt lookup: on a target whose
+verification cost jumps with the number of rows, the lookup rows are the fast ones and the chain length is
+chosen for them); `--trees none` chooses the chain length only.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import Recorder, format_table, repeat, results
 from multispec.bench.text import prompts
 
-CHAINS = (4, 5, 6, 8)
-TREES = ((4, 4, 15), (4, 3, 11), (5, 3, 11), (6, 2, 11))
+CHAINS = "4,5,6,8"
+TREES = "4/4/15,4/3/11,5/3/11,6/2/11"
 
 
 def main() -> None:
@@ -30,11 +35,17 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--full", action="store_true", help="all validation prompts (default: the quick set)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--drafter", choices=["eagle", "ngram"], default="eagle")
+    ap.add_argument("--chains", default=CHAINS, help=f"chain lengths to try (default {CHAINS})")
+    ap.add_argument("--trees", default=TREES, help=f"dynamic trees D/K/N to try, or none (default {TREES})")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    chains = [int(k) for k in args.chains.split(",")]
+    trees = [] if args.trees == "none" else [tuple(int(x) for x in t.split("/")) for t in args.trees.split(",")]
     torch.set_num_threads(args.threads)
     pair = zoo.load(args.pair)
-    target, eagle, n = pair.target, pair.drafter, args.max_new_tokens
+    target, n = pair.target, args.max_new_tokens
+    drafter = pair.drafter if args.drafter == "eagle" else NGramDrafter()
     inputs = [ids for _, ids in prompts(pair.tokenizer, quick=not args.full, split="validation")]
     tables = {}
     for mode, kw in (("greedy", {}), ("sampling", dict(do_sample=True, temperature=0.8))):
@@ -49,25 +60,26 @@ def main() -> None:
                                                                eos_token_id=None, pad_token_id=0,
                                                                **({"temperature": 0.8, "top_k": 0} if kw else {})),
                    "no_draft": ours(NGramDrafter(), 0)}
-        methods |= {f"chain_k{k}": ours(eagle, k) for k in CHAINS}
-        methods |= {f"tree_{d}/{t}/{m}": ours(eagle, DynamicTree(d, t, m)) for d, t, m in TREES}
+        methods |= {f"chain_k{k}": ours(drafter, k) for k in chains}
+        methods |= {f"tree_{d}/{t}/{m}": ours(drafter, DynamicTree(d, t, m)) for d, t, m in trees}
         tables[mode] = Recorder(methods, "plain", also_against=["no_draft"]).run(
             repeat(inputs, args.rounds), warmup=inputs[:1], desc=mode)
 
     def score(name: str) -> float:
         return (tables["greedy"]["methods"][name]["speedup"] + tables["sampling"]["methods"][name]["speedup"]) / 2
 
-    chain = max((f"chain_k{k}" for k in CHAINS), key=score)
-    tree = max((f"tree_{d}/{t}/{m}" for d, t, m in TREES), key=score)
-    chosen = {"chain_k": int(chain[len("chain_k"):]), "tree": tree[len("tree_"):]}
-    settings = {"pair": args.pair, "split": "validation", "prompts": len(inputs), "rounds": args.rounds,
+    chain = max((f"chain_k{k}" for k in chains), key=score)
+    tree = max((f"tree_{d}/{t}/{m}" for d, t, m in trees), key=score) if trees else None
+    chosen = {"chain_k": int(chain[len("chain_k"):]), "tree": tree[len("tree_"):] if tree else None}
+    settings = {"pair": args.pair, "drafter": args.drafter, "split": "validation", "prompts": len(inputs),
+                "rounds": args.rounds,
                 "max_new_tokens": n, "threads": torch.get_num_threads(),
                 "rule": "max mean of greedy and sampled speedup"}
     out = results("draft-shape", settings, tables, chosen=chosen)
     print(f"machine: {describe(out['machine'])}")
     for mode, table in tables.items():
         print(format_table(mode, table))
-    print(f"chosen on validation: chain k={chosen['chain_k']}, tree {chosen['tree']}")
+    print(f"chosen on validation: chain k={chosen['chain_k']}, tree {chosen['tree'] or '(not chosen)'}")
     save_results(out, args.json)
 
 

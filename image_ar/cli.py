@@ -19,7 +19,7 @@ from .bench_continuous import run as run_continuous
 from .continuous_spec import generate_continuous
 from .data import DATASETS, load_digits_dataset
 from .generate import generate_images
-from .metrics import image_scores, inception_fid
+from .metrics import SEED_RUNS, image_scores, inception_fid, seed_spread
 from .relaxed import Relaxed
 
 
@@ -79,7 +79,14 @@ def _add_eval(p: argparse.ArgumentParser) -> None:
                    help="FID features: the zoo's MNIST classifier, or Inception-v3 (needs torch-fidelity and "
                         "its weights on this machine)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=positive_int, default=SEED_RUNS,
+                   help=f"generated images: score this many sets drawn under different seeds and report each score's "
+                        f"mean and [min-max] (default {SEED_RUNS}; a difference between methods smaller than twice "
+                        "that spread is noise)")
     p.add_argument("--json", default=None, metavar="PATH")
+
+
+SEED_STRIDE = 1_000_000  # set s draws its batch b with seed --seed + s * SEED_STRIDE + b
 
 
 def _npz_images(path: str, name: str):
@@ -103,16 +110,16 @@ def _npz_images(path: str, name: str):
     return images, labels
 
 
-def _batches(args: argparse.Namespace, generate, shards: Shards) -> list[dict]:
-    """`--num` digits as batches of the ten classes, batch b drawn with seed `--seed + b` (so a batch is the same
+def _batches(args: argparse.Namespace, generate, shards: Shards, seed: int) -> list[dict]:
+    """`--num` digits as batches of the ten classes, batch b drawn with seed `seed + b` (so a batch is the same
     whichever process draws it): this process's share, then every process's batches in order."""
     starts = list(range(0, args.num, 10))
-    mine = {b: generate(torch.Generator().manual_seed(args.seed + b)) for b in shards.take(starts)}
+    mine = {b: generate(torch.Generator().manual_seed(seed + b)) for b in shards.take(starts)}
     drawn = {b: part for parts in shards.gather(mine) for b, part in parts.items()}
     return [drawn[b] for b in starts]
 
 
-def _generate_continuous(args: argparse.Namespace, shards: Shards):
+def _generate_continuous(args: argparse.Namespace, shards: Shards, seed: int):
     """`--num` digits from mnist-patch-diffusion (classes in turn, batches of 10), with speed figures."""
     pair = continuous_pair.load_pair()
     draft = pair.draft if args.method == "continuous" else None
@@ -123,7 +130,7 @@ def _generate_continuous(args: argparse.Namespace, shards: Shards):
         return {"images": out.images[:, None], "seconds": out.seconds, "accepted": out.accepted,
                 "drafted": out.drafted, "fallbacks": out.residual_fallbacks}
 
-    parts = _batches(args, batch, shards)
+    parts = _batches(args, batch, shards, seed)
     secs = sum(p["seconds"] for p in parts)
     speed = {"method": args.method, "seconds": round(secs, 2), "images_per_s": round(args.num / secs, 2)}
     if draft is not None:
@@ -132,53 +139,89 @@ def _generate_continuous(args: argparse.Namespace, shards: Shards):
     return torch.cat([p["images"] for p in parts]), torch.arange(10).repeat(args.num // 10), speed
 
 
+def _generate_discrete(args: argparse.Namespace, pair, shards: Shards, seed: int):
+    """`--num` digits from mnist-vq-gpt by plain AR, exact speculation or LANTERN, with speed figures."""
+    kw = {}
+    if args.method != "ar":
+        # a 6-token chain, as the benchmark's main rows
+        kw = dict(drafter=zoo_pair.image_drafter(pair, "eagle"), tree=6)
+    if args.method == "lantern":
+        kw["rule"] = Relaxed.from_codebook(pair.vqvae.codebook_latents(), NEIGHBOURS, delta=args.delta)
+
+    def batch(generator) -> dict:
+        out = generate_images(pair.target, list(range(10)), guidance_scale=zoo_pair.CFG_SCALE,
+                              top_k=zoo_pair.TOP_K, vqvae=pair.vqvae, generator=generator, **kw)
+        return {"images": out.images, "seconds": out.seconds, "max_tvd": out.max_tvd}
+
+    parts = _batches(args, batch, shards, seed)
+    secs = sum(p["seconds"] for p in parts)
+    speed = {"method": args.method, "seconds": round(secs, 2), "images_per_s": round(args.num / secs, 2),
+             "max_tvd": round(max(p["max_tvd"] for p in parts), 4)}
+    return torch.cat([p["images"] for p in parts]), torch.arange(10).repeat(args.num // 10), speed
+
+
+def _pooled(runs: list[dict]) -> dict:
+    """One report from scored sets of images: each score's mean (with `spread` per score when there are
+    several sets), the speed over all sets."""
+    out = dict(runs[0])
+    if len(runs) == 1:
+        return out
+    spread = seed_spread(runs)
+    out |= {key: s["mean"] for key, s in spread.items()}
+    if "seconds" in out:
+        secs = sum(r["seconds"] for r in runs)
+        out |= {"seconds": round(secs, 2), "images_per_s": round(sum(r["images"] for r in runs) / secs, 2)}
+    if "max_tvd" in out:
+        out["max_tvd"] = max(r["max_tvd"] for r in runs)
+    return out | {"spread": spread, "runs": runs}
+
+
 def _eval(args: argparse.Namespace) -> int:
     # the inputs first: a bad file or number fails before any model loads
     if args.reference in DATASETS:
         reference, _ = load_digits_dataset(args.reference, "test")
     else:
         reference, _ = _npz_images(args.reference, "--reference")
-    speed = {}
     if args.images:
-        images, labels = _npz_images(args.images, "--images")
+        given = _npz_images(args.images, "--images")
     elif args.num < 10 or args.num % 10:
         raise ValueError(f"--num: expected a positive multiple of 10, got {args.num}")
     pair = zoo_pair.load_pair()
     shards = current()  # under accelerate launch / torchrun: this process draws its share of the batches
-    if not args.images and args.method.startswith("continuous"):
-        images, labels, speed = _generate_continuous(args, shards)
-    elif not args.images:
-        kw = {}
-        if args.method != "ar":
-            # a 6-token chain, as the benchmark's main rows
-            kw = dict(drafter=zoo_pair.image_drafter(pair, "eagle"), tree=6)
-        if args.method == "lantern":
-            kw["rule"] = Relaxed.from_codebook(pair.vqvae.codebook_latents(), NEIGHBOURS, delta=args.delta)
-
-        def batch(generator) -> dict:
-            out = generate_images(pair.target, list(range(10)), guidance_scale=zoo_pair.CFG_SCALE,
-                                  top_k=zoo_pair.TOP_K, vqvae=pair.vqvae, generator=generator, **kw)
-            return {"images": out.images, "seconds": out.seconds, "max_tvd": out.max_tvd}
-
-        parts = _batches(args, batch, shards)
-        secs = sum(p["seconds"] for p in parts)
-        images, labels = torch.cat([p["images"] for p in parts]), torch.arange(10).repeat(args.num // 10)
-        speed = {"method": args.method, "seconds": round(secs, 2), "images_per_s": round(args.num / secs, 2),
-                 "max_tvd": round(max(p["max_tvd"] for p in parts), 4)}
-    if not shards.main:  # rank 0 scores and reports
+    runs = []
+    for s in range(1 if args.images else args.seeds):  # a user's file is one set: no seeds to vary
+        seed = args.seed + s * SEED_STRIDE
+        if args.images:
+            (images, labels), speed = given, {}
+        elif args.method.startswith("continuous"):
+            images, labels, speed = _generate_continuous(args, shards, seed)
+        else:
+            images, labels, speed = _generate_discrete(args, pair, shards, seed)
+        if not shards.main:  # rank 0 scores and reports
+            continue
+        scores = image_scores(images, reference, pair.classifier, labels).as_dict()
+        if args.features == "inception":
+            scores["fid"] = inception_fid(images, reference)
+        runs.append(speed | scores | {"fid_features": args.features, "images": len(images)}
+                    | ({} if args.images else {"seed": seed}))
+    if not shards.main:
         return 0
-    scores = image_scores(images, reference, pair.classifier, labels).as_dict()
-    if args.features == "inception":
-        scores["fid"] = inception_fid(images, reference)
-    scores["fid_features"] = args.features
-    scores["images"] = len(images)
-    result = speed | scores
+    result = _pooled(runs)
+    spread = result.get("spread", {})
     for key, value in result.items():
-        print(f"{key:18s} {value:.4f}" if isinstance(value, float) else f"{key:18s} {value}")
-    if len(images) < FID_FEW:
-        print(f"note: FID from {len(images)} images is biased upward (it shrinks as the sample grows); compare "
-              f"only runs of the same size, and use class accuracy for quality (BENCHMARKS.md: the spread between "
-              "seeds)")
+        if key in ("spread", "runs"):
+            continue
+        if key in spread:
+            print(f"{key:18s} {value:.4f} [{spread[key]['min']:.4f}-{spread[key]['max']:.4f}] over {len(runs)} seeds")
+        else:
+            print(f"{key:18s} {value:.4f}" if isinstance(value, float) else f"{key:18s} {value}")
+    if spread:
+        print(f"a difference from another method's scores means something only beyond twice the [min-max] spread "
+              f"(fid: {2 * spread['fid']['spread']:.2f}; class_accuracy: "
+              f"{2 * spread.get('class_accuracy', {}).get('spread', float('nan')):.4f})")
+    if runs[0]["images"] < FID_FEW:
+        print(f"note: FID from {runs[0]['images']} images is biased upward (it shrinks as the sample grows); compare "
+              f"only runs of the same size, and use class accuracy for quality")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -112,3 +112,27 @@ def inception_fid(images: torch.Tensor, reference: torch.Tensor) -> float:
     fid.update(to_rgb(reference), real=True)
     fid.update(to_rgb(images), real=False)
     return float(fid.compute())
+
+
+NOISE_KEYS = ("fid", "precision", "recall", "class_accuracy", "class_confidence")
+SEED_RUNS = 3  # plain AR is scored under this many seeds: the spread a quality difference must beat
+
+
+def seed_spread(runs: list[dict], keys: tuple[str, ...] = NOISE_KEYS) -> dict[str, dict[str, float]]:
+    """Per score, over runs of one method that differ only in their seeds: mean, min, max and spread (max - min)."""
+    if len(runs) < 2:
+        raise ValueError(f"runs: a spread needs at least 2 runs, got {len(runs)}")
+    out = {}
+    for key in keys:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        if values:
+            out[key] = {"mean": sum(values) / len(values), "min": min(values), "max": max(values),
+                        "spread": max(values) - min(values)}
+    return out
+
+
+def beyond_noise(scores: dict, reference: dict, spread: dict[str, dict[str, float]]) -> dict[str, bool]:
+    """Per score: whether `scores` differ from `reference` (the same seeds' plain AR run) by more than twice
+    the seed spread, the least a quality claim needs."""
+    return {key: abs(scores[key] - reference[key]) > 2 * s["spread"]
+            for key, s in spread.items() if scores.get(key) is not None and reference.get(key) is not None}

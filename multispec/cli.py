@@ -12,7 +12,7 @@ from . import generate_cli, zoo
 from .bench import core as bench_core
 from .bench import report, shards
 from .bench import text as bench_text
-from .cli_types import parse_tree, positive_int
+from .cli_types import name_list, parse_tree, positive_int
 from .targets import load_adapter_plugins
 
 # commands that modality packages add when imported (`multispec.adapters` entry points):
@@ -88,7 +88,7 @@ def _bench_core(args: argparse.Namespace) -> int:
 def _bench_text(args: argparse.Namespace) -> int:
     bench_text.run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
                    temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
-                   rounds=args.rounds, compile=args.compile, split=args.split)
+                   rounds=args.rounds, compile=args.compile, split=args.split, only=args.methods)
     return 0
 
 
@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                            "settings are chosen)")
     text.add_argument("--compile", action="store_true",
                       help="also the EAGLE rows on the compiled static step (Llama-family targets, e.g. stdlib-bytes)")
+    text.add_argument("--methods", type=name_list, default=None, metavar="A,B",
+                      help="only these rows (plain decoding and the peers each table compares with always run); "
+                           "default: every row")
     text.set_defaults(func=_bench_text)
     groups = {"bench": suites,
               "eval": sub.add_parser("eval", help="task evaluation (accuracy and speed per method)")

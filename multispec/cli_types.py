@@ -29,3 +29,11 @@ def parse_tree(text: str | None) -> DynamicTree | None:
         return DynamicTree(depth=depth, topk=topk, total=total)
     except ValueError as err:
         raise argparse.ArgumentTypeError(f"expected DEPTH/TOPK/TOTAL, e.g. 4/4/15; got {text!r} ({err})") from None
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    """argparse type of a comma-separated list of names (at least one, no repeats)."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"expected distinct comma-separated names, got {text!r}")
+    return names

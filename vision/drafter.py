@@ -25,6 +25,7 @@ from transformers import PreTrainedModel
 
 from multispec.drafters import EagleDrafter
 from multispec.drafters.eagle import EagleConfig, EagleHead
+from multispec.int8 import dequantize_state, is_quantized
 from multispec.prompt import Prompt
 from multispec.targets import FeatureRequest, Features
 
@@ -82,8 +83,8 @@ class VisionEagleHead(EagleHead):
         fused = self.img_fc(torch.cat([features.to(g.dtype), g], -1))
         return fused if where is None else torch.where(where[..., None], fused, features.to(fused.dtype))
 
-    def save(self, folder: str | Path, dtype: torch.dtype = torch.float16) -> None:
-        super().save(folder, dtype)
+    def save(self, folder: str | Path, dtype: torch.dtype = torch.float16, int8: bool = False) -> None:
+        super().save(folder, dtype, int8)
         (Path(folder) / "vision_config.json").write_text(json.dumps(asdict(self.vision), indent=2))
 
     @staticmethod
@@ -95,6 +96,8 @@ class VisionEagleHead(EagleHead):
         config = EagleConfig(**json.loads((folder / "eagle_config.json").read_text()))
         vision = VisionDraftConfig(**json.loads((folder / "vision_config.json").read_text()))
         tensors = load_file(str(folder / "eagle.safetensors"))
+        if is_quantized(tensors):  # stored with int8=True: the dequantized head is the shipped one
+            tensors = dequantize_state(tensors)
         head = VisionEagleHead(config, vision, tensors["d2t"])
         head.load_state_dict({k: (v.to(dtype) if v.is_floating_point() else v) for k, v in tensors.items()})
         return head.to(dtype).eval()

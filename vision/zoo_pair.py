@@ -158,6 +158,10 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
     examples = target_answers(target, folder, answers)
     for mode in DRAFTERS:
         report[mode] = train_drafter(target, examples, folder / mode, drafter_config(mode), draft)
+    for mode in DRAFTERS:  # int8 storage (the zoo's 100 MB); the dequantized heads are the shipped ones
+        VisionEagleHead.load(folder / mode).save(folder / mode, int8=True)
+    report["drafter_storage"] = ("int8 (multispec.int8: per-row scales), stored after training; the dequantized "
+                                 "heads are the shipped ones and every figure is measured on them")
     (folder / "pair_report.json").write_text(json.dumps(report, indent=2))
     for scratch in ("tower.pt", "answers.json", *(f"{mode}/checkpoint.pt" for mode in DRAFTERS)):
         (folder / scratch).unlink(missing_ok=True)  # resume state, not part of the pair

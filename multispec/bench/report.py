@@ -61,9 +61,10 @@ def check_merge(stored: dict, quick: bool) -> None:
 
 
 def _rerun(doc: dict, result: dict) -> str | None:
-    """'commit X, date' when a benchmark ran at another commit or time than the document."""
+    """Its machine line when a benchmark was rerun into the document (`--only`): it ran at another commit, or
+    after the document's run ended (the benchmarks of one run all end before the run's own time stamp)."""
     m, own = doc["machine"], result.get("machine")
-    if not own or (own.get("git_commit"), own.get("date_utc")) == (m.get("git_commit"), m.get("date_utc")):
+    if not own or (own.get("git_commit") == m.get("git_commit") and own.get("date_utc", "") <= m.get("date_utc", "")):
         return None
     return f"rerun alone: {describe(own)}"
 

@@ -97,11 +97,12 @@ def _corpus(tokenizer, chars: int) -> list[list[int]]:
 def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: str | None = None,
         max_new_tokens: int | None = None, temperature: float = 0.8, threads: int | None = None,
         chain_k: int | None = None, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
-        rounds: int = 3, compile: bool = False, split: str = "heldout") -> dict:
+        rounds: int = 3, compile: bool = False, split: str = "heldout", only: tuple[str, ...] | None = None) -> dict:
     """`chain_k` / `tree`: the draft shape of the chain and tree rows (default: the pair's, chosen on the
     validation split, else 4 and 4/4/15). `compile`: also the EAGLE rows with `step="compiled"` (the static
     step under `torch.compile`), for pairs whose target the lean engine runs. `split`: the prompts' split,
-    'heldout' (test: the reported figures) or 'validation'."""
+    'heldout' (test: the reported figures) or 'validation'. `only`: the rows to run (plain decoding and the
+    peers always run); a name no table has raises before anything is timed."""
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
@@ -171,12 +172,14 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     if compile:
         greedy[f"eagle_chain_k{chain_k}_compiled"] = ours(eagle, chain_k, step="compiled")
         greedy["eagle_dynamic_tree_compiled"] = ours(eagle, tree, step="compiled")
+    if only is not None:
+        greedy = keep_rows(greedy, only, ["plain", *peers_of(greedy)], "greedy")
     inputs = [ids for _, ids in ps]
     # warm up on the longest prompt: the compiled step's buffers are sized there, so no timed call rebuilds
     # them; with compiled rows on every prompt (each padded width compiles once, when a step first needs it)
     warmup = sorted(inputs, key=lambda ids: -ids.shape[1]) if compile else [max(inputs, key=lambda ids: ids.shape[1])]
     compare = lambda ref, out, ids: classify(target, sequences(ref), sequences(out))  # noqa: E731
-    peers = ["no_draft", "hf_prompt_lookup"] + (["hf_assisted"] if draft is not None else [])
+    peers = peers_of(greedy)
     tables = {"greedy": Recorder(greedy, "plain", compare=compare, also_against=peers)
               .run(repeat(inputs, rounds), warmup=warmup, desc="greedy")}
 
@@ -194,16 +197,33 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     }
     if compile:
         sampling[f"eagle_chain_k{chain_k}_compiled"] = ours(eagle, chain_k, step="compiled", **sample)
+    if only is not None:
+        sampling = keep_rows(sampling, only, ["plain", "no_draft"], "sampling")
     torch.manual_seed(0)
     tables["sampling"] = Recorder(sampling, "plain", also_against=["no_draft"]).run(
         repeat(inputs, rounds), warmup=warmup, desc="sampling")
     settings = {"pair": pair_name, "quick": quick, "max_new_tokens": n, "temperature": temperature,
                 "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
                 "dynamic_tree": [tree.depth, tree.topk, tree.total], "corpus_chars": corpus_chars, "rounds": rounds,
-                "compile": compile, "split": split}
+                "compile": compile, "split": split, "methods": list(only) if only else "all"}
     out = results("text", settings, tables, outputs_identical=outputs_identical(tables))
     _print(out)
     return save_results(out, json_path)
+
+
+def peers_of(greedy: dict) -> list[str]:
+    """The greedy table's other baselines, where it has them: our engine without drafts, transformers'."""
+    return [p for p in ("no_draft", "hf_prompt_lookup", "hf_assisted") if p in greedy]
+
+
+def keep_rows(methods: dict, only: tuple[str, ...], always: list[str], table: str) -> dict:
+    """`methods` restricted to `only` (and `always`, the baseline and peers); unknown names fail in the greedy
+    table (which holds every row name) with the rows there are."""
+    if table == "greedy":
+        unknown = [n for n in only if n not in methods]
+        if unknown:
+            raise ValueError(f"--methods: no row {', '.join(unknown)}; rows: {', '.join(methods)}")
+    return {name: fn for name, fn in methods.items() if name in only or name in always}
 
 
 def _print(res: dict) -> None:

@@ -84,15 +84,19 @@ def _draft_shape(folder: Path) -> dict:
     if not file.exists():
         return {}
     shape = json.loads(file.read_text())
-    depth, topk, total = (int(x) for x in shape["tree"].split("/"))
-    return {"chain_k": int(shape["chain_k"]), "tree": DynamicTree(depth=depth, topk=topk, total=total)}
+    out = {"chain_k": int(shape["chain_k"])}
+    if shape.get("tree"):  # a choice may fix the chain length only
+        depth, topk, total = (int(x) for x in shape["tree"].split("/"))
+        out["tree"] = DynamicTree(depth=depth, topk=topk, total=total)
+    return out
 
 
 def _load_gemma(folder: Path) -> ZooPair:
     if not (folder / "eagle_config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained head; run `multispec zoo train gemma3-270m-eagle`")
     target, tokenizer = load_gemma()
-    return ZooPair(target, EagleDrafter(EagleHead.load(folder), target), tokenizer, "gemma3-270m-eagle")
+    return ZooPair(target, EagleDrafter(EagleHead.load(folder), target), tokenizer, "gemma3-270m-eagle",
+                   **_draft_shape(folder))
 
 
 def _train_gemma(folder: Path) -> dict:

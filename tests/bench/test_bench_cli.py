@@ -69,6 +69,22 @@ def test_bench_text_compile_rows(tmp_path, monkeypatch):
     assert compiled and all(kw.get("fullgraph") for kw in compiled)
 
 
+def test_bench_text_methods_runs_those_rows_beside_the_baselines(tmp_path, capsys):
+    path = tmp_path / "text.json"
+    assert main(["bench", "text", "--pair", "stdlib-bytes", "--quick", "--max-new-tokens", "8", "--rounds", "1",
+                 "--methods", "eagle_chain_k4,suffix_tree", "--json", str(path)]) == 0
+    res = json.loads(path.read_text())
+    greedy, sampling = res["tables"]["greedy"]["methods"], res["tables"]["sampling"]["methods"]
+    assert {"plain", "no_draft", "hf_prompt_lookup", "eagle_chain_k4", "suffix_tree"} <= set(greedy)
+    assert not {"eagle_dynamic_tree", "ngram_chain", "recycling_tree", "plain_fast_head"} & set(greedy)
+    assert set(sampling) == {"plain", "no_draft", "eagle_chain_k4", "suffix_tree"}
+    assert res["settings"]["methods"] == ["eagle_chain_k4", "suffix_tree"] and res["outputs_identical"] is True
+    assert main(["bench", "text", "--pair", "stdlib-bytes", "--quick", "--methods", "eagle_chain_k9"]) == 2
+    err = capsys.readouterr().err
+    assert "--methods: no row eagle_chain_k9; rows: plain, no_draft" in err and "eagle_chain_k4" in err
+    assert main(["bench", "text", "--methods", ","]) == 2  # refused by argparse, before anything loads
+
+
 @pytest.mark.parametrize("pair", ["stdlib-mamba2", "stdlib-bamba"])
 def test_bench_ssm_on_the_ssm_pairs(tmp_path, pair):
     path = tmp_path / "ssm.json"

@@ -118,8 +118,9 @@ def test_only_reruns_replace_their_benchmarks_in_the_stored_run(tmp_path, monkey
     """`bench all --only vision` on a stored document reruns vision alone, keeps the others, and the report
     names the rerun's own machine line; a stored run of the other --quick setting is refused before running."""
     old_machine = dict(results("x", {}, {})["machine"], git_commit="aaaaaaa", date_utc="2026-01-01 00:00")
+    earlier = dict(old_machine, date_utc="2025-12-31 23:40")  # a benchmark of that run, ended before the run did
     stored = {"schema": "multispec.bench/1", "benchmark": "all", "quick": True, "machine": old_machine,
-              "benches": {"text": dict(results("text", {"pair": "p"}, TEXT), machine=old_machine),
+              "benches": {"text": dict(results("text", {"pair": "p"}, TEXT), machine=earlier),
                           "reasoning": dict(results("reasoning", {"pair": "r"}, REASONING), machine=old_machine)}}
     new = {"schema": "multispec.bench/1", "benchmark": "all", "quick": True, "machine": results("x", {}, {})["machine"],
            "benches": {"reasoning": results("reasoning", {"pair": "r2"}, REASONING)}}

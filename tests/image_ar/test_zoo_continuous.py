@@ -58,9 +58,14 @@ def test_cli_bench_and_eval(tmp_path):
         assert row["quality"]["fid"] > 0 and row["residual_fallbacks"] >= 0
     assert main(["bench", "image-ar", "--method", "continuous", "--top-k", "5"]) == 2
     scores = tmp_path / "eval.json"
-    assert main(["eval", "image", "--method", "continuous", "--num", "10", "--json", str(scores)]) == 0
+    assert res["ar_quality_over_seeds"]["fid"]["spread"] > 0
+    assert main(["eval", "image", "--method", "continuous", "--num", "10", "--seeds", "2", "--json", str(scores)]) == 0
     got = json.loads(scores.read_text())
     assert got["acceptance_rate"] > 0 and got["fid"] > 0
+    # two sets under two seeds: each score is their mean, with its [min, max]
+    assert [r["seed"] for r in got["runs"]] == [0, 1_000_000] and got["runs"][0]["fid"] != got["runs"][1]["fid"]
+    assert got["spread"]["fid"]["min"] <= got["fid"] <= got["spread"]["fid"]["max"]
+    assert got["fid"] == pytest.approx(sum(r["fid"] for r in got["runs"]) / 2)
 
 
 def test_training_smoke_run_and_resume(tmp_path):

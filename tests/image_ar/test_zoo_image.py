@@ -61,6 +61,12 @@ def test_cli_bench_and_eval(tmp_path, capsys, pair):
         if name != "ar_hf":
             assert row["quality"]["fid"] > 0 and 0 <= row["quality"]["class_accuracy"] <= 1
     assert "quality" not in rows["ar_hf"] and rows["ar"]["quality"]["fid_vs_ar"] == 1.0
+    # plain AR scored under three seeds: each score's spread, and no claim inside it (AR against itself: none)
+    noise = res["ar_quality_over_seeds"]
+    assert set(noise) >= {"fid", "class_accuracy"} and noise["fid"]["min"] <= noise["fid"]["max"]
+    assert noise["fid"]["spread"] > 0  # other seeds draw other digits
+    assert not any(rows["ar"]["quality"]["beyond_noise"].values())
+    assert set(rows["lantern_d0.2_chain_k6"]["quality"]["beyond_noise"]) == set(noise)
     assert rows["exact_tree"]["max_tvd"] == 0.0 and rows["exact_tree"]["mean_accepted_length"] > 1
     with pytest.raises(SystemExit):
         main(["bench", "image-ar", "--rounds", "0"])

@@ -101,6 +101,9 @@ def test_bench_vision_quick(tmp_path):
         assert r["tokens_per_s"] > 0 and len(r["speedup_rounds"]) == 2
         assert r["speedup_spread"][0] <= r["speedup"] <= r["speedup_spread"][1]
     assert 0.0 <= res["vqa_accuracy"] <= 1.0
+    # the SpecVLM gate's choice per question is recorded, and it never means "no image"
+    gate = res["specvlm_gate_choices"]
+    assert sum(gate.values()) == 8 and set(gate) <= {"prune", "pool", "conv", "resampler"}
     assert res["mean_accepted_length_definition"].startswith("tokens committed per target forward")
 
 
@@ -131,9 +134,12 @@ def test_train_vision_draft_on_a_user_checkpoint(tmp_path):
             "--mode", "specvlm", "--steps", "4", "--batch-size", "2", "--limit", "4", "--max-new-tokens", "8"]
     assert main(args) == 0
     head = VisionEagleHead.load(out)
-    assert head.vision.mode == "specvlm"
+    assert head.vision.mode == "specvlm" and head.vision.branches == ("prune", "pool", "conv", "resampler")
     VisionEagleDrafter(head, model)  # fits the checkpoint it was trained for
     assert main(args) == 0  # a finished run found in --out is resumed (nothing left to do) and saved again
+    for option, bad in (("--ratio", "2"), ("--branches", "pool,magic"), ("--branches", "pool,pool")):
+        with pytest.raises(SystemExit):  # refused by argparse, before any model loads
+            main([*args[:-2], option, bad])
 
 
 def _char_tokenizer(bos: str, eos: str):

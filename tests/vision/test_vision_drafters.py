@@ -315,6 +315,25 @@ def test_saved_head_reloads_and_drafts_the_same(tmp_path, trained):
     assert [s.accepted for s in a.stats.steps] == [s.accepted for s in b.stats.steps]
 
 
+def test_int8_storage_halves_the_head_and_reloads_dequantized(tmp_path, trained):
+    from multispec.vision import VisionEagleHead
+
+    model, head = trained["llava-siglip", "specvlm"]
+    head.save(tmp_path / "fp16")
+    head.save(tmp_path / "int8", int8=True)
+    size = lambda d: (tmp_path / d / "eagle.safetensors").stat().st_size  # noqa: E731
+    assert size("int8") < 0.75 * size("fp16")
+    small = VisionEagleHead.load(tmp_path / "int8")
+    assert small.vision == head.vision
+    for (name, a), b in zip(head.state_dict().items(), small.state_dict().values()):
+        if a.is_floating_point() and a.dim() == 2:  # a matrix: within half a row's scale
+            assert (a - b).abs().max() <= a.abs().amax(1).max() / 254 + 1e-3, name
+    inputs = vlm_prompts("llava-siglip", seed=3)
+    out = speculative_generate(model, VisionEagleDrafter(small, model), max_new_tokens=8, eos_token_id=[], **inputs)
+    want = speculative_generate(model, VisionEagleDrafter(head, model), max_new_tokens=8, eos_token_id=[], **inputs)
+    assert torch.equal(out.sequences, want.sequences)  # lossless either way
+
+
 N = 4000
 SAMPLING = dict(temperature=1.0, top_k=20)
 
