@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from multispec.bench.shards import Shards, current
 from multispec.cli import parse_tree, positive_int, register_command
@@ -114,7 +115,8 @@ def _batches(args: argparse.Namespace, generate, shards: Shards, seed: int) -> l
     """`--num` digits as batches of the ten classes, batch b drawn with seed `seed + b` (so a batch is the same
     whichever process draws it): this process's share, then every process's batches in order."""
     starts = list(range(0, args.num, 10))
-    mine = {b: generate(torch.Generator().manual_seed(seed + b)) for b in shards.take(starts)}
+    mine = {b: generate(torch.Generator().manual_seed(seed + b))
+            for b in tqdm(shards.take(starts), desc=f"images, seed {seed}", unit="batch of 10", disable=not shards.main)}
     drawn = {b: part for parts in shards.gather(mine) for b, part in parts.items()}
     return [drawn[b] for b in starts]
 
