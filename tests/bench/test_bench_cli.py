@@ -82,7 +82,9 @@ def test_bench_text_methods_runs_those_rows_beside_the_baselines(tmp_path, capsy
     assert main(["bench", "text", "--pair", "stdlib-bytes", "--quick", "--methods", "eagle_chain_k9"]) == 2
     err = capsys.readouterr().err
     assert "--methods: no row eagle_chain_k9; rows: plain, no_draft" in err and "eagle_chain_k4" in err
-    assert main(["bench", "text", "--methods", ","]) == 2  # refused by argparse, before anything loads
+    with pytest.raises(SystemExit):  # refused by argparse, before anything loads
+        main(["bench", "text", "--methods", ","])
+    assert "--methods: expected distinct comma-separated names" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("pair", ["stdlib-mamba2", "stdlib-bamba"])
