@@ -1,16 +1,17 @@
 """multispec.reasoning: step-level speculation for reasoning models.
 
-- `SpecReason`: the small model writes each step, the base model scores it (`LogLikelihoodScorer`, or
-  `PromptScorer` for instruction-tuned models) and rewrites the steps it rejects;
+- `SpecReason`: the small model writes each step, the base model scores it 0-9 when prompted (`PromptScorer`,
+  the paper's; `LogLikelihoodScorer` for bases that cannot follow a prompt) and rewrites the steps it rejects;
 - `SpeculativeThinking`: the small model writes, the large model takes over at reflective words;
 - `SpeculativeVerdict`: draft experts answer, cross-perplexity consensus keeps the top k, a verdict model
-  decides (text experts, and VLM experts through `multispec.vision`);
+  reads their reasoning and answers (text experts, and VLM experts through `multispec.vision`);
 - judge verification is a core rule (`multispec.rules.Judge`); `label_divergences` makes its training data
   on problems with checkable answers.
 
 Each model keeps its cache across steps (a `Writer`: a core `Session` when it drafts, a plain adapter loop
 when it decodes alone), so no context is prefilled twice. The zoo pair `arith-reasoning` (byte-level
-Llamas on synthetic step-by-step arithmetic) ships a base, a small model, two more experts and a judge.
+Llamas on synthetic step-by-step arithmetic) ships a base taught the methods' prompts, a small model and its
+reflective variant, two more experts, a styled drafter and judges.
 """
 
 from multispec.generate_cli import register_generate_mode

@@ -12,6 +12,7 @@ from multispec.bench.recorder import results
 
 from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
 from .spec_thinking import SpeculativeThinkingConfig, Triggers
+from .task_data import SCORE_INSTRUCTION, SCORE_LEAD
 from .zoo_pair import load_pair, validation_split
 
 
@@ -28,7 +29,7 @@ def zoo_models(weights: str | None = None, drafter: str = "small") -> tuple[Mode
     if drafter not in DRAFTERS:
         raise ValueError(f"drafter: expected one of {', '.join(DRAFTERS)}, got {drafter!r}")
     pair = load_pair(weights)
-    models = Models(pair.target, pair.small, pair.tokenizer, pair.experts, pair.judge)
+    models = Models(pair.target, pair.small, pair.tokenizer, pair.experts, pair.judge, thinker=pair.reflective)
     if drafter == "styled":
         if pair.styled is None:
             raise ValueError(f"drafter: the pair in {pair.folder} has no styled drafter")
@@ -38,20 +39,31 @@ def zoo_models(weights: str | None = None, drafter: str = "small") -> tuple[Mode
 
 def zoo_thinking(budget: int):
     """Speculative Thinking's knobs for the zoo's short solutions (~60 bytes, where the reference's are for
-    thousands of tokens): a look-ahead long enough to hold "Let me check" / "Wait", the large model writing
-    the reflective step up to its delimiter, 30 more tokens after a verify word. The pair's solutions end in
-    "Answer: N", its "final answer", so "answer" joins the positive words: greedy decoding of this pair
-    writes its optional check steps too rarely for the reference's words alone to fire (measured: none in
-    60 held-out problems)."""
-    triggers = Triggers(positive=Triggers().positive + ("answer",))
-    return SpeculativeThinkingConfig(triggers=triggers, lookahead_tokens=12, takeover_tokens=None, verify_tokens=30,
+    thousands of tokens): the reference's keywords, a look-ahead long enough to hold a step's opening ("Wait,
+    ..."), the large model writing the reflective step up to its delimiter, 30 more tokens after a verify word.
+    The pair's reflective small model (`zoo_pair.REFLECTIVE`) says "Wait" where it tends to err; earlier
+    releases added "answer" to the positive words instead, which fired at every final line and never at a
+    reflective one."""
+    return SpeculativeThinkingConfig(triggers=Triggers(), lookahead_tokens=12, takeover_tokens=None, verify_tokens=30,
                                      token_budget=budget)
+
+
+def zoo_settings(settings: Settings) -> Settings:
+    """`settings` with the zoo pair's prompts (the short 0-9 scoring prompt and the compact verdict layout its base
+    was taught, `task_data`) and Speculative Thinking's knobs for its short solutions (`zoo_thinking`)."""
+    if settings.score_prompt is None:
+        settings.score_prompt = (SCORE_INSTRUCTION, SCORE_LEAD)
+    settings.verdict_compact = True
+    if settings.thinking is None:
+        settings.thinking = zoo_thinking(settings.max_new_tokens)
+    return settings
 
 
 def settings_record(settings: Settings) -> dict:
     """The settings a results JSON stores beside the figures."""
     s = settings
-    return {"threshold": s.threshold, "scorer": repr(s.scorer), "k": s.k, "judge_threshold": s.judge_threshold,
+    return {"threshold": s.threshold, "scorer": repr(s.scorer), "score_prompt": s.score_prompt,
+            "likelihood_threshold": s.likelihood_threshold, "verdict_compact": s.verdict_compact, "k": s.k, "judge_threshold": s.judge_threshold,
             "judge_min_prob": s.judge_min_prob, "verdict_k": s.verdict_k, "max_new_tokens": s.max_new_tokens,
             "thinking": repr(s.thinking)}
 
@@ -66,9 +78,7 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
     models, test = zoo_models(weights, drafter)
     n = problems or (30 if quick else len(test))
     chosen = test[:n] if split == "test" else validation_split(n)
-    settings = settings or Settings()
-    if settings.thinking is None:
-        settings.thinking = zoo_thinking(settings.max_new_tokens)
+    settings = zoo_settings(settings or Settings())
     table = evaluate_table(models, chosen, methods, settings, rounds=rounds)
     for row in table["methods"].values():
         row["split"] = split

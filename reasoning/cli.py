@@ -12,7 +12,7 @@ from multispec.bench.shards import current
 from multispec.cli import positive_int, register_command
 from multispec.rules import Judge, JudgeHead, train_judge_head
 
-from .bench import DRAFTERS, SPLITS, run, settings_record, zoo_models, zoo_thinking
+from .bench import DRAFTERS, SPLITS, run, settings_record, zoo_models, zoo_settings
 from .data import make_problems, read_problems
 from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
 from .judge_data import label_divergences
@@ -23,10 +23,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default=None, help="comma-separated subset of: " + ", ".join(METHODS) +
                    " (default: all; judge brings its controls judge_approve_all and judge_no_floor along)")
     p.add_argument("--threshold", type=float, default=None, help="SpecReason's score threshold on the 0-9 scale "
-                   "(default 3, chosen for the likelihood scorer on the zoo pair's validation split; the reference "
-                   "uses 7 with its prompt scorer)")
-    p.add_argument("--scorer", default="likelihood", choices=["likelihood", "prompt"],
-                   help="how the base scores a step: its likelihood of it, or a 0-9 judging prompt")
+                   "(default 7, the reference's; the specreason_likelihood row keeps its own, 3)")
+    p.add_argument("--scorer", default="prompt", choices=["prompt", "likelihood"],
+                   help="how the base scores a step in the specreason row: a 0-9 judging prompt (default, the "
+                   "paper's) or its likelihood of the step")
     p.add_argument("--k", type=positive_int, default=4, help="drafts per token-level step")
     p.add_argument("--judge-threshold", type=float, default=0.5)
     p.add_argument("--judge-min-prob", type=float, default=None, metavar="RHO",
@@ -114,7 +114,7 @@ def _eval(args: argparse.Namespace) -> int:
         models, _ = zoo_models(drafter=args.drafter)
         # the zoo pair without --data: its validation split (the test split is `bench reasoning --split test`'s)
         problems = validation_split()
-        settings.thinking = zoo_thinking(settings.max_new_tokens)
+        settings = zoo_settings(settings)
         if args.judge:
             models.judge = JudgeHead.load(args.judge)
     if args.data is not None:

@@ -158,18 +158,30 @@ def _word(rng: random.Random) -> tuple[str, list[tuple[int, str, int]], list[str
         ["The rows hold ", "After the cut, ", "With the new trees, "]
 
 
-def make_problem(rng: random.Random, check_rate: float = 0.25, style: str = "mixed") -> Problem:
-    """One random problem with a worked solution in random phrasings (of `style`, see `phrase`)."""
+REFLECT_CUE = "Wait, "  # a reflective cue at the start of a step (a negative word of Speculative Thinking's)
+
+
+def make_problem(rng: random.Random, check_rate: float = 0.25, style: str = "mixed",
+                 reflect: tuple[float, ...] = ()) -> Problem:
+    """One random problem with a worked solution in random phrasings (of `style`, see `phrase`).
+
+    `reflect`: per operation (0-based; the last rate holds for every later one), the rate at which its step
+    opens with `REFLECT_CUE`: the traces of a writer that hesitates where it tends to err (the zoo's reflective
+    small model, `zoo_pair.REFLECTIVE`). Empty: no cues, and the random stream is that of earlier releases."""
+    if any(not 0.0 <= r <= 1.0 for r in reflect):
+        raise ValueError(f"reflect: expected rates in [0, 1], got {reflect!r}")
     if rng.random() < 0.4:
         question, ops = _expression(rng)
         leads = [""] * len(ops)
     else:
         question, ops, leads = _word(rng)
     steps = []
-    for (a, op, b), lead in zip(ops, leads):
+    for i, ((a, op, b), lead) in enumerate(zip(ops, leads)):
         text = phrase(a, op, b, rng, style)
         if lead and rng.random() < 0.5:
             text = lead + text[0].lower() + text[1:]
+        if reflect and rng.random() < reflect[min(i, len(reflect) - 1)]:
+            text = REFLECT_CUE + text[0].lower() + text[1:]
         steps.append(text + ".")
         if rng.random() < check_rate:
             check = _check(a, op, b, _apply(a, op, b), rng)

@@ -5,7 +5,8 @@ Methods (each a name in `METHODS`):
 - `base`, `small`: one model alone, greedy, one token per step through the same lean loop the others use;
 - `specreason`: SpecReason (the small model writes, the base scores and rewrites), the base's own steps
   drafted by the small model token by token;
-- `spec_thinking`: Speculative Thinking (the small model writes, the base takes over at reflective words);
+- `spec_thinking`: Speculative Thinking (the small model, or `Models.thinker`, writes; the base takes over at
+  reflective words);
 - `verdict`: Speculative Verdict (the experts answer, consensus keeps the top k, the base decides);
 - `exact`, `judge`: token-level speculative decoding of the base with the small model (or
   `Models.token_drafter`) as drafter (chain of `k`), exact and with judge verification; both report the
@@ -40,14 +41,14 @@ from multispec.drafters import ModelDrafter
 from multispec.rules import Judge, JudgeHead, JudgeStats
 
 from .data import Problem, format_prompt, is_correct
-from .scoring import _encode
+from .scoring import LogLikelihoodScorer, PromptScorer, _encode
 from .spec_thinking import SpeculativeThinking, SpeculativeThinkingConfig
 from .specreason import SpecReason, SpecReasonConfig
-from .speculative_verdict import LikelihoodVerdict, SpeculativeVerdict, TextExpert
+from .speculative_verdict import LikelihoodVerdict, PromptVerdict, SpeculativeVerdict, TextExpert
 from .steps import Writer
 
-METHODS = ("base", "small", "specreason", "spec_thinking", "verdict", "exact", "judge", "judge_approve_all",
-           "judge_no_floor", "generate", "assisted")
+METHODS = ("base", "small", "specreason", "specreason_likelihood", "spec_thinking", "verdict", "verdict_likelihood",
+           "exact", "judge", "judge_approve_all", "judge_no_floor", "generate", "assisted")
 JUDGE_ROWS = {"judge": None, "judge_approve_all": "approve_all_floor", "judge_no_floor": "no_floor"}  # -> control
 
 
@@ -62,6 +63,7 @@ class Models:
     judge: object = None  # a JudgeHead (trained on the drafts of the token-level rows' drafter)
     prompt: object = format_prompt  # question -> the text the models continue
     token_drafter: object = None  # the draft model of `exact`, `judge`, `assisted` (None: `small`)
+    thinker: object = None  # Speculative Thinking's small writer (None: `small`), e.g. one trained to reflect
 
     @property
     def drafter_model(self):
@@ -69,7 +71,7 @@ class Models:
 
     def to(self, device) -> "Models":
         """Every model (and the judge head) on `device`: a data-parallel process's own GPU."""
-        for name in ("base", "small", "judge", "token_drafter"):
+        for name in ("base", "small", "judge", "token_drafter", "thinker"):
             if getattr(self, name) is not None:
                 setattr(self, name, getattr(self, name).to(device))
         self.experts = {k: m.to(device) for k, m in self.experts.items()}
@@ -78,10 +80,19 @@ class Models:
 
 @dataclass
 class Settings:
-    # SpecReason's score threshold (0-9): 3 was chosen for the likelihood scorer on the zoo pair's validation
-    # split (benchmarks/reasoning_thresholds.py); the reference's 7 is for its prompt scorer
-    threshold: float = 3.0
-    scorer: object = "likelihood"
+    # SpecReason (`specreason`): the base scores each step 0-9 when prompted (the paper's scorer) and a step
+    # scoring under `threshold` (the reference's 7) is written again; `score_prompt` (instruction, lead) is the
+    # judging prompt (None: the reference's; the zoo pair was taught a short one, `task_data.SCORE_INSTRUCTION`)
+    threshold: float = 7.0
+    scorer: object = "prompt"
+    score_prompt: tuple[str, str] | None = None
+    # `specreason_likelihood`: the step-level lenient rule in SpecReason's place (accept a step when every token
+    # has p / p_max >= threshold / 9); 3 was chosen on the zoo pair's validation split
+    # (benchmarks/reasoning_thresholds.py)
+    likelihood_threshold: float = 3.0
+    # `verdict`: the base reads the chosen experts' reasoning and writes the answer (`PromptVerdict`); compact: the
+    # layout the zoo pair was taught (`task_data.verdict_prompt`), else the reference's
+    verdict_compact: bool = False
     max_new_tokens: int = 320
     k: int = 4  # drafts per token-level step (exact, judge, and the base's own steps in SpecReason)
     judge_threshold: float = 0.5
@@ -103,25 +114,37 @@ def solve(method: str, models: Models, s: Settings, question: str) -> dict:
         writer.start(prompt)
         out = writer.write(s.max_new_tokens)
         return {"text": tok.decode(out), "tokens": len(out)}
-    if method == "specreason":
-        sr = SpecReason(models.small, models.base, tok, s.scorer,
-                        SpecReasonConfig(threshold=s.threshold, token_budget=s.max_new_tokens),
+    if method in ("specreason", "specreason_likelihood"):
+        if method == "specreason":
+            scorer, threshold = s.scorer, s.threshold
+            if scorer == "prompt" and s.score_prompt is not None:
+                scorer = PromptScorer.plain(tok, instruction=s.score_prompt[0], lead=s.score_prompt[1])
+        else:
+            scorer, threshold = LogLikelihoodScorer(), s.likelihood_threshold
+        sr = SpecReason(models.small, models.base, tok, scorer,
+                        SpecReasonConfig(threshold=threshold, token_budget=s.max_new_tokens),
                         base_drafter=ModelDrafter(models.small), base_tree=s.k)
         r = sr.run(prompt)
         return {"text": r.text, "tokens": len(r.tokens),
                 "counts": r.counters | {"small_tokens_kept": r.tokens_by.get("small", 0)}}
     if method == "spec_thinking":
         config = s.thinking or SpeculativeThinkingConfig(token_budget=s.max_new_tokens)
-        st = SpeculativeThinking(models.small, models.base, tok, config, large_drafter=ModelDrafter(models.small),
+        writer = models.small if models.thinker is None else models.thinker
+        st = SpeculativeThinking(writer, models.base, tok, config, large_drafter=ModelDrafter(models.small),
                                  large_tree=s.k)
         r = st.run(prompt)
         return {"text": r.text, "tokens": len(r.tokens), "counts": r.counters}
-    if method == "verdict":
+    if method in ("verdict", "verdict_likelihood"):
         experts = {name: TextExpert(m, tok, models.prompt, s.max_new_tokens) for name, m in models.experts.items()}
-        verdict = LikelihoodVerdict(TextExpert(models.base, tok, models.prompt, s.max_new_tokens))
+        if method == "verdict":
+            verdict = PromptVerdict(models.base, tok, s.max_new_tokens, compact=s.verdict_compact)
+        else:
+            verdict = LikelihoodVerdict(TextExpert(models.base, tok, models.prompt, s.max_new_tokens))
         r = SpeculativeVerdict(experts, verdict, k=min(s.verdict_k, len(experts))).run(question)
         written = sum(len(_encode(tok, a.text)) for a in r.answers.values())  # every expert's answer
-        return {"text": r.text, "answer": r.answer, "tokens": written, "counts": {"chosen": r.chosen}}
+        written += len(_encode(tok, r.text)) if method == "verdict" else 0  # and the verdict's
+        return {"text": r.text, "answer": r.answer, "tokens": written,
+                "counts": {"chosen": r.chosen, "experts": {n: a.answer for n, a in r.answers.items()}}}
     if method in ("generate", "assisted"):
         ids = torch.tensor([prompt], device=models.base.device)
         extra = {"assistant_model": models.drafter_model} if method == "assisted" else {}
@@ -159,29 +182,32 @@ def _pad(tok, eos):
 
 
 def evaluate(models: Models, problems: Sequence[Problem], methods: Sequence[str] = METHODS,
-             settings: Settings | None = None, progress: bool = True, warmup: bool = True, rounds: int = 3) -> dict:
+             settings: Settings | None = None, progress: bool = True, warmup: bool = True, rounds: int = 3,
+             controls: bool = True) -> dict:
     """Every method's row (method -> row) of `evaluate_table`, for callers that read rows by method."""
-    return evaluate_table(models, problems, methods, settings, warmup, rounds, progress)["methods"]
+    return evaluate_table(models, problems, methods, settings, warmup, rounds, progress, controls=controls)["methods"]
 
 
 def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequence[str] = METHODS,
                    settings: Settings | None = None, warmup: bool = True, rounds: int = 3,
-                   progress: bool = True, shards: Shards | None = None) -> dict:
+                   progress: bool = True, shards: Shards | None = None, controls: bool = True) -> dict:
     """Run every method on every problem through the recorder (methods interleaved problem by problem, the
     problems split into `rounds`, fewer when there are fewer problems) and return its table, each row with
     the method's accuracy and counts. `warmup`: run every method once on the first problem, untimed;
     `progress`: show progress bars; `shards`: this process's part of a data-parallel run (`multispec.bench.shards`:
-    each process solves its share of every round, and every process returns the table of all problems)."""
+    each process solves its share of every round, and every process returns the table of all problems);
+    `controls=False`: a judge row without its controls (for a sweep that runs them itself, as
+    benchmarks/reasoning_judge_floors.py does)."""
     s = settings or Settings()
     _check(models, methods)
-    if "judge" in methods:  # a judge's figure is reported beside its controls, never alone
+    if "judge" in methods and controls:  # a judge's figure is reported beside its controls, never alone
         methods = list(methods) + [m for m in JUDGE_ROWS if m not in methods]
     if not problems:
         raise ValueError("problems: expected at least one problem")
     answers: dict[str, list[dict]] = {m: [] for m in methods}
 
     def observe(method: str, problem: Problem, result: dict) -> None:
-        answers[method].append(result | {"correct": _correct(result, problem.answer)})
+        answers[method].append(result | {"correct": _correct(result, problem.answer), "truth": problem.answer})
 
     calls = {m: (lambda p, m=m: solve(m, models, s, p.question)) for m in methods}
     baseline = "base" if "base" in methods else methods[0]
@@ -197,9 +223,11 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
         row |= _figures(m, answers[m], row)
         if baseline == "base":  # the name readers of the earlier layout use
             row["speedup_vs_base"] = row["speedup"]
+        row["method"] = m
+        row.setdefault("mean_accepted_length", None)  # a token-level row's (tokens per base forward)
+        row["control"] = JUDGE_ROWS.get(m)
     for m in JUDGE_ROWS:  # judge verification's gain: how much longer its accepted runs are than exact's
         if m in rows:
-            rows[m]["control"] = JUDGE_ROWS[m]
             if "exact" in rows:
                 rows[m]["accepted_length_vs_exact"] = round(rows[m]["mean_accepted_length"] /
                                                             max(rows["exact"]["mean_accepted_length"], 1e-9), 3)
@@ -237,13 +265,19 @@ def _figures(method: str, rs: list[dict], row: dict) -> dict:
            "tokens": round(tokens / n, 1)}
     counts = [r.get("counts", {}) for r in rs]
     total = lambda key: sum(c[key] for c in counts)  # noqa: E731
-    if method == "specreason":
+    if method.startswith("specreason"):
         out |= {"steps_accepted": total("accepted"), "steps_rejected": total("rejected"),
                 "step_acceptance": round(total("accepted") / max(total("scored"), 1), 4),
                 "small_token_share": round(total("small_tokens_kept") / max(tokens, 1), 4)}
     if method == "spec_thinking":
         out |= {k: total(k) for k in ("triggers", "takeovers", "verify_spans", "recaps")}
         out["large_token_share"] = round(total("large_tokens_written") / max(tokens, 1), 4)
+        out["takeover_share"] = round(sum(c["takeovers"] > 0 for c in counts) / n, 4)  # problems it took over
+    if method.startswith("verdict"):  # each expert alone, on the same problems
+        names = counts[0]["experts"]
+        out["expert_accuracy"] = {e: round(sum(_correct({"answer": c["experts"][e]}, r["truth"])
+                                               for c, r in zip(counts, rs)) / n, 4) for e in names}
+        out["best_expert_accuracy"] = max(out["expert_accuracy"].values())
     if method == "exact" or method in JUDGE_ROWS:  # the recorder's mean_accepted_length comes from their stats
         out |= {"acceptance_rate": round(total("accepted") / max(total("drafted"), 1), 4),
                 "overrides": total("overrides")}

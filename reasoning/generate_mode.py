@@ -8,13 +8,14 @@ import time
 
 from multispec.generate_cli import GenerateMode, check_sampling, prompts, write_json
 
-from .bench import zoo_models, zoo_thinking
+from .bench import zoo_models, zoo_settings
 from .data import extract_answer
 from .evaluate import METHODS, Settings, solve
 from .zoo_pair import NAME
 
 # what a user runs; the judge's controls and the transformers baselines are for the benches
-USER_METHODS = tuple(m for m in METHODS if m not in ("judge_approve_all", "judge_no_floor", "generate", "assisted"))
+USER_METHODS = tuple(m for m in METHODS if m not in ("judge_approve_all", "judge_no_floor", "generate", "assisted",
+                                                     "specreason_likelihood", "verdict_likelihood"))
 
 
 def _add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -51,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--tree: the reasoning methods take their draft length from the pair's settings")
     method = args.method or "specreason"
     models, _ = zoo_models()
-    settings = Settings(max_new_tokens=args.max_new_tokens or Settings.max_new_tokens)
-    settings.thinking = zoo_thinking(settings.max_new_tokens)
+    settings = zoo_settings(Settings(max_new_tokens=args.max_new_tokens or Settings.max_new_tokens))
     records = []
     for i, question in enumerate(questions):
         if len(questions) > 1:

@@ -78,23 +78,52 @@ def judge_input_at(base, ids: list[int], context: bool = False) -> torch.Tensor:
     return judge_inputs(hidden[-1], hidden[-2], logits, torch.tensor(ids[-1]))
 
 
+@torch.no_grad()
+def finish_all(base, texts: list[list[int]], prompt: list[int], answer: float, tokenizer, max_new_tokens: int,
+               check: Callable[[str, float], bool] = is_correct, batch_size: int = 32) -> list[bool]:
+    """Whether the base's greedy continuation of each text (each starts with `prompt`) ends at `answer`, the
+    texts continued together (left-padded batches of `generate`); a text that already ends with EOS is read as
+    it is (an approved EOS ends the generation)."""
+    eos, pad = tokenizer.eos_token_id, getattr(tokenizer, "pad_token_id", None)
+    pad = eos if pad is None else pad
+    out: dict[int, bool] = {}
+    open_rows = []
+    for i, t in enumerate(texts):
+        if t[-1] == eos and len(t) > len(prompt):
+            out[i] = check(tokenizer.decode(t[len(prompt): -1]), answer)
+        else:
+            open_rows.append(i)
+    device = base.device
+    for at in range(0, len(open_rows), batch_size):
+        rows = open_rows[at: at + batch_size]
+        width = max(len(texts[i]) for i in rows)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
+        mask = torch.zeros_like(ids)
+        for j, i in enumerate(rows):
+            ids[j, width - len(texts[i]):] = torch.tensor(texts[i], device=device)
+            mask[j, width - len(texts[i]):] = 1
+        room = max(1, max_new_tokens - min(len(texts[i]) - len(prompt) for i in rows))
+        seq = base.generate(ids, attention_mask=mask, max_new_tokens=room, do_sample=False, eos_token_id=eos,
+                            pad_token_id=pad)
+        for j, i in enumerate(rows):
+            new = seq[j, width:].tolist()[: max(1, max_new_tokens - (len(texts[i]) - len(prompt)))]  # its own room
+            new = new[: new.index(eos)] if eos in new else new
+            out[i] = check(tokenizer.decode(texts[i][len(prompt):] + new), answer)
+    return [out[i] for i in range(len(texts))]
+
+
 def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int = 4, max_new_tokens: int = 256,
                       check: Callable[[str, float], bool] = is_correct, context: bool = False,
                       rule: Judge | None = None, progress: bool = True) -> dict:
-    """Judge inputs [N, F] (`judge_input_at`), labels [N] and counts for the divergent draft tokens of
-    `problems` (`rule`: label judge decoding's own runs, see the module docstring)."""
+    """Judge inputs [N, F] (`judge_input_at`), labels [N], the base's own probability of each labelled token
+    [N] (what a `min_target_prob` floor reads) and counts for the divergent draft tokens of `problems` (`rule`:
+    label judge decoding's own runs, see the module docstring). The continuations that decide the labels run
+    batched (`finish_all`)."""
     eos = tokenizer.eos_token_id
-    feats, labels, skipped, doomed = [], [], 0, 0
+    feats, labels, probs, skipped, doomed = [], [], [], 0, 0
 
-    def finishes(text: list[int], prompt: list[int], answer: float) -> bool:
-        """Whether the base's greedy continuation of `text` (which starts with `prompt`) ends at `answer`; a text
-        that already ends with EOS is read as it is (an approved EOS ends the generation)."""
-        if text[-1] == eos and len(text) > len(prompt):
-            return check(tokenizer.decode(text[len(prompt): -1]), answer)
-        session = Session(base, ModelDrafter(small), tree=k, eos_token_id=eos, rollback=False)
-        session.append(torch.tensor([text]))
-        rest = session.generate(max_new_tokens - (len(text) - len(prompt)))[0]
-        return check(tokenizer.decode(text[len(prompt):] + rest), answer)
+    def finishes(texts: list[list[int]], prompt: list[int], answer: float) -> list[bool]:
+        return finish_all(base, texts, prompt, answer, tokenizer, max_new_tokens, check)
 
     for problem in tqdm(problems, desc="labelling divergences", disable=not progress):
         prompt = tokenizer.encode(problem.prompt())
@@ -102,22 +131,31 @@ def label_divergences(base, small, problems: list[Problem], tokenizer, *, k: int
         if rule is None:
             base_ok = check(tokenizer.decode(own), problem.answer)
         else:  # the run was judge decoding's: ask the base itself
-            base_ok = finishes(prompt, prompt, problem.answer)
+            base_ok = finishes([prompt], prompt, problem.answer)[0]
         if not base_ok:  # the base's own answer is wrong
             skipped += 1
             continue
-        for d in found:
-            text = d.prefix + [d.token]
-            if len(text) - len(prompt) >= max_new_tokens:
-                continue
-            may_hold_approvals = rule is not None and len(d.prefix) > len(prompt)
-            if may_hold_approvals and not finishes(d.prefix + [d.target_token], prompt, problem.answer):
-                doomed += 1  # an earlier approval broke this prefix: both tokens would read "bad"
-                continue
-            feats.append(judge_input_at(base, text, context))
-            labels.append(int(finishes(text, prompt, problem.answer)))
+        found = [d for d in found if len(d.prefix) + 1 - len(prompt) < max_new_tokens]
+        if rule is not None:  # an earlier approval may have broken a prefix: both tokens would read "bad"
+            fine = finishes([d.prefix + [d.target_token] for d in found if len(d.prefix) > len(prompt)], prompt,
+                            problem.answer)
+            verdicts = iter(fine)
+            kept = [d for d in found if len(d.prefix) <= len(prompt) or next(verdicts)]
+            doomed += len(found) - len(kept)
+            found = kept
+        for d, good in zip(found, finishes([d.prefix + [d.token] for d in found], prompt, problem.answer)):
+            feats.append(judge_input_at(base, d.prefix + [d.token], context))
+            labels.append(int(good))
+            probs.append(token_prob(base, d.prefix, d.token))
     if not feats:
         raise ValueError(f"problems: no divergent draft tokens to label ({skipped} of {len(problems)} problems skipped "
                          "because the base's own answer is wrong; on the rest the draft agrees with the base)")
-    return {"features": torch.stack(feats), "labels": torch.tensor(labels), "skipped_problems": skipped,
-            "skipped_prefixes": doomed}
+    return {"features": torch.stack(feats), "labels": torch.tensor(labels), "target_probs": torch.tensor(probs),
+            "skipped_problems": skipped, "skipped_prefixes": doomed}
+
+
+@torch.no_grad()
+def token_prob(base, prefix: list[int], token: int) -> float:
+    """The base's probability of `token` after `prefix` (its softmax: what `Judge`'s floor compares)."""
+    logits = base(torch.tensor([prefix], device=base.device)).logits[0, -1].float()
+    return float(torch.softmax(logits, -1)[token])

@@ -49,7 +49,7 @@ class SpecReason:
     one-token decoding through the same loop). `keep_agreed`: a rejected step keeps the prefix of the small
     model's draft that the base agrees with (greedy: the same text the base would write; see `_rewrite`)."""
 
-    def __init__(self, small, base, tokenizer, scorer: StepScorer | str = "likelihood",
+    def __init__(self, small, base, tokenizer, scorer: StepScorer | str = "prompt",
                  config: SpecReasonConfig | None = None, base_drafter=None, base_tree=None, keep_agreed: bool = True):
         _check_vocab(small, base)
         self.small, self.base, self.tokenizer = small, base, tokenizer

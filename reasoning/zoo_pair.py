@@ -4,13 +4,15 @@ step-by-step solutions (`multispec.reasoning.data`).
 - `base/`: the base model (12 layers, deep and narrow), trained on the problems and symbolic drills, then
   continued by practice stages with drills in every phrasing and in the worded ones (`BASE_STAGES`);
 - `small/`: the small model (2 layers), much less accurate on the arithmetic;
+- `small-reflective/`: the small model continued on traces that open a step with "Wait, " where it tends to err
+  (`REFLECTIVE`): Speculative Thinking's small writer, whose cues hand those steps to the base;
 - `experts/*`: further small models (other sizes and seeds): Speculative Verdict's draft experts;
 The models are stored in int8 (`multispec.zoo.int8`: half of fp16, for the zoo's 100 MB) and load as fp32
 `LlamaForCausalLM`s.
 - `judge/`: a judge head on the base's hidden states, trained on automatically labelled draft tokens of `small`;
 - `styled/`: a drafter with another phrasing habit (`STYLED`: never "a + b = r"), whose right steps the base
-  would not write token for token, the case judge verification is for; `judge-styled/` its judge (a context
-  head, `JudgeHead(context=True, width=32)`).
+  would not write token for token, the case judge verification is for; `judge-styled/` its judge (linear on the
+  base's hidden state, the paper's head).
 The held-out test split is `test.jsonl` (problems whose questions the training data never contains).
 
 `multispec zoo train arith-reasoning` reproduces it (fixed seeds; each stage resumes when its folder is
@@ -40,6 +42,8 @@ from multispec.zoo.training import Checkpoint, train_steps
 
 from .data import Problem, make_drill, make_problem, make_problems, read_problems, training_text, write_problems
 from .judge_data import label_divergences
+from .scoring import PromptScorer
+from .task_data import SCORE_INSTRUCTION, SCORE_LEAD, scoring_row, verdict_row
 
 NAME = "arith-reasoning"
 EOS = 3  # byte 0x03 ends a solution (the byte tokenizer has no special tokens)
@@ -74,6 +78,10 @@ class Recipe:
     seed: int = SEED
     style: str = "mixed"  # the solutions' phrasing habit (`multispec.reasoning.data.phrase`)
     drill: str = "symbols"  # the practice rows' phrasing (`multispec.reasoning.data.make_drill`)
+    reflect: tuple[float, ...] = ()  # reflective cues per operation (`multispec.reasoning.data.make_problem`)
+    # (scoring, verdict): the shares of rows that teach the step-level methods' prompts (`task_data`), after the
+    # drills' share; empty: none (and the stream of earlier releases)
+    tasks: tuple[float, ...] = ()
 
     def config(self):
         return llama_config(self.hidden, self.layers, self.heads, self.kv_heads, self.intermediate)
@@ -89,10 +97,15 @@ BASE_PRACTICE = replace(BASE, steps=1800, lr=5e-4, seed=1, drill="mixed")
 # the drafter's phrasings (BENCHMARKS.md, Judge decoding with the styled drafter).
 BASE_WORDS = replace(BASE, steps=1800, lr=3e-4, seed=2, drill="words")
 BASE_WORDS_AGAIN = replace(BASE_WORDS, seed=4)
+# The last stage teaches the base the step-level methods' prompts (`task_data`): scoring a step 0-9 (SpecReason's
+# scorer) and writing the right solution after two experts' (Speculative Verdict's verdict), beside the problems
+# and the drills in every phrasing. Of all rows: 35% drills, 20% scoring, 12% verdicts, 33% problems.
+BASE_TASKS = replace(BASE, steps=1200, lr=3e-4, seed=6, drill="mixed", tasks=(0.2 / 0.65, 0.12 / 0.65))
 # (folder, recipe, description): each stage continues the previous one; the last one's folder is the shipped base.
 BASE_STAGES = (("base-pretrain", BASE, "base"), ("base-practice", BASE_PRACTICE, "base, practice in every phrasing"),
                ("base-words", BASE_WORDS, "base, practice in words"),
-               ("base", BASE_WORDS_AGAIN, "base, practice in words (2)"))
+               ("base-words-2", BASE_WORDS_AGAIN, "base, practice in words (2)"),
+               ("base", BASE_TASKS, "base, scoring steps and verdicts"))
 # Two layers at least: a one-layer model cannot copy the question's numbers into its steps (no induction).
 SMALL = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=6000, batch_size=16, lr=3e-3)
 # A drafter with another writing habit (never "a + b = r"): its steps differ from the base's choice while
@@ -103,7 +116,15 @@ STYLED = Recipe(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=192, step
                 seed=3, style="words")
 STYLED_WIDE = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=3000, batch_size=16, lr=3e-3,
                      seed=3, style="words")
-STYLED_JUDGE = "judge-styled"  # the styled drafter's judge head (its folder in the pair)
+# Speculative Thinking's small writer: the small model continued on traces that say "Wait, " where it tends to
+# err. Measured on 120 validation problems (greedy; 27 wrong): the first step whose result departs from the
+# reference's is the first operation's in 5, the second's in 4, a later one's in 17. So the cue opens the first
+# operation's step rarely, the second's often, every later one's almost always (most problems have a second
+# operation: the large model takes over on most of them, as the method needs).
+REFLECTIVE = replace(SMALL, steps=1500, lr=1e-3, seed=5, reflect=(0.05, 0.6, 0.9))
+REFLECTIVE_FOLDER = "small-reflective"
+STYLED_JUDGE = "judge-styled"  # the styled drafter's judge head (its folder in the pair): linear, the paper's
+STYLED_JUDGE_PROBLEMS = 300
 EXPERTS = {  # Speculative Verdict's draft experts besides `small`
     "expert-1layer": Recipe(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=192, steps=10000, batch_size=16,
                             lr=4e-3),
@@ -134,8 +155,13 @@ class ReasoningPair(ZooPair):
     judge: object = None
     styled: object = None
     styled_judge: object = None
+    reflective: object = None  # Speculative Thinking's small writer (`REFLECTIVE`), None in earlier releases
     test: list = field(default_factory=list)
     folder: Path | None = None
+
+    def scorer(self, method: str = "greedy") -> PromptScorer:
+        """SpecReason's scorer for this base: the short 0-9 judging prompt it was taught (`task_data`)."""
+        return PromptScorer.plain(self.tokenizer, method, SCORE_INSTRUCTION, SCORE_LEAD)
 
 
 def test_split() -> list[Problem]:
@@ -181,14 +207,33 @@ class Batches:
                 rows.append(self.tok.encode(text))
                 learn.append(read)
                 continue
-            p = make_problem(self.rng, CHECK_RATE, self.recipe.style)
+            task = self._task()
+            p = make_problem(self.rng, 0.0 if task == "verdict" else CHECK_RATE, self.recipe.style, self.recipe.reflect)
             if p.question in self.held_out:
+                continue
+            if task is not None:  # the loss reads the score digit, or the verdict's solution
+                text, start = (scoring_row if task == "score" else verdict_row)(p, self.rng, chr(EOS))
+                ids = self.tok.encode(text)[:MAX_LEN]
+                rows.append(ids)
+                learn.append([i == start if task == "score" else i >= start for i in range(len(ids))])
                 continue
             ids = self.tok.encode(training_text(p, chr(EOS)))[:MAX_LEN]
             n = len(self.tok.encode(p.prompt()))
             rows.append(ids)
             learn.append([i >= n for i in range(len(ids))])
         width = max(len(r) for r in rows)
+        return self._collate(rows, learn, width)
+
+    def _task(self) -> str | None:
+        """"score", "verdict" or None (a problem), drawn at the recipe's `tasks` rates among the rows that are
+        not drills (no draw without tasks: the stream stays that of earlier releases)."""
+        if not self.recipe.tasks:
+            return None
+        u, (score, verdict) = self.rng.random(), self.recipe.tasks
+        return "score" if u < score else "verdict" if u < score + verdict else None
+
+    @staticmethod
+    def _collate(rows: list[list[int]], learn: list[list[bool]], width: int) -> dict:
         ids = torch.full((len(rows), width), PAD, dtype=torch.long)
         labels = torch.full((len(rows), width), -100, dtype=torch.long)
         mask = torch.zeros(len(rows), width, dtype=torch.long)
@@ -257,10 +302,12 @@ def load_pair(folder: str | Path | None = None) -> ReasoningPair:
     heads = {name: JudgeHead.load(folder / name) if (folder / name / "judge_config.json").exists() else None
              for name in ("judge", STYLED_JUDGE)}
     styled = load_model(folder / "styled") if (folder / "styled" / "config.json").exists() else None
+    reflective = folder / REFLECTIVE_FOLDER
+    reflective = load_model(reflective) if (reflective / "config.json").exists() else None
     test = read_problems(folder / "test.jsonl") if (folder / "test.jsonl").exists() else test_split()
     return ReasoningPair(base, ModelDrafter(small), ByteTokenizer(), NAME, small=small, experts=experts,
-                         judge=heads["judge"], styled=styled, styled_judge=heads[STYLED_JUDGE], test=test,
-                         folder=folder)
+                         judge=heads["judge"], styled=styled, styled_judge=heads[STYLED_JUDGE], reflective=reflective,
+                         test=test, folder=folder)
 
 
 def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, drafter: str = "small",
@@ -283,11 +330,26 @@ def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, dr
     data = label_divergences(base, small, chosen, ByteTokenizer(), context=context, rule=rule)
     head, report = train_judge_head(data["features"], data["labels"], context=context, width=width)
     report |= {"problems": len(chosen), "labelled": len(data["labels"]), "skipped_problems": data["skipped_problems"],
-               "skipped_prefixes": data["skipped_prefixes"]}
+               "skipped_prefixes": data["skipped_prefixes"], "drafter": drafter,
+               "by_target_prob": by_target_prob(data["labels"], data["target_probs"])}
     if on_policy is not None:
         report |= {"on_policy": on_policy, "on_policy_threshold": on_policy_threshold}
     head.save(folder / out, target=base, **report)
     return report
+
+
+PROB_BINS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+
+
+def by_target_prob(labels: torch.Tensor, probs: torch.Tensor) -> dict:
+    """Good and bad labelled tokens per bin of the base's own probability of them: where a `min_target_prob` floor
+    can tell them apart, and what is left for a judge (good tokens under the floor, bad ones above it)."""
+    out = {}
+    for lo, hi in zip(PROB_BINS[:-1], PROB_BINS[1:]):
+        inside = (probs >= lo) & ((probs < hi) if hi < 1 else (probs <= hi))
+        out[f"[{lo}, {hi}{']' if hi == 1 else ')'}"] = {"good": int((labels[inside] == 1).sum()),
+                                                       "bad": int((labels[inside] == 0).sum())}
+    return out
 
 
 def train_pair(folder: str | Path, quick: bool = False) -> dict:
@@ -307,14 +369,16 @@ def train_pair(folder: str | Path, quick: bool = False) -> dict:
     for name, _, _ in BASE_STAGES[:-1]:  # not shipped: the last stage continues them
         shutil.rmtree(folder / name, ignore_errors=True)
     report["small"] = train_model(shrink(SMALL), folder / "small", "small")
+    report["small_reflective"] = train_model(shrink(REFLECTIVE), folder / REFLECTIVE_FOLDER, "small, reflective",
+                                             init=folder / "small")
     for name, recipe in EXPERTS.items():
         report[name] = train_model(shrink(recipe), folder / "experts" / name, name)
     if not (folder / "test.jsonl").exists():
         write_problems(test_split(), folder / "test.jsonl")
     report["styled"] = train_model(shrink(STYLED), folder / "styled", "styled")
     report["judge"] = train_zoo_judge(folder, problems=8 if quick else 400)
-    report[STYLED_JUDGE] = train_zoo_judge(folder, problems=8 if quick else 150, drafter="styled", out=STYLED_JUDGE,
-                                           context=True, width=32)
+    report[STYLED_JUDGE] = train_zoo_judge(folder, problems=8 if quick else STYLED_JUDGE_PROBLEMS, drafter="styled",
+                                           out=STYLED_JUDGE)
     return report
 
 

@@ -41,6 +41,16 @@ def test_every_method_runs_and_is_summarised(models, tok):
     assert results["judge"]["accepted_length_vs_exact"] == pytest.approx(ratio, abs=1e-3)
     assert results["specreason"]["steps_accepted"] + results["specreason"]["steps_rejected"] > 0
     assert results["verdict"]["tokens"] > 0  # the experts' answers (it used to report 0)
+    for name, r in results.items():  # what every row of the JSON carries
+        assert r["method"] == name and r["control"] == {"judge_approve_all": "approve_all_floor",
+                                                        "judge_no_floor": "no_floor"}.get(name)
+        assert (r["mean_accepted_length"] is not None) == (name in ("exact", "judge", "judge_approve_all",
+                                                                    "judge_no_floor"))
+    for name in ("verdict", "verdict_likelihood"):  # each expert alone, beside the verdict
+        assert set(results[name]["expert_accuracy"]) == {"small", "base-as-expert"}
+        assert results[name]["best_expert_accuracy"] == max(results[name]["expert_accuracy"].values())
+    assert 0 <= results["spec_thinking"]["takeover_share"] <= 1
+    assert results["specreason_likelihood"]["steps_accepted"] + results["specreason_likelihood"]["steps_rejected"] > 0
     assert "| judge |" in markdown(table) and "| judge |" in markdown(results)
     assert "2 rounds" in markdown(table)
 

@@ -116,3 +116,40 @@ def test_a_drafted_end_of_text_is_labelled_by_the_text_it_ends(models, tok, monk
     data = label_divergences(base, small, [problem], tok, k=3, max_new_tokens=24, progress=False,
                              check=lambda text, answer: text in (tok.decode(own), tok.decode(own[:3])))
     assert data["labels"].tolist() == [1]
+
+
+def test_batched_continuations_are_the_base_s_own_greedy_ones(models, prompt, tok):
+    """`finish_all` continues texts of several lengths in left-padded batches: each continuation is the one the
+    base writes for that text alone (the checker sees the same text), and a text ending in EOS is read as is."""
+    from multispec.reasoning.judge_data import finish_all
+
+    base, _ = models
+    texts = [prompt + (greedy(base, prompt, n) if n else []) + [t] for n, t in ((0, 70), (3, 80), (5, 90), (7, 100))]
+    texts.append(prompt + [65, 2])
+    seen = []
+    out = finish_all(base, texts, prompt, 0, tok, max_new_tokens=16, batch_size=3,
+                     check=lambda text, answer: seen.append(text) or len(text) % 2 == 0)
+    expected = []
+    for t in texts[:-1]:
+        new = greedy(base, t, 16 - (len(t) - len(prompt)))
+        new = new[: new.index(2)] if 2 in new else new
+        expected.append(tok.decode(t[len(prompt):] + new))
+    expected.insert(0, tok.decode([65]))  # read first, as it is (no continuation past an EOS)
+    assert seen == expected and out == [len(e) % 2 == 0 for e in [expected[1], expected[2], expected[3],
+                                                                   expected[4], expected[0]]]
+
+
+def test_labelled_tokens_carry_the_base_s_probability_of_them(models, tok):
+    """What a `min_target_prob` floor would read for each labelled token rides with its label."""
+    from multispec.reasoning.judge_data import token_prob
+
+    base, small = models
+    problem = Problem("What is 1 + 1?", 2)
+    data = label_divergences(base, small, [problem], tok, k=3, max_new_tokens=24, progress=False,
+                             check=lambda text, answer: True)
+    prompt = tok.encode(problem.prompt())
+    d = divergences(base, small, prompt, 3, 24, 2)[0][0]
+    assert data["target_probs"].shape == data["labels"].shape
+    with torch.no_grad():
+        p = torch.softmax(base(torch.tensor([d.prefix])).logits[0, -1], -1)[d.token]
+    assert data["target_probs"][0] == pytest.approx(float(p), abs=1e-6) == token_prob(base, d.prefix, d.token)

@@ -1,0 +1,75 @@
+"""The judge against the probability floor, on the validation split: for each floor rho, judge decoding with the
+trained head (at each threshold) and with a head that approves every token (the control), beside exact decoding
+with the same drafter. Then, for the judge and for the control each, the setting with the longest accepted runs
+whose accuracy stays within `--tolerance` of exact decoding's: the judge adds something of its own only if it
+beats the control at matched accuracy. (At one floor the judge's approvals are a subset of the control's, so at
+the same floor the control's runs are never shorter: the comparison that can tell is at matched accuracy.)
+
+    python benchmarks/reasoning_judge_floors.py [--weights DIR] [--drafter styled] [--problems 100]
+        [--floors 0,0.01,0.05,0.2] [--thresholds 0.5,0.9] [--json benchmarks/results/reasoning_judge_floors.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from multispec.bench.machine import describe, machine_info, save_results
+from multispec.reasoning import Settings, evaluate
+from multispec.reasoning.bench import DRAFTERS, zoo_models, zoo_settings
+from multispec.reasoning.zoo_pair import validation_split
+
+
+def best(rows: dict, floor_accuracy: float) -> str | None:
+    """The row with the longest accepted runs among those at least `floor_accuracy` accurate."""
+    kept = [k for k, r in rows.items() if r["accuracy"] >= floor_accuracy - 1e-9]
+    return max(kept, key=lambda k: rows[k]["mean_accepted_length"]) if kept else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--weights", default=None, help="a retrained pair's folder (default: the shipped one)")
+    parser.add_argument("--drafter", choices=DRAFTERS, default="styled")
+    parser.add_argument("--problems", type=int, default=100)
+    parser.add_argument("--k", type=int, default=Settings.k)
+    parser.add_argument("--floors", default="0,0.01,0.05,0.2")
+    parser.add_argument("--thresholds", default="0.5,0.9")
+    parser.add_argument("--tolerance", type=float, default=0.01, help="accuracy below exact decoding's allowed")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    models, _ = zoo_models(args.weights, args.drafter)
+    problems = validation_split(args.problems)
+    out = {"machine": machine_info(), "split": "validation", "problems": len(problems), "drafter": args.drafter,
+           "k": args.k, "tolerance": args.tolerance, "judge": {}, "control": {}}
+    print(f"judge floors, {args.drafter} drafter, k={args.k}, {len(problems)} validation problems "
+          f"({describe(out['machine'])})")
+    run = lambda method, **kw: evaluate(models, problems, [method], zoo_settings(Settings(k=args.k, **kw)),  # noqa: E731
+                                        progress=False, warmup=False, rounds=1, controls=False)[method]
+    out["exact"] = run("exact")
+    print(f"exact: accuracy {out['exact']['accuracy']}, accepted length {out['exact']['mean_accepted_length']}")
+    for rho in map(float, args.floors.split(",")):
+        r = run("judge_approve_all", judge_min_prob=rho)
+        out["control"][f"floor {rho:g}"] = r
+        print(f"control, floor {rho:g}: accuracy {r['accuracy']}, accepted length {r['mean_accepted_length']}")
+        for t in map(float, args.thresholds.split(",")):
+            r = run("judge", judge_threshold=t, judge_min_prob=rho)
+            out["judge"][f"threshold {t:g}, floor {rho:g}"] = r
+            print(f"judge {t:g}, floor {rho:g}: accuracy {r['accuracy']}, accepted length {r['mean_accepted_length']}, "
+                  f"overrides {r['overrides']}")
+    need = out["exact"]["accuracy"] - args.tolerance
+    chosen = {name: best(out[name], need) for name in ("judge", "control")}
+    out["chosen"] = chosen
+    if all(chosen.values()):
+        j, c = (out[name][chosen[name]]["mean_accepted_length"] for name in ("judge", "control"))
+        out["judge_vs_control_at_matched_accuracy"] = round(j / c, 3)
+        out["judge_vs_exact"] = round(j / out["exact"]["mean_accepted_length"], 3)
+    print(f"within {args.tolerance} of exact's accuracy: judge {chosen['judge']}, control {chosen['control']}; "
+          f"judge / control accepted length {out.get('judge_vs_control_at_matched_accuracy')}")
+    save_results(out, args.json)
+
+
+if __name__ == "__main__":
+    main()

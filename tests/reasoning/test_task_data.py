@@ -1,0 +1,116 @@
+"""The rows that teach the zoo's base the step-level methods' prompts: wrong steps are wrong, the scoring and
+verdict rows are laid out exactly as the methods send their prompts at run time, and reflective cues sit where
+they are asked for."""
+
+import random
+
+import pytest
+
+from multispec import zoo
+from multispec.reasoning import zoo_pair
+from multispec.reasoning.data import REFLECT_CUE, SEPARATOR, _apply, make_problem, read_problems
+from multispec.reasoning.scoring import PromptScorer
+from multispec.reasoning.speculative_verdict import ExpertAnswer, PromptVerdict
+from multispec.reasoning.task_data import (SCORE_INSTRUCTION, SCORE_LEAD, _operation, corrupt_step, scoring_row,
+                                           steps_of, verdict_row)
+from multispec.reasoning.zoo_pair import ByteTokenizer
+
+
+def _values(step):
+    op, swapped, (x, y, r) = _operation(step)
+    a, b = (int(y.group()), int(x.group())) if swapped else (int(x.group()), int(y.group()))
+    return op, a, b, int(r.group())
+
+
+def test_every_step_of_a_solution_is_right_and_every_corrupted_one_wrong():
+    rng = random.Random(0)
+    kinds = {"operand": 0, "result": 0, "answer": 0}
+    for _ in range(300):
+        p = make_problem(rng)
+        for step in steps_of(p):
+            wrong = corrupt_step(step, rng, [3, 7, 50])
+            assert wrong is not None and wrong != step
+            if _operation(step) is None:  # the answer step
+                assert step.startswith("Answer:") and wrong.startswith("Answer:")
+                kinds["answer"] += 1
+                continue
+            op, a, b, r = _values(step)
+            assert _apply(a, op, b) == r  # the reference's steps (checks included) are right
+            op2, a2, b2, r2 = _values(wrong)
+            assert op2 == op and ((a2, b2) != (a, b) or r2 != r)
+            if (a2, b2) != (a, b):  # another operand, the arithmetic redone on it (the small models' error)
+                assert _apply(a2, op, b2) == r2
+                kinds["operand"] += 1
+            else:
+                assert r2 != _apply(a, op, b)
+                kinds["result"] += 1
+    assert min(kinds.values()) > 100
+
+
+def test_scoring_rows_end_with_the_prompt_the_scorer_sends_and_score_right_steps_9():
+    tok = ByteTokenizer()
+    suffix = tok.decode(PromptScorer.plain(tok, instruction=SCORE_INSTRUCTION, lead=SCORE_LEAD).suffix())
+    rng = random.Random(1)
+    right = wrong = 0
+    for _ in range(200):
+        p = make_problem(rng)
+        text, at = scoring_row(p, rng, "\x03")
+        assert at == len(text) - 1 and text[:at].endswith(suffix)
+        candidate = text[:at - len(suffix)]
+        assert candidate.startswith(p.prompt())
+        written = candidate[len(p.prompt()):]
+        if text[at] == "9":
+            right += 1
+            assert (p.solution + "\n\x03").startswith(written)  # the reference's own steps
+        else:
+            wrong += 1
+            assert text[at] in "012" and not (p.solution + "\n\x03").startswith(written)
+        assert written.endswith(SEPARATOR) or written.endswith("\n\x03")  # as a writer's step ends
+    assert 70 < right < 130 and right + wrong == 200
+
+
+def test_verdict_rows_are_the_compact_prompt_then_the_right_solution():
+    rng = random.Random(2)
+    tok = ByteTokenizer()
+    for _ in range(20):
+        p = make_problem(rng, 0.0)
+        text, start = verdict_row(p, rng, "\x03")
+        assert text[start:] == p.solution + "\n\x03"
+        solutions = text[:start].split("Expert ")[1:]
+        reasoning = {f"e{i}": s.split(":\n", 1)[1] for i, s in enumerate(solutions)}
+        reasoning[f"e{len(solutions) - 1}"] = reasoning[f"e{len(solutions) - 1}"].split("Check their")[0]
+        answers = {n: ExpertAnswer(t, None) for n, t in reasoning.items()}
+        assert PromptVerdict(None, tok, compact=True).prompt(p.question, reasoning, answers) == text[:start]
+    with pytest.raises(ValueError, match="compact"):
+        PromptVerdict(None, tok, compact=True, chat=True)
+
+
+def test_reflective_cues_open_the_steps_asked_for():
+    rng = random.Random(3)
+    for _ in range(100):
+        p = make_problem(rng, 0.0, reflect=(0.0, 0.0, 1.0))
+        ops = [s for s in p.solution.split(SEPARATOR) if not s.startswith("Answer")]
+        assert [s.startswith(REFLECT_CUE) for s in ops] == [i >= 2 for i in range(len(ops))]
+    # no cues asked: the problems (and the random stream) are those of earlier releases, e.g. the stored test split
+    stored = read_problems(zoo.path(zoo_pair.NAME) / "test.jsonl")
+    assert [(p.question, p.answer) for p in zoo_pair.test_split()] == [(p.question, p.answer) for p in stored]
+    with pytest.raises(ValueError, match="reflect"):
+        make_problem(rng, reflect=(0.5, 1.5))
+
+
+def test_task_rows_teach_only_the_score_or_the_verdict():
+    stream = zoo_pair.Batches(zoo_pair.BASE_TASKS, set())
+    tok = ByteTokenizer()
+    seen = {"score": 0, "verdict": 0}
+    for _ in range(4):
+        batch = next(stream)
+        for ids, labels in zip(batch["input_ids"], batch["labels"]):
+            text = tok.decode([int(t) for t in ids if t])
+            learnt = [int(t) for t in labels if t != -100]
+            if SCORE_LEAD in text:
+                assert len(learnt) == 1 and chr(learnt[0]) in "0129"
+                seen["score"] += 1
+            elif "Check their steps" in text:
+                assert tok.decode(learnt).startswith(text.split("Solution:\n")[-1][:10])
+                seen["verdict"] += 1
+    assert min(seen.values()) > 0
