@@ -82,6 +82,11 @@ class Recipe:
     # (scoring, verdict): the shares of rows that teach the step-level methods' prompts (`task_data`), after the
     # drills' share; empty: none (and the stream of earlier releases)
     tasks: tuple[float, ...] = ()
+    # the share of batches made of scoring rows only: a score is one learnt token against a problem's ~60, so in
+    # mixed batches its gradient is drowned (measured: after `BASE_TASKS` the base gave right and wrong steps the
+    # same scores); a batch of scores alone weighs them as much as a batch of problems
+    score_batches: float = 0.0
+    verdict_wrong: float = 0.5  # the rate at which each expert's solution in a verdict row holds a wrong step
 
     def config(self):
         return llama_config(self.hidden, self.layers, self.heads, self.kv_heads, self.intermediate)
@@ -101,11 +106,18 @@ BASE_WORDS_AGAIN = replace(BASE_WORDS, seed=4)
 # scorer) and writing the right solution after two experts' (Speculative Verdict's verdict), beside the problems
 # and the drills in every phrasing. Of all rows: 35% drills, 20% scoring, 12% verdicts, 33% problems.
 BASE_TASKS = replace(BASE, steps=1200, lr=3e-4, seed=6, drill="mixed", tasks=(0.2 / 0.65, 0.12 / 0.65))
+# After it the base gave right and wrong steps the same scores (the score's one token was drowned in mixed
+# batches), and its verdicts copied an expert's wrong operand where one expert was wrong (9 of 12 validation
+# problems right with the zoo's experts). So a last stage adds batches of scoring rows alone (`score_batches`) and,
+# in the other batches, more verdict rows with more wrong experts (copying pays less often).
+BASE_SCORES = replace(BASE_TASKS, steps=600, seed=7, score_batches=0.5, tasks=(0.2 / 0.65, 0.25 / 0.65),
+                      verdict_wrong=0.7)
 # (folder, recipe, description): each stage continues the previous one; the last one's folder is the shipped base.
 BASE_STAGES = (("base-pretrain", BASE, "base"), ("base-practice", BASE_PRACTICE, "base, practice in every phrasing"),
                ("base-words", BASE_WORDS, "base, practice in words"),
                ("base-words-2", BASE_WORDS_AGAIN, "base, practice in words (2)"),
-               ("base", BASE_TASKS, "base, scoring steps and verdicts"))
+               ("base-tasks", BASE_TASKS, "base, scoring steps and verdicts"),
+               ("base", BASE_SCORES, "base, scoring steps in batches of their own"))
 # Two layers at least: a one-layer model cannot copy the question's numbers into its steps (no induction).
 SMALL = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=6000, batch_size=16, lr=3e-3)
 # A drafter with another writing habit (never "a + b = r"): its steps differ from the base's choice while
@@ -124,7 +136,8 @@ STYLED_WIDE = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384
 REFLECTIVE = replace(SMALL, steps=1500, lr=1e-3, seed=5, reflect=(0.05, 0.6, 0.9))
 REFLECTIVE_FOLDER = "small-reflective"
 STYLED_JUDGE = "judge-styled"  # the styled drafter's judge head (its folder in the pair): linear, the paper's
-STYLED_JUDGE_PROBLEMS = 300
+STYLED_JUDGE_PROBLEMS = 200
+JUDGE_PROBLEMS = 200  # the small model's judge
 EXPERTS = {  # Speculative Verdict's draft experts besides `small`
     "expert-1layer": Recipe(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=192, steps=10000, batch_size=16,
                             lr=4e-3),
@@ -197,6 +210,14 @@ class Batches:
 
     def __next__(self) -> dict:
         rows, learn = [], []  # token ids; which of them the loss reads
+        if self.recipe.score_batches and self.rng.random() < self.recipe.score_batches:
+            while len(rows) < self.recipe.batch_size:
+                p = make_problem(self.rng, CHECK_RATE, self.recipe.style)
+                if p.question not in self.held_out:
+                    text, at = scoring_row(p, self.rng, chr(EOS))
+                    rows.append(self.tok.encode(text))
+                    learn.append([i == at for i in range(len(text))])
+            return self._collate(rows, learn, max(len(r) for r in rows))
         while len(rows) < self.recipe.batch_size:
             if self.rng.random() < DRILL_RATE:  # the loss reads the results ("= r", "is r", ": r") and the EOS
                 text = DRILL_HEADER + make_drill(self.rng, style=self.recipe.drill) + "\n" + chr(EOS)
@@ -212,7 +233,10 @@ class Batches:
             if p.question in self.held_out:
                 continue
             if task is not None:  # the loss reads the score digit, or the verdict's solution
-                text, start = (scoring_row if task == "score" else verdict_row)(p, self.rng, chr(EOS))
+                if task == "score":
+                    text, start = scoring_row(p, self.rng, chr(EOS))
+                else:
+                    text, start = verdict_row(p, self.rng, chr(EOS), wrong_rate=self.recipe.verdict_wrong)
                 ids = self.tok.encode(text)[:MAX_LEN]
                 rows.append(ids)
                 learn.append([i == start if task == "score" else i >= start for i in range(len(ids))])
@@ -376,7 +400,7 @@ def train_pair(folder: str | Path, quick: bool = False) -> dict:
     if not (folder / "test.jsonl").exists():
         write_problems(test_split(), folder / "test.jsonl")
     report["styled"] = train_model(shrink(STYLED), folder / "styled", "styled")
-    report["judge"] = train_zoo_judge(folder, problems=8 if quick else 400)
+    report["judge"] = train_zoo_judge(folder, problems=8 if quick else JUDGE_PROBLEMS)
     report[STYLED_JUDGE] = train_zoo_judge(folder, problems=8 if quick else STYLED_JUDGE_PROBLEMS, drafter="styled",
                                            out=STYLED_JUDGE)
     return report

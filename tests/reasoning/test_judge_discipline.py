@@ -79,3 +79,15 @@ def test_the_validation_split_is_disjoint_from_test_and_judge_problems():
     assert len(val) >= 110  # a few questions may repeat within the split; none outside it
     assert not val & {p.question for p in test_split()}
     assert not val & {p.question for p in make_problems(800, JUDGE_SEED, 0.25)}
+
+
+def test_labels_are_binned_by_the_base_s_probability_of_the_token():
+    """What a floor can tell apart: a judge's training report counts good and bad tokens per probability bin
+    (the top bin holds probability 1)."""
+    from multispec.reasoning.zoo_pair import PROB_BINS, by_target_prob
+
+    bins = by_target_prob(torch.tensor([1, 0, 1, 0]), torch.tensor([0.005, 0.3, 1.0, 0.3]))
+    assert len(bins) == len(PROB_BINS) - 1
+    assert bins["[0.0, 0.01)"] == {"good": 1, "bad": 0} and bins["[0.3, 0.5)"] == {"good": 0, "bad": 2}
+    assert bins["[0.5, 1.0]"] == {"good": 1, "bad": 0}
+    assert sum(b["good"] + b["bad"] for b in bins.values()) == 4

@@ -114,3 +114,19 @@ def test_task_rows_teach_only_the_score_or_the_verdict():
                 assert tok.decode(learnt).startswith(text.split("Solution:\n")[-1][:10])
                 seen["verdict"] += 1
     assert min(seen.values()) > 0
+
+
+def test_scoring_batches_hold_scores_alone():
+    """`score_batches`: a share of batches made of scoring rows only, so the score's one token per row is not
+    drowned by the problems' many; the other batches keep the stage's mix."""
+    stream = zoo_pair.Batches(zoo_pair.BASE_SCORES, set())
+    tok = ByteTokenizer()
+    kinds = []
+    for _ in range(12):
+        batch = next(stream)
+        learnt = (batch["labels"] != -100).sum(1).tolist()
+        scoring = [SCORE_LEAD in tok.decode([int(t) for t in ids if t]) for ids in batch["input_ids"]]
+        kinds.append("scores" if all(scoring) and learnt == [1] * len(learnt) else "mixed")
+        if kinds[-1] == "mixed":
+            assert not all(scoring)
+    assert 2 <= kinds.count("scores") <= 10

@@ -113,9 +113,16 @@ def test_the_pair_recipe_trains_the_base_in_stages(tmp_path, monkeypatch):
     assert report["base_practice"]["continues"] == report["base_pretrain"]
     assert report["base_words"]["recipe"]["drill"] == "words"
     assert report["base_words"]["continues"] == report["base_practice"]
-    assert report["base"]["recipe"]["drill"] == "words" and report["base"]["continues"] == report["base_words"]
-    assert report["base"]["recipe"]["seed"] != report["base_words"]["recipe"]["seed"]  # fresh drills
-    assert not any((tmp_path / name).exists() for name in ("base-pretrain", "base-practice", "base-words"))
+    assert report["base_words_2"]["recipe"]["drill"] == "words"
+    assert report["base_words_2"]["continues"] == report["base_words"]
+    assert report["base_words_2"]["recipe"]["seed"] != report["base_words"]["recipe"]["seed"]  # fresh drills
+    # the last stage teaches the step-level methods' prompts (scoring, verdicts) beside problems and drills
+    assert report["base"]["recipe"]["tasks"] and report["base"]["continues"] == report["base_words_2"]
+    assert not any((tmp_path / name).exists() for name in ("base-pretrain", "base-practice", "base-words",
+                                                          "base-words-2"))
     assert (tmp_path / "base" / "config.json").exists()
+    # Speculative Thinking's writer: the small model continued on traces with reflective cues
+    assert report["small_reflective"]["continues"] == report["small"]
+    assert report["small_reflective"]["recipe"]["reflect"] and not report["small"]["recipe"]["reflect"]
     again = zoo_pair.train_pair(tmp_path, quick=True)
     assert "base_pretrain" not in again and again["base"] == report["base"]
