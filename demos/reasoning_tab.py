@@ -19,8 +19,6 @@ from multispec.reasoning import (Settings, SpecReason, SpecReasonConfig, Specula
                                  load_pair)
 from multispec.reasoning.bench import zoo_thinking
 from multispec.reasoning.data import format_prompt, is_correct
-from multispec.reasoning.scoring import PromptScorer
-from multispec.reasoning.task_data import SCORE_INSTRUCTION, SCORE_LEAD
 from multispec.rules import Judge, JudgeHead
 
 from .compare import shown
@@ -36,7 +34,7 @@ def _pair():
 
 
 def default_threshold() -> float:
-    return Settings().threshold
+    return Settings().likelihood_threshold
 
 
 def chain_html(steps) -> str:
@@ -172,8 +170,9 @@ def run(problem: int = 0, question: str = "", threshold: float | None = None):
         writer.start(prompt)
         text = tok.decode(writer.write(320))
         results[name] = (text, time.perf_counter() - t0)
-    scorer = PromptScorer.plain(tok, instruction=SCORE_INSTRUCTION, lead=SCORE_LEAD)  # the prompt the base was taught
-    sr = SpecReason(pair.small, pair.target, tok, scorer, SpecReasonConfig(threshold=float(threshold), token_budget=320),
+    # the zoo's base cannot follow a 0-9 scoring prompt: its likelihood of the step is the score
+    sr = SpecReason(pair.small, pair.target, tok, "likelihood",
+                    SpecReasonConfig(threshold=float(threshold), token_budget=320),
                     base_drafter=ModelDrafter(pair.small), base_tree=4).run(prompt)
     results["SpecReason"] = (sr.text, sr.seconds)
     writer = pair.reflective if pair.reflective is not None else pair.small  # says "Wait" where it tends to err
@@ -195,8 +194,8 @@ def build() -> None:
 
     gr.Markdown("Step-level speculation on the zoo's `arith-reasoning` pair (byte-level Llamas trained on synthetic "
                 "step-by-step arithmetic: a 12-layer base and a small model). SpecReason: the small model "
-                "writes each step, the base model scores it 0-9 when prompted and rewrites the steps scoring under "
-                "the threshold. Speculative Thinking: a small model trained to say \"Wait\" where it tends to err "
+                "writes each step, the base model scores it (its likelihood of the step, 0-9: this base cannot "
+                "follow the paper's scoring prompt) and rewrites the steps scoring under the threshold. Speculative Thinking: a small model trained to say \"Wait\" where it tends to err "
                 "writes, and the base takes over at reflective words (wait, check, verify, yes). Green: the small "
                 "model's text; blue: the base's.")
     with gr.Row():

@@ -10,8 +10,8 @@
 
 Each model keeps its cache across steps (a `Writer`: a core `Session` when it drafts, a plain adapter loop
 when it decodes alone), so no context is prefilled twice. The zoo pair `arith-reasoning` (byte-level
-Llamas on synthetic step-by-step arithmetic) ships a base taught the methods' prompts, a small model and its
-reflective variant, two more experts, a styled drafter and judges.
+Llamas on synthetic step-by-step arithmetic) ships a base, a small model and its reflective variant, two more
+experts, a styled drafter and judges.
 """
 
 from multispec.generate_cli import register_generate_mode

@@ -12,7 +12,6 @@ from multispec.bench.recorder import results
 
 from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
 from .spec_thinking import SpeculativeThinkingConfig, Triggers
-from .task_data import SCORE_INSTRUCTION, SCORE_LEAD
 from .zoo_pair import load_pair, validation_split
 
 
@@ -48,12 +47,24 @@ def zoo_thinking(budget: int):
                                      token_budget=budget)
 
 
+# The paper-form rows the zoo's base cannot run: it was not taught SpecReason's 0-9 scoring prompt nor the
+# verdict prompt (teaching it failed: benchmarks/reasoning_teach_prompts.py); its rows are the likelihood ones,
+# named as what they are
+NOT_ON_ZOO = ("specreason", "verdict")
+ZOO_METHODS = tuple(m for m in METHODS if m not in NOT_ON_ZOO)
+
+
+def check_zoo_methods(methods) -> None:
+    """Refuse, naming the argument, the rows the zoo's base cannot run (`NOT_ON_ZOO`)."""
+    bad = [m for m in methods if m in NOT_ON_ZOO]
+    if bad:
+        raise ValueError(f"methods: {bad[0]!r} needs a base that follows its prompt, which the zoo pair's base does "
+                         f"not (BENCHMARKS.md, Teaching the base the methods' prompts); on the zoo pair use "
+                         f"{bad[0]}_likelihood, or give your own instruction-tuned models (eval reasoning --base)")
+
+
 def zoo_settings(settings: Settings) -> Settings:
-    """`settings` with the zoo pair's prompts (the short 0-9 scoring prompt and the compact verdict layout its base
-    was taught, `task_data`) and Speculative Thinking's knobs for its short solutions (`zoo_thinking`)."""
-    if settings.score_prompt is None:
-        settings.score_prompt = (SCORE_INSTRUCTION, SCORE_LEAD)
-    settings.verdict_compact = True
+    """`settings` with Speculative Thinking's knobs for the zoo pair's short solutions (`zoo_thinking`)."""
     if settings.thinking is None:
         settings.thinking = zoo_thinking(settings.max_new_tokens)
     return settings
@@ -69,12 +80,13 @@ def settings_record(settings: Settings) -> dict:
 
 
 def run(quick: bool = False, json_path: str | None = None, threads: int | None = None, problems: int | None = None,
-        methods=METHODS, settings: Settings | None = None, weights: str | None = None, drafter: str = "small",
+        methods=ZOO_METHODS, settings: Settings | None = None, weights: str | None = None, drafter: str = "small",
         rounds: int = 3, split: str = "validation") -> dict:
     if split not in SPLITS:
         raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
     if threads is not None:
         torch.set_num_threads(threads)
+    check_zoo_methods(methods)
     models, test = zoo_models(weights, drafter)
     n = problems or (30 if quick else len(test))
     chosen = test[:n] if split == "test" else validation_split(n)

@@ -12,7 +12,8 @@ from multispec.bench.shards import current
 from multispec.cli import positive_int, register_command
 from multispec.rules import Judge, JudgeHead, train_judge_head
 
-from .bench import DRAFTERS, SPLITS, run, settings_record, zoo_models, zoo_settings
+from .bench import (DRAFTERS, SPLITS, ZOO_METHODS, check_zoo_methods, run, settings_record, zoo_models,
+                    zoo_settings)
 from .data import make_problems, read_problems
 from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
 from .judge_data import label_divergences
@@ -21,7 +22,8 @@ from .zoo_pair import ByteTokenizer, load_pair, validation_split
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default=None, help="comma-separated subset of: " + ", ".join(METHODS) +
-                   " (default: all; judge brings its controls judge_approve_all and judge_no_floor along)")
+                   " (default: all, on the zoo pair all but specreason and verdict, which need a base that follows "
+                   "their prompts; judge brings its controls judge_approve_all and judge_no_floor along)")
     p.add_argument("--threshold", type=float, default=None, help="SpecReason's score threshold on the 0-9 scale "
                    "(default 7, the reference's; the specreason_likelihood row keeps its own, 3)")
     p.add_argument("--scorer", default="prompt", choices=["prompt", "likelihood"],
@@ -49,9 +51,9 @@ def _settings(args):
                     max_new_tokens=args.max_new_tokens)
 
 
-def _methods(args):
+def _methods(args, default=METHODS):
     if args.methods is None:
-        return METHODS
+        return default
     chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in METHODS]
     if unknown:
@@ -70,7 +72,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    run(quick=args.quick, json_path=args.json, threads=args.threads, problems=args.problems, methods=_methods(args),
+    run(quick=args.quick, json_path=args.json, threads=args.threads, problems=args.problems,
+        methods=_methods(args, ZOO_METHODS),
         settings=_settings(args), weights=args.weights, drafter=args.drafter, rounds=args.rounds, split=args.split)
     return 0
 
@@ -105,6 +108,7 @@ def _user_models(args):
 
 def _eval(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    methods = _methods(args)
     if args.base is not None:
         if args.drafter != "small":
             raise ValueError("--drafter: picks among the zoo pair's drafters; with --base, --small is the drafter")
@@ -115,6 +119,8 @@ def _eval(args: argparse.Namespace) -> int:
         # the zoo pair without --data: its validation split (the test split is `bench reasoning --split test`'s)
         problems = validation_split()
         settings = zoo_settings(settings)
+        methods = _methods(args, ZOO_METHODS)
+        check_zoo_methods(methods)
         if args.judge:
             models.judge = JudgeHead.load(args.judge)
     if args.data is not None:
@@ -129,7 +135,7 @@ def _eval(args: argparse.Namespace) -> int:
     shards = current()  # under accelerate launch / torchrun: this process's share of the problems
     if shards.device.type == "cuda":
         models.to(shards.device)
-    table = evaluate_table(models, problems, _methods(args), settings, rounds=args.rounds, shards=shards)
+    table = evaluate_table(models, problems, methods, settings, rounds=args.rounds, shards=shards)
     if shards.main:
         print(markdown(table))
         record = {"problems": len(problems), "rounds": args.rounds, "processes": shards.world} | settings_record(settings)

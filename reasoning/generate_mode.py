@@ -8,19 +8,19 @@ import time
 
 from multispec.generate_cli import GenerateMode, check_sampling, prompts, write_json
 
-from .bench import zoo_models, zoo_settings
+from .bench import ZOO_METHODS, zoo_models, zoo_settings
 from .data import extract_answer
-from .evaluate import METHODS, Settings, solve
+from .evaluate import Settings, solve
 from .zoo_pair import NAME
 
 # what a user runs; the judge's controls and the transformers baselines are for the benches
-USER_METHODS = tuple(m for m in METHODS if m not in ("judge_approve_all", "judge_no_floor", "generate", "assisted",
-                                                     "specreason_likelihood", "verdict_likelihood"))
+USER_METHODS = tuple(m for m in ZOO_METHODS if m not in ("judge_approve_all", "judge_no_floor", "generate",
+                                                         "assisted"))
 
 
 def _add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--method", default=None, choices=USER_METHODS,
-                       help="the reasoning method (default specreason); base and small: one model alone")
+                       help="the reasoning method (default specreason_likelihood); base and small: one model alone")
 
 
 def _shown(answer) -> str:
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--sample: the reasoning methods decode greedily here")
     if args.tree is not None:
         raise ValueError("--tree: the reasoning methods take their draft length from the pair's settings")
-    method = args.method or "specreason"
+    method = args.method or "specreason_likelihood"
     models, _ = zoo_models()
     settings = zoo_settings(Settings(max_new_tokens=args.max_new_tokens or Settings.max_new_tokens))
     records = []

@@ -42,8 +42,7 @@ from multispec.zoo.training import Checkpoint, train_steps
 
 from .data import Problem, make_drill, make_problem, make_problems, read_problems, training_text, write_problems
 from .judge_data import label_divergences
-from .scoring import PromptScorer
-from .task_data import SCORE_INSTRUCTION, SCORE_LEAD, scoring_row, verdict_row
+from .task_data import scoring_row, verdict_row
 
 NAME = "arith-reasoning"
 EOS = 3  # byte 0x03 ends a solution (the byte tokenizer has no special tokens)
@@ -83,8 +82,7 @@ class Recipe:
     # drills' share; empty: none (and the stream of earlier releases)
     tasks: tuple[float, ...] = ()
     # the share of batches made of scoring rows only: a score is one learnt token against a problem's ~60, so in
-    # mixed batches its gradient is drowned (measured: after `BASE_TASKS` the base gave right and wrong steps the
-    # same scores); a batch of scores alone weighs them as much as a batch of problems
+    # mixed batches its gradient is drowned; a batch of scores alone weighs them as much as a batch of problems
     score_batches: float = 0.0
     verdict_wrong: float = 0.5  # the rate at which each expert's solution in a verdict row holds a wrong step
 
@@ -102,22 +100,20 @@ BASE_PRACTICE = replace(BASE, steps=1800, lr=5e-4, seed=1, drill="mixed")
 # the drafter's phrasings (BENCHMARKS.md, Judge decoding with the styled drafter).
 BASE_WORDS = replace(BASE, steps=1800, lr=3e-4, seed=2, drill="words")
 BASE_WORDS_AGAIN = replace(BASE_WORDS, seed=4)
-# The last stage teaches the base the step-level methods' prompts (`task_data`): scoring a step 0-9 (SpecReason's
-# scorer) and writing the right solution after two experts' (Speculative Verdict's verdict), beside the problems
-# and the drills in every phrasing. Of all rows: 35% drills, 20% scoring, 12% verdicts, 33% problems.
-BASE_TASKS = replace(BASE, steps=1200, lr=3e-4, seed=6, drill="mixed", tasks=(0.2 / 0.65, 0.12 / 0.65))
-# After it the base gave right and wrong steps the same scores (the score's one token was drowned in mixed
-# batches), and its verdicts copied an expert's wrong operand where one expert was wrong (9 of 12 validation
-# problems right with the zoo's experts). So a last stage adds batches of scoring rows alone (`score_batches`) and,
-# in the other batches, more verdict rows with more wrong experts (copying pays less often).
-BASE_SCORES = replace(BASE_TASKS, steps=600, seed=7, score_batches=0.5, tasks=(0.2 / 0.65, 0.25 / 0.65),
-                      verdict_wrong=0.7)
 # (folder, recipe, description): each stage continues the previous one; the last one's folder is the shipped base.
 BASE_STAGES = (("base-pretrain", BASE, "base"), ("base-practice", BASE_PRACTICE, "base, practice in every phrasing"),
                ("base-words", BASE_WORDS, "base, practice in words"),
-               ("base-words-2", BASE_WORDS_AGAIN, "base, practice in words (2)"),
-               ("base-tasks", BASE_TASKS, "base, scoring steps and verdicts"),
-               ("base", BASE_SCORES, "base, scoring steps in batches of their own"))
+               ("base", BASE_WORDS_AGAIN, "base, practice in words (2)"))
+# Tried, not shipped (benchmarks/reasoning_teach_prompts.py; BENCHMARKS.md, Teaching the base the methods'
+# prompts): stages continuing the shipped base that teach it the step-level methods' prompts (`task_data`):
+# scoring a step 0-9 (SpecReason's scorer) and the right solution after two experts' (Speculative Verdict's
+# verdict). `TEACH_TASKS`: of all rows 35% drills, 20% scoring, 12% verdicts, 33% problems; then `TEACH_SCORES`:
+# half the batches scoring rows alone (in mixed batches a score's one token is drowned by a problem's ~60), more
+# verdict rows with more wrong experts. Neither taught the base to score: right and wrong steps got the same
+# scores.
+TEACH_TASKS = replace(BASE, steps=1200, lr=3e-4, seed=6, drill="mixed", tasks=(0.2 / 0.65, 0.12 / 0.65))
+TEACH_SCORES = replace(TEACH_TASKS, steps=600, seed=7, score_batches=0.5, tasks=(0.2 / 0.65, 0.25 / 0.65),
+                       verdict_wrong=0.7)
 # Two layers at least: a one-layer model cannot copy the question's numbers into its steps (no induction).
 SMALL = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=6000, batch_size=16, lr=3e-3)
 # A drafter with another writing habit (never "a + b = r"): its steps differ from the base's choice while
@@ -172,9 +168,6 @@ class ReasoningPair(ZooPair):
     test: list = field(default_factory=list)
     folder: Path | None = None
 
-    def scorer(self, method: str = "greedy") -> PromptScorer:
-        """SpecReason's scorer for this base: the short 0-9 judging prompt it was taught (`task_data`)."""
-        return PromptScorer.plain(self.tokenizer, method, SCORE_INSTRUCTION, SCORE_LEAD)
 
 
 def test_split() -> list[Problem]:
@@ -303,7 +296,7 @@ def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 20
         report["continues"] = json.loads((init / "training_report.json").read_text())
     report_file.write_text(json.dumps(report, indent=2))
     run.finish()
-    return report
+    return json.loads(report_file.read_text())  # as a finished stage reads back (tuples as lists)
 
 
 def load_model(folder: Path):

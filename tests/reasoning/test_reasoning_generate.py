@@ -19,7 +19,7 @@ def test_a_method_solves_a_question_beside_the_base_model(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert QUESTION in printed and "Answer: 41" in printed and "answers agree" in printed
     assert main(["generate", "--pair", "arith-reasoning", "--prompt", QUESTION, "--json", str(out)]) == 0
-    assert json.loads(out.read_text())["method"] == "specreason"
+    assert json.loads(out.read_text())["method"] == "specreason_likelihood"
 
 
 def test_options_the_reasoning_methods_do_not_take_are_refused(capsys):

@@ -99,7 +99,7 @@ def test_reflective_cues_open_the_steps_asked_for():
 
 
 def test_task_rows_teach_only_the_score_or_the_verdict():
-    stream = zoo_pair.Batches(zoo_pair.BASE_TASKS, set())
+    stream = zoo_pair.Batches(zoo_pair.TEACH_TASKS, set())
     tok = ByteTokenizer()
     seen = {"score": 0, "verdict": 0}
     for _ in range(4):
@@ -119,7 +119,7 @@ def test_task_rows_teach_only_the_score_or_the_verdict():
 def test_scoring_batches_hold_scores_alone():
     """`score_batches`: a share of batches made of scoring rows only, so the score's one token per row is not
     drowned by the problems' many; the other batches keep the stage's mix."""
-    stream = zoo_pair.Batches(zoo_pair.BASE_SCORES, set())
+    stream = zoo_pair.Batches(zoo_pair.TEACH_SCORES, set())
     tok = ByteTokenizer()
     kinds = []
     for _ in range(12):

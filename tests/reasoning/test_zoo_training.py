@@ -113,13 +113,9 @@ def test_the_pair_recipe_trains_the_base_in_stages(tmp_path, monkeypatch):
     assert report["base_practice"]["continues"] == report["base_pretrain"]
     assert report["base_words"]["recipe"]["drill"] == "words"
     assert report["base_words"]["continues"] == report["base_practice"]
-    assert report["base_words_2"]["recipe"]["drill"] == "words"
-    assert report["base_words_2"]["continues"] == report["base_words"]
-    assert report["base_words_2"]["recipe"]["seed"] != report["base_words"]["recipe"]["seed"]  # fresh drills
-    # the last stage teaches the step-level methods' prompts (scoring, verdicts) beside problems and drills
-    assert report["base"]["recipe"]["tasks"] and report["base"]["continues"] == report["base_words_2"]
-    assert not any((tmp_path / name).exists() for name in ("base-pretrain", "base-practice", "base-words",
-                                                          "base-words-2"))
+    assert report["base"]["recipe"]["drill"] == "words" and report["base"]["continues"] == report["base_words"]
+    assert report["base"]["recipe"]["seed"] != report["base_words"]["recipe"]["seed"]  # fresh drills
+    assert not any((tmp_path / name).exists() for name in ("base-pretrain", "base-practice", "base-words"))
     assert (tmp_path / "base" / "config.json").exists()
     # Speculative Thinking's writer: the small model continued on traces with reflective cues
     assert report["small_reflective"]["continues"] == report["small"]

@@ -1,0 +1,84 @@
+"""Teaching the zoo's base the step-level methods' prompts (tried, not shipped): stages continuing the shipped base
+(`zoo_pair.TEACH_TASKS`, then `TEACH_SCORES`) whose rows include SpecReason's 0-9 scoring prompt and Speculative
+Verdict's verdict over two experts' solutions (`reasoning/task_data.py`). After each stage, on the validation split:
+the base alone, whether its score tells a right step from the same step made wrong (the probability of "9" and the
+greedy score, both kinds of step), SpecReason with that scorer, and the verdict with the zoo's experts beside each
+expert alone.
+
+    python benchmarks/reasoning_teach_prompts.py --out DIR [--problems 40] [--json benchmarks/results/reasoning_teach_prompts.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+from pathlib import Path
+
+import torch
+
+from multispec import zoo
+from multispec.bench.machine import describe, machine_info, save_results
+from multispec.reasoning import PromptScorer, Settings, Writer, evaluate
+from multispec.reasoning.bench import zoo_models, zoo_settings
+from multispec.reasoning.task_data import SCORE_INSTRUCTION, SCORE_LEAD, corrupt_step, numbers_in, steps_of
+from multispec.reasoning.zoo_pair import NAME, TEACH_SCORES, TEACH_TASKS, load_model, train_model, validation_split
+
+STAGES = (("teach-tasks", TEACH_TASKS, "base, scoring steps and verdicts"),
+          ("teach-scores", TEACH_SCORES, "base, scoring steps in batches of their own"))
+
+
+def scores(base, tokenizer, problems, seed: int = 7) -> dict:
+    """The probability of "9" and the greedy 0-9 score of one step per problem, as written and made wrong."""
+    scorer = PromptScorer.plain(tokenizer, instruction=SCORE_INSTRUCTION, lead=SCORE_LEAD)
+    nine = tokenizer.encode("9")[0]
+    rng, out = random.Random(seed), {"right": [], "wrong": []}
+    for problem in problems:
+        steps = steps_of(problem)
+        i = rng.randrange(len(steps))
+        before = problem.prompt() + "".join(steps[:i])
+        for kind, step in (("right", steps[i]), ("wrong", corrupt_step(steps[i], rng, numbers_in(before)))):
+            writer = Writer.open(base, eos_token_id=tokenizer.eos_token_id)
+            writer.start(tokenizer.encode(before))
+            writer.append(tokenizer.encode(step) + ([tokenizer.eos_token_id] if i == len(steps) - 1 else []))
+            logits = writer.score(scorer.suffix()).next_logits[0].float()
+            out[kind].append((float(torch.softmax(logits, -1)[nine]), scorer.from_logits(logits)))
+    return {kind: {"p9_mean": round(statistics.mean(p for p, _ in v), 4),
+                   "greedy_score_at_least_7": sum(s >= 7 for _, s in v), "n": len(v)} for kind, v in out.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", required=True, help="folder for the stages (a stage already there is not retrained)")
+    parser.add_argument("--problems", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    previous = out / "shipped-base"
+    if not previous.exists():
+        shutil.copytree(zoo.path(NAME) / "base", previous)
+    models, _ = zoo_models()
+    problems = validation_split(args.problems)
+    result = {"machine": machine_info(), "split": "validation", "problems": len(problems), "stages": {}}
+    print(f"teaching the base the methods' prompts, {len(problems)} validation problems ({describe(result['machine'])})")
+    for folder, recipe, desc in STAGES:
+        report = train_model(recipe, out / folder, desc, init=previous)
+        previous = out / folder
+        models.base = load_model(out / folder)
+        settings = zoo_settings(Settings(score_prompt=(SCORE_INSTRUCTION, SCORE_LEAD), verdict_compact=True))
+        rows = evaluate(models, problems, ["base", "small", "specreason", "verdict"], settings, progress=False,
+                        rounds=1)
+        stage = {"recipe": report["recipe"], "scores": scores(models.base, models.tokenizer, problems)}
+        stage |= {m: {k: rows[m].get(k) for k in ("accuracy", "speedup", "steps_accepted", "steps_rejected",
+                                                  "expert_accuracy", "best_expert_accuracy") if k in rows[m]}
+                  for m in rows}
+        result["stages"][folder] = stage
+        print(folder, stage)
+    save_results(result, args.json)
+
+
+if __name__ == "__main__":
+    main()
