@@ -163,7 +163,8 @@ def test_the_styled_drafters_judge_lengthens_the_accepted_runs(pair):
     from multispec.rules import JudgeStats
 
     tok = pair.tokenizer
-    assert pair.styled is not None and pair.styled_judge is not None and pair.styled_judge.context
+    assert pair.styled is not None and pair.styled_judge is not None
+    assert not pair.styled_judge.context and pair.styled_judge.width == 0  # linear: the paper's head
     exact_len, judge_len, overrides = [], [], 0
     for problem in pair.test[:6]:
         ids = torch.tensor([tok.encode(problem.prompt())])
