@@ -133,7 +133,7 @@ REFLECTIVE = replace(SMALL, steps=1500, lr=1e-3, seed=5, reflect=(0.05, 0.6, 0.9
 REFLECTIVE_FOLDER = "small-reflective"
 STYLED_JUDGE = "judge-styled"  # the styled drafter's judge head (its folder in the pair): linear, the paper's
 STYLED_JUDGE_PROBLEMS = 200
-JUDGE_PROBLEMS = 200  # the small model's judge
+JUDGE_PROBLEMS = 400  # the small model's judge (the shipped one's)
 EXPERTS = {  # Speculative Verdict's draft experts besides `small`
     "expert-1layer": Recipe(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=192, steps=10000, batch_size=16,
                             lr=4e-3),
