@@ -46,8 +46,11 @@ def main() -> None:
            "k": args.k, "tolerance": args.tolerance, "judge": {}, "control": {}}
     print(f"judge floors, {args.drafter} drafter, k={args.k}, {len(problems)} validation problems "
           f"({describe(out['machine'])})")
-    run = lambda method, **kw: evaluate(models, problems, [method], zoo_settings(Settings(k=args.k, **kw)),  # noqa: E731
-                                        progress=False, warmup=False, rounds=1, controls=False)[method]
+
+    def run(method: str, **kw) -> dict:
+        return evaluate(models, problems, [method], zoo_settings(Settings(k=args.k, **kw)), progress=False,
+                        warmup=False, rounds=1, controls=False)[method]
+
     out["exact"] = run("exact")
     print(f"exact: accuracy {out['exact']['accuracy']}, accepted length {out['exact']['mean_accepted_length']}")
     for rho in map(float, args.floors.split(",")):

@@ -5,7 +5,8 @@ the base alone, whether its score tells a right step from the same step made wro
 greedy score, both kinds of step), SpecReason with that scorer, and the verdict with the zoo's experts beside each
 expert alone.
 
-    python benchmarks/reasoning_teach_prompts.py --out DIR [--problems 40] [--json benchmarks/results/reasoning_teach_prompts.json]
+    python benchmarks/reasoning_teach_prompts.py --out DIR [--problems 40]
+        [--json benchmarks/results/reasoning_teach_prompts.json]
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def main() -> None:
     models, _ = zoo_models()
     problems = validation_split(args.problems)
     result = {"machine": machine_info(), "split": "validation", "problems": len(problems), "stages": {}}
-    print(f"teaching the base the methods' prompts, {len(problems)} validation problems ({describe(result['machine'])})")
+    print(f"teaching the base the methods' prompts, {len(problems)} validation problems "
+          f"({describe(result['machine'])})")
     for folder, recipe, desc in STAGES:
         report = train_model(recipe, out / folder, desc, init=previous)
         previous = out / folder

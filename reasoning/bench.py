@@ -74,7 +74,8 @@ def settings_record(settings: Settings) -> dict:
     """The settings a results JSON stores beside the figures."""
     s = settings
     return {"threshold": s.threshold, "scorer": repr(s.scorer), "score_prompt": s.score_prompt,
-            "likelihood_threshold": s.likelihood_threshold, "verdict_compact": s.verdict_compact, "k": s.k, "judge_threshold": s.judge_threshold,
+            "likelihood_threshold": s.likelihood_threshold, "verdict_compact": s.verdict_compact, "k": s.k,
+            "judge_threshold": s.judge_threshold,
             "judge_min_prob": s.judge_min_prob, "verdict_k": s.verdict_k, "max_new_tokens": s.max_new_tokens,
             "thinking": repr(s.thinking)}
 

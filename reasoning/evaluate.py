@@ -82,7 +82,7 @@ class Models:
 class Settings:
     # SpecReason (`specreason`): the base scores each step 0-9 when prompted (the paper's scorer) and a step
     # scoring under `threshold` (the reference's 7) is written again; `score_prompt` (instruction, lead) is the
-    # judging prompt (None: the reference's; the zoo pair was taught a short one, `task_data.SCORE_INSTRUCTION`)
+    # judging prompt (None: the reference's; benchmarks/reasoning_teach_prompts.py tries a short one)
     threshold: float = 7.0
     scorer: object = "prompt"
     score_prompt: tuple[str, str] | None = None
@@ -90,8 +90,8 @@ class Settings:
     # has p / p_max >= threshold / 9); 3 was chosen on the zoo pair's validation split
     # (benchmarks/reasoning_thresholds.py)
     likelihood_threshold: float = 3.0
-    # `verdict`: the base reads the chosen experts' reasoning and writes the answer (`PromptVerdict`); compact: the
-    # layout the zoo pair was taught (`task_data.verdict_prompt`), else the reference's
+    # `verdict`: the base reads the chosen experts' reasoning and writes the answer (`PromptVerdict`); compact: a
+    # plain layout (`task_data.verdict_prompt`), else the reference's
     verdict_compact: bool = False
     max_new_tokens: int = 320
     k: int = 4  # drafts per token-level step (exact, judge, and the base's own steps in SpecReason)

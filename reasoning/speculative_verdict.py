@@ -11,8 +11,8 @@ about as likely as its own scores low. Ties among the best are broken at random 
 
 Experts are `TextExpert`s (a causal LM and its tokenizer) or, for image questions, `VisionExpert`s (a
 `multispec.vision` VLM). The verdict is `PromptVerdict` (the paper's: the verdict model reads every chosen
-expert's reasoning and proposed answer and answers in \\boxed{}; `compact=True` is the plain layout the zoo's
-base was taught, after which it writes the right solution) or `LikelihoodVerdict` (for a model that cannot
+expert's reasoning and proposed answer and answers in \\boxed{}; `compact=True` is a plain layout after which the
+verdict model writes the right solution) or `LikelihoodVerdict` (for a model that cannot
 follow such a prompt: it takes the answer of the expert whose reasoning it finds most likely; a selection
 among the experts' answers, not a verdict that reasons).
 """
@@ -175,8 +175,8 @@ class LikelihoodVerdict:
 class PromptVerdict:
     """An instruction-tuned verdict model: the question, each expert's reasoning and proposed answer, then the
     instruction to answer in \\boxed{} (the reference's layout); the answer is the last \\boxed{} it writes.
-    `chat=True` wraps the text in the tokenizer's chat template. `compact=True`: the shorter plain layout the zoo's
-    base was taught (`task_data.verdict_prompt`: the question, "Expert i:" and each solution, an instruction,
+    `chat=True` wraps the text in the tokenizer's chat template. `compact=True`: a shorter plain layout (the one
+    benchmarks/reasoning_teach_prompts.py tried to teach the zoo's base; `task_data.verdict_prompt`: the question, "Expert i:" and each solution, an instruction,
     "Solution:"), after which it writes a solution ending "Answer: N"."""
 
     INSTRUCTION = ("Given the question and the reasoning from multiple models, please give the final answer "
@@ -185,12 +185,12 @@ class PromptVerdict:
     def __init__(self, model, tokenizer, max_new_tokens: int = 256, chat: bool = False,
                  instruction: str = INSTRUCTION, drafter=None, tree=None, compact: bool = False):
         if compact and chat:
-            raise ValueError("compact: the compact layout is plain text (for the zoo's base); give chat=False")
+            raise ValueError("compact: the compact layout is plain text; give chat=False")
         self.model, self.tokenizer, self.max_new_tokens, self.chat = model, tokenizer, max_new_tokens, chat
         self.instruction, self.drafter, self.tree, self.compact = instruction, drafter, tree, compact
 
     def prompt(self, question: str, reasoning: dict[str, str], answers: dict[str, ExpertAnswer]) -> str:
-        if self.compact:  # the layout the zoo's base was taught: it writes the right solution, "Answer: N" last
+        if self.compact:  # a plain layout: the verdict model writes the right solution, "Answer: N" last
             return verdict_prompt(question, list(reasoning.values()))
         parts = [f"Question:\n{question}\n"]
         for i, (name, text) in enumerate(reasoning.items(), 1):

@@ -222,7 +222,8 @@ class Batches:
                 learn.append(read)
                 continue
             task = self._task()
-            p = make_problem(self.rng, 0.0 if task == "verdict" else CHECK_RATE, self.recipe.style, self.recipe.reflect)
+            checks = 0.0 if task == "verdict" else CHECK_RATE
+            p = make_problem(self.rng, checks, self.recipe.style, self.recipe.reflect)
             if p.question in self.held_out:
                 continue
             if task is not None:  # the loss reads the score digit, or the verdict's solution
