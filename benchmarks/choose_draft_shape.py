@@ -8,6 +8,11 @@ split (the held-out files) is then run once with the choice: `multispec bench te
     python benchmarks/choose_draft_shape.py --pair stdlib-bytes-large --json benchmarks/results/shapes.json
     python benchmarks/choose_draft_shape.py --pair gemma3-270m-eagle --drafter ngram --chains 2,3,4,5 --trees none
 
+Beside the timings it records each chain length's step profile (verification widths and tokens committed,
+`multispec.draft_length.StepProfile`) and this machine's verification cost at those widths, and prints the
+length those predict: `--write-profile` stores the profiles in the pair's `draft_shape.json`, so that
+`bench text --chain-k auto` chooses the length for the machine it runs on.
+
 `--drafter`: whose drafts the candidates verify (the pair's EAGLE head, or prompt lookup: on a target whose
 verification cost jumps with the number of rows, the lookup rows are the fast ones and the chain length is
 chosen for them); `--trees none` chooses the chain length only.
@@ -16,11 +21,14 @@ chosen for them); `--trees none` chooses the chain length only.
 from __future__ import annotations
 
 import argparse
+import json
+from collections import defaultdict
 
 import torch
 
 from multispec import DynamicTree, NGramDrafter, speculative_generate, zoo
 from multispec.bench.machine import describe, save_results
+from multispec.draft_length import StepProfile, VerifyCost, choose_chain_length, describe_choice
 from multispec.bench.recorder import Recorder, format_table, repeat, results
 from multispec.bench.text import prompts
 
@@ -39,6 +47,8 @@ def main() -> None:
     ap.add_argument("--chains", default=CHAINS, help=f"chain lengths to try (default {CHAINS})")
     ap.add_argument("--trees", default=TREES, help=f"dynamic trees D/K/N to try, or none (default {TREES})")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--write-profile", action="store_true",
+                    help="store the chain lengths' step profiles in the pair's draft_shape.json")
     args = ap.parse_args()
     chains = [int(k) for k in args.chains.split(",")]
     trees = [] if args.trees == "none" else [tuple(int(x) for x in t.split("/")) for t in args.trees.split(",")]
@@ -48,13 +58,19 @@ def main() -> None:
     drafter = pair.drafter if args.drafter == "eagle" else NGramDrafter()
     inputs = [ids for _, ids in prompts(pair.tokenizer, quick=not args.full, split="validation")]
     tables = {}
+    runs = defaultdict(list)  # (chain_k, mode) -> the stats of every run (warm-up included): the step profiles
     for mode, kw in (("greedy", {}), ("sampling", dict(do_sample=True, temperature=0.8))):
         g = torch.Generator().manual_seed(0)
         sample = dict(kw, generator=g) if kw else {}
 
-        def ours(drafter, spec, sample=sample):
-            return lambda ids: speculative_generate(target, drafter, ids, max_new_tokens=n, tree=spec,
-                                                    eos_token_id=[], pad_token_id=0, **sample)
+        def ours(drafter, spec, sample=sample, mode=mode):
+            def run(ids):
+                out = speculative_generate(target, drafter, ids, max_new_tokens=n, tree=spec,
+                                           eos_token_id=[], pad_token_id=0, **sample)
+                if isinstance(spec, int):
+                    runs[spec, mode].append(out.stats)
+                return out
+            return run
 
         methods = {"plain": lambda ids, kw=kw: target.generate(ids, max_new_tokens=n, do_sample=bool(kw),
                                                                eos_token_id=None, pad_token_id=0,
@@ -75,12 +91,31 @@ def main() -> None:
                 "rounds": args.rounds,
                 "max_new_tokens": n, "threads": torch.get_num_threads(),
                 "rule": "max mean of greedy and sampled speedup"}
-    out = results("draft-shape", settings, tables, chosen=chosen)
+    cost = VerifyCost.measure(target, sorted({w for stats in runs.values() for s in stats for w in
+                                              [1 + st.drafted for st in s.steps]}),
+                              prefix_tokens=int(sum(ids.shape[1] for ids in inputs) / len(inputs)) + n // 2,
+                              request=drafter.feature_request)
+    profiles = [StepProfile.from_stats(k, mode, stats, cost) for (k, mode), stats in sorted(runs.items())]
+    predicted = choose_chain_length(profiles, cost)
+    out = results("draft-shape", settings, tables, chosen=chosen,
+                  profiles=[p.to_json() for p in profiles],
+                  verify_ms={str(m): round(v, 2) for m, v in cost.ms.items()},
+                  predicted={"chain_k": predicted.chain_k,
+                             "speedup_vs_no_draft": {str(k): v for k, v in predicted.predicted.items()}})
     print(f"machine: {describe(out['machine'])}")
     for mode, table in tables.items():
         print(format_table(mode, table))
     print(f"chosen on validation: chain k={chosen['chain_k']}, tree {chosen['tree'] or '(not chosen)'}")
+    print("from the step profiles and this machine's verification cost:\n" + describe_choice(predicted))
     save_results(out, args.json)
+    if args.write_profile:
+        file = zoo.WEIGHTS / args.pair / "draft_shape.json"
+        shape = json.loads(file.read_text()) if file.exists() else {}
+        shape["profiles"] = [p.to_json() for p in profiles]
+        shape["profiled_by"] = (f"python benchmarks/choose_draft_shape.py --pair {args.pair} --drafter {args.drafter} "
+                                f"--chains {args.chains} (validation split, {len(inputs)} prompts x {n} tokens)")
+        file.write_text(json.dumps(shape, indent=2) + "\n")
+        print(f"step profiles written to {file}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from . import generate_cli, zoo
 from .bench import core as bench_core
 from .bench import report, shards
 from .bench import text as bench_text
-from .cli_types import name_list, parse_tree, positive_int
+from .cli_types import chain_length, name_list, parse_tree, positive_int
 from .targets import load_adapter_plugins
 
 # commands that modality packages add when imported (`multispec.adapters` entry points):
@@ -29,11 +29,12 @@ def register_command(group: str, name: str, help: str, add_arguments: Callable[[
 
 
 def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, temperature: float = 0.8,
-                      tree: str = "4/4/15", chain_k: int | None = 4) -> None:
+                      tree: str = "4/4/15", chain_k: int | None = 4, auto_chain: bool = False) -> None:
     """The options every speed benchmark takes; with `pair` (the default zoo pair) also those of a benchmark
     on a zoo pair: --pair, --temperature, --chain-k and --tree. `--tree` parses to a `DynamicTree`, or stays
     None: the benchmark then builds its own default tree, which `tree` names in the help; `chain_k` None leaves
-    --chain-k to the benchmark likewise."""
+    --chain-k to the benchmark likewise; `auto_chain`: --chain-k also takes "auto" (the length chosen for this
+    machine from the pair's step profiles)."""
     parser.add_argument("--quick", action="store_true", help="a smaller run")
     if pair is not None:
         parser.add_argument("--pair", default=pair, help="zoo pair (default: %(default)s)")
@@ -46,9 +47,13 @@ def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, 
     parser.add_argument("--rounds", type=positive_int, default=3,
                         help="timed rounds over the prompts, a speedup per round (default %(default)s)")
     if pair is not None:
-        parser.add_argument("--chain-k", type=positive_int, default=chain_k,
-                            help="draft length of the chain rows (default %s)"
-                                 % (chain_k or "the pair's, chosen on the validation split, else 4"))
+        parser.add_argument("--chain-k", type=chain_length if auto_chain else positive_int, default=chain_k,
+                            help="draft length of the chain rows%s (default %s)"
+                                 % (', or "auto": chosen for this machine from the pair\'s step profiles and the '
+                                    "verification cost measured here" if auto_chain else "",
+                                    chain_k or ("auto where the pair has step profiles, else the pair's, chosen on "
+                                                "the validation split, else 4" if auto_chain else
+                                                "the pair's, chosen on the validation split, else 4")))
         parser.add_argument("--tree", default=None, type=parse_tree, metavar="D/K/N",
                             help=f"dynamic tree: depth/top-k/total nodes (default {tree})")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
@@ -159,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     core.set_defaults(func=_bench_core)
     text = suites.add_parser("text", help="a zoo text pair")
     add_speed_options(text, pair="stdlib-bytes-large", temperature=0.8,
-                      tree="the pair's, chosen on the validation split, else 4/4/15", chain_k=None)
+                      tree="the pair's, chosen on the validation split, else 4/4/15", chain_k=None, auto_chain=True)
     text.add_argument("--split", choices=["heldout", "validation"], default="heldout",
                       help="prompts: held-out stdlib files (the test split, default) or validation files (where "
                            "settings are chosen)")

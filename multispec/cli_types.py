@@ -8,6 +8,11 @@ import argparse
 from .tree import DynamicTree
 
 
+def chain_length(text: str) -> int | str:
+    """An argparse type: a positive integer, or "auto" (chosen for this machine, `multispec.draft_length`)."""
+    return "auto" if text == "auto" else positive_int(text)
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a positive integer (argparse names the option in its error)."""
     try:

@@ -47,6 +47,7 @@ def speculative_generate(
     on_step: Callable[[DraftTree, Verdict, list[int]], None] | None = None,
     guidance_scale: float | None = None,
     step: str = "eager",
+    pad_widths: dict[int, int] | None = None,
     **model_inputs,
 ) -> SpeculativeOutput:
     """Generate with speculative decoding; lossless with the default rules.
@@ -71,6 +72,9 @@ def speculative_generate(
             budget, replayed from CUDA graphs on CUDA) or "compiled" (that step under `torch.compile`), for
             Llama-family targets and their EAGLE heads / lean draft models; the engines are built on the
             first call and kept on the models (`multispec.targets.static_step`).
+        pad_widths: verify a step of M nodes (root included) as `pad_widths[M]` nodes, padding with invalid
+            ones, where a CPU's matrix kernels run the wider batch faster (`multispec.draft_length`:
+            `VerifyCost.measure(target, ...).padding()`); the output is unchanged, only the cost.
         **model_inputs: the target's other prefill inputs, by the model's own names, as `generate` takes
             them (`pixel_values`, `image_grid_thw`, `mm_token_type_ids`, ...); one the target does not take
             raises a TypeError naming it.
@@ -80,12 +84,14 @@ def speculative_generate(
     prompt = Prompt.build(input_ids, attention_mask, **model_inputs)
     check_max_new_tokens(max_new_tokens)
     if step != "eager":
+        if pad_widths:
+            raise ValueError(f"pad_widths: the {step} step has a fixed node budget; padding is for step='eager'")
         target, drafter = static_engines(target, as_drafter(drafter), step, prompt.input_ids.shape[1],
                                          max_new_tokens, as_tree_spec(tree).max_nodes)
     session = Session(target, drafter, tree=tree, rule=rule, sampling=sampling, do_sample=do_sample,
                       temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
                       eos_token_id=eos_token_id, pad_token_id=pad_token_id, guidance_scale=guidance_scale,
-                      rollback=False)
+                      rollback=False, pad_widths=pad_widths)
     b = prompt.batch_size
     if max_new_tokens == 0:
         session.target.check_prompt(prompt)

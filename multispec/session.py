@@ -18,7 +18,7 @@ text is final); rows that stop together, or a single row, stay and can continue.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -67,6 +67,19 @@ def _stops(stop: Sequence[int | Sequence[int]] | None) -> list[tuple[int, ...]]:
             raise ValueError("stop: an empty stop sequence would stop at once")
         out.append(seq)
     return out
+
+
+def check_pad_widths(pad_widths: Mapping[int, int] | None) -> dict[int, int] | None:
+    """`pad_widths[M]`: verify a step of M nodes (root included) as this many (>= M; padding nodes are
+    invalid), e.g. `VerifyCost.padding()`."""
+    if pad_widths is None:
+        return None
+    if not isinstance(pad_widths, Mapping):
+        raise TypeError(f"pad_widths: expected a mapping of widths, got {type(pad_widths).__name__}")
+    bad = {m: w for m, w in pad_widths.items() if not (isinstance(m, int) and isinstance(w, int) and 1 <= m <= w)}
+    if bad:
+        raise ValueError(f"pad_widths: each entry must map a width M >= 1 to a width >= M, got {bad}")
+    return dict(pad_widths)
 
 
 def check_max_new_tokens(max_new_tokens: int) -> None:
@@ -122,7 +135,8 @@ class Session:
                  do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
                  top_p: float | None = None, generator: torch.Generator | None = None,
                  eos_token_id: int | Sequence[int] | None = None, pad_token_id: int | None = None,
-                 guidance_scale: float | None = None, rollback: bool = True):
+                 guidance_scale: float | None = None, rollback: bool = True,
+                 pad_widths: Mapping[int, int] | None = None):
         """Arguments as `speculative_generate`'s (which see); nothing runs until the first `append`.
         `rollback=False` skips keeping what a rollback needs (the target features a feature-level drafter
         read so far): for one-shot generation."""
@@ -144,6 +158,7 @@ class Session:
                 f"drafter: vocabulary size {self.drafter.vocab_size} does not match the target's "
                 f"{self.target.vocab_size}; a draft model must share the target's tokenizer and output vocabulary")
         self.spec = as_tree_spec(tree)
+        self.pad_widths = check_pad_widths(pad_widths)
         self.sampling = sampling
         self.rule = resolve_rule(rule, sampling.do_sample)
         self.rule.check_target(self.target)
@@ -275,6 +290,8 @@ class Session:
             # the step reads the device once (`read_step`); checks that would read it wait for that read
             with deferred_checks() as checks:
                 draft = self.drafter.propose(self.roots, self.spec, self.sampling, self.generator).trimmed()
+                if self.pad_widths:  # verified nodes = the root + the draft's
+                    draft = draft.padded(self.pad_widths.get(draft.num_nodes + 1, draft.num_nodes + 1) - 1)
                 clock.mark()
                 full = torch.cat([self.roots[:, None], draft.tokens.to(device)], dim=1)
                 scored = self.target.score(full, draft.full_parents(), draft.full_valid(), self._score_request)

@@ -103,6 +103,26 @@ class DraftTree:
         return DraftTree(self.tokens[:, :n], self.parents[:, :n], self.valid[:, :n], cut(self.draft_probs),
                          self.is_chain, cut(self.feed_ids))
 
+    def padded(self, num_nodes: int) -> "DraftTree":
+        """This tree with invalid nodes appended up to `num_nodes` (node indices unchanged): the target then
+        verifies a wider batch of rows, which some CPUs' matrix kernels run faster than a narrower one
+        (`multispec.draft_length.VerifyCost.padding`). A padding node is never accepted (rules read only
+        valid nodes); in a chain it hangs off the node before it, elsewhere off the root."""
+        n = self.num_nodes
+        if num_nodes <= n:
+            return self
+        b, extra, dev = self.batch_size, num_nodes - n, self.tokens.device
+        idx = torch.arange(n, num_nodes, device=dev).expand(b, extra)
+        parents = idx - 1 if self.is_chain else torch.full_like(idx, -1)
+        probs = None
+        if self.draft_probs is not None:  # a harmless distribution for nodes no rule reads
+            v = self.draft_probs.shape[2]
+            probs = torch.cat([self.draft_probs, self.draft_probs.new_full((b, extra, v), 1.0 / v)], 1)
+        feed = None if self.feed_ids is None else torch.cat([self.feed_ids, idx.to(self.feed_ids.dtype)], 1)
+        return DraftTree(torch.cat([self.tokens, torch.zeros_like(idx)], 1), torch.cat([self.parents, parents], 1),
+                         torch.cat([self.valid, torch.zeros(b, extra, dtype=torch.bool, device=dev)], 1), probs,
+                         self.is_chain, feed)
+
     # ---- derived encodings over the full tree (node 0 = root) -------------------------------------
     def full_parents(self) -> torch.Tensor:
         """[B, T] parents with the root prepended: root -> -1, draft node i -> parent + 1."""

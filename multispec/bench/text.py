@@ -22,6 +22,7 @@ from ..zoo.data import _shuffled, read_source, stdlib_files
 from ..targets.lean import lean_unsupported
 from ..targets.lm_head import fast_head_applies, tall_lm_head
 from ..drafters.recycling import cpu_tree
+from ..draft_length import calibrate, describe_choice
 from .machine import describe, save_results
 from .recorder import (LEGEND, Fresh, Recorder, format_table, outputs_identical, repeat, results,
                        sequences)
@@ -96,10 +97,11 @@ def _corpus(tokenizer, chars: int) -> list[list[int]]:
 
 def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: str | None = None,
         max_new_tokens: int | None = None, temperature: float = 0.8, threads: int | None = None,
-        chain_k: int | None = None, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
+        chain_k: int | str | None = None, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
         rounds: int = 3, compile: bool = False, split: str = "heldout", only: tuple[str, ...] | None = None) -> dict:
-    """`chain_k` / `tree`: the draft shape of the chain and tree rows (default: the pair's, chosen on the
-    validation split, else 4 and 4/4/15). `compile`: also the EAGLE rows with `step="compiled"` (the static
+    """`chain_k` / `tree`: the draft shape of the chain and tree rows (default: for a pair with step profiles
+    "auto", the chain length predicted best on this machine from them and the verification cost measured here
+    (`multispec.draft_length`); else the pair's, chosen on the validation split, else 4 and 4/4/15). `compile`: also the EAGLE rows with `step="compiled"` (the static
     step under `torch.compile`), for pairs whose target the lean engine runs. `split`: the prompts' split,
     'heldout' (test: the reported figures) or 'validation'. `only`: the rows to run (plain decoding and the
     peers always run); a name no table has raises before anything is timed."""
@@ -110,11 +112,20 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     if compile and lean_unsupported(target) is not None:
         raise ValueError(f"--compile: the compiled step runs Llama-family targets; {pair_name}'s target "
                          f"cannot ({lean_unsupported(target)})")
+    ps = prompts(tok, quick, split)
+    n = max_new_tokens or 128  # --quick: fewer prompts, not fewer tokens (short runs measure the prefill)
+    choice = None
+    if chain_k == "auto" or (chain_k is None and pair.step_profiles):
+        if not pair.step_profiles:
+            raise ValueError(f"--chain-k auto: {pair_name} has no step profiles (benchmarks/choose_draft_shape.py "
+                             "--write-profile records them)")
+        prefix = sum(ids.shape[1] for _, ids in ps) // len(ps) + n // 2  # a mid-generation context
+        choice = calibrate(target, pair.step_profiles, prefix_tokens=prefix, request=eagle.feature_request)
+        print(describe_choice(choice))
+        chain_k = choice.chain_k
     chain_k = chain_k or pair.chain_k or 4
     # 16 verified nodes: on CPUs Gemma's LM-head GEMM costs about the same for 16 rows as for 8
     tree = tree or pair.tree or DynamicTree(depth=4, topk=4, total=15)
-    n = max_new_tokens or 128  # --quick: fewer prompts, not fewer tokens (short runs measure the prefill)
-    ps = prompts(tok, quick, split)
     no_eos = dict(eos_token_id=[], pad_token_id=0)
     hf_no_eos = dict(eos_token_id=None, pad_token_id=0)
     # The training-free drafters keep what they learn across the prompts of a round (Token Recycling's hot
@@ -126,11 +137,15 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     def suffix():
         return SuffixDecodingDrafter(corpus=corpus)
 
+    # with a calibrated length, every eager row of ours pads its steps as the calibration found cheaper
+    pads = {"pad_widths": choice.pad_widths} if choice and choice.pad_widths else {}
+
     def ours(drafter, spec, **kw):
         """`drafter`: a drafter instance, or a factory called for every prompt (a drafter whose state is
         one prompt's)."""
+        extra = pads if kw.get("step", "eager") == "eager" else {}
         return lambda ids: speculative_generate(target, drafter() if callable(drafter) else drafter, ids,
-                                                max_new_tokens=n, tree=spec, **no_eos, **kw)
+                                                max_new_tokens=n, tree=spec, **no_eos, **extra, **kw)
 
     def fresh(make_drafter, spec, **kw):
         """A drafter that learns across the prompts of a round, and starts over at the next round."""
@@ -205,7 +220,13 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     settings = {"pair": pair_name, "quick": quick, "max_new_tokens": n, "temperature": temperature,
                 "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
                 "dynamic_tree": [tree.depth, tree.topk, tree.total], "corpus_chars": corpus_chars, "rounds": rounds,
-                "compile": compile, "split": split, "methods": list(only) if only else "all"}
+                "compile": compile, "split": split, "methods": list(only) if only else "all",
+                "chain_k_by": "calibrated here" if choice else "given or the pair's stored choice"}
+    if choice is not None:
+        settings["chain_k_calibration"] = {"verify_ms": {str(m): round(v, 2) for m, v in choice.cost.ms.items()},
+                                           "pad_widths": {str(m): w for m, w in choice.pad_widths.items()},
+                                           "predicted_speedup_vs_no_draft": {str(k): v for k, v in
+                                                                             choice.predicted.items()}}
     out = results("text", settings, tables, outputs_identical=outputs_identical(tables))
     _print(out)
     return save_results(out, json_path)

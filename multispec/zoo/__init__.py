@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 from transformers import LlamaForCausalLM
 
+from ..draft_length import StepProfile
 from ..drafters.eagle import EagleDrafter, EagleHead
 from ..tree import DynamicTree
 from ..targets import load_adapter_plugins
@@ -41,6 +42,9 @@ class ZooPair:
     # (`draft_shape.json` beside its weights, written by benchmarks/choose_draft_shape.py); None: not chosen
     chain_k: int | None = None
     tree: DynamicTree | None = None
+    # what each candidate chain length drafted and committed on the validation split (same file), so that a
+    # benchmark can choose the length for the machine it runs on (`multispec.draft_length`); None: not profiled
+    step_profiles: list[StepProfile] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,12 +83,14 @@ def _load_bytes_large(folder: Path) -> ZooPair:
 
 
 def _draft_shape(folder: Path) -> dict:
-    """`chain_k` and `tree` from the pair's `draft_shape.json`, if it has one."""
+    """`chain_k`, `tree` and `step_profiles` from the pair's `draft_shape.json`, if it has one."""
     file = folder / "draft_shape.json"
     if not file.exists():
         return {}
     shape = json.loads(file.read_text())
     out = {"chain_k": int(shape["chain_k"])}
+    if shape.get("profiles"):
+        out["step_profiles"] = [StepProfile.from_json(p) for p in shape["profiles"]]
     if shape.get("tree"):  # a choice may fix the chain length only
         depth, topk, total = (int(x) for x in shape["tree"].split("/"))
         out["tree"] = DynamicTree(depth=depth, topk=topk, total=total)

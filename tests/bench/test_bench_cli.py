@@ -7,6 +7,7 @@ import pytest
 
 from multispec import zoo
 from multispec.cli import main
+from multispec.draft_length import StepProfile
 
 
 def _check_table(table: dict, names: set[str], rounds: int = 2) -> dict:
@@ -165,3 +166,35 @@ def test_bad_files_name_the_record_or_option_before_any_model_loads(tmp_path, ca
     assert "--images:" in err and "not an .npz archive" in err and "allow_pickle" not in err.split("(")[0]
     assert main(["eval", "image", "--num", "15"]) == 2
     assert "--num: expected a positive multiple of 10" in capsys.readouterr().err
+
+
+def test_bench_text_chain_k_auto_calibrates_on_this_machine(tmp_path, capsys, monkeypatch):
+    """`--chain-k auto` (the default for a pair with step profiles) measures the verification cost here and
+    runs the predicted length: with profiles for k = 3 alone beside the baseline, it must run k = 3 and
+    store the measured cost and the prediction. A pair without profiles is refused by name."""
+    load = zoo.load
+
+    def with_profiles(name):
+        pair = load(name)
+        pair.step_profiles = [StepProfile(k, mode, widths, 100, 0.5, 2.0) for mode in ("greedy", "sampling")
+                              for k, widths in ((0, {1: 100}), (3, {1: 10, 4: 30}))]
+        return pair
+
+    monkeypatch.setattr(zoo, "load", with_profiles)
+    path = tmp_path / "text.json"
+    assert main(["bench", "text", "--pair", "stdlib-bytes", "--quick", "--max-new-tokens", "8", "--rounds", "1",
+                 "--methods", "eagle_chain_k3", "--json", str(path)]) == 0
+    res = json.loads(path.read_text())
+    s = res["settings"]
+    assert s["chain_k"] == 3 and s["chain_k_by"] == "calibrated here"
+    # the profiled widths 1 and 4, and every width up to 2 beyond the widest (where a step may be padded to)
+    assert set(s["chain_k_calibration"]["verify_ms"]) == {"1", "2", "3", "4", "5", "6"}
+    assert all(int(w) > int(m) for m, w in s["chain_k_calibration"]["pad_widths"].items())
+    assert set(s["chain_k_calibration"]["predicted_speedup_vs_no_draft"]) == {"3"}
+    assert "eagle_chain_k3" in res["tables"]["greedy"]["methods"] and res["outputs_identical"] is True
+    assert "chosen chain k=3" in capsys.readouterr().out
+    monkeypatch.setattr(zoo, "load", load)
+    assert main(["bench", "text", "--pair", "stdlib-bytes", "--quick", "--chain-k", "auto"]) == 2
+    assert "--chain-k auto: stdlib-bytes has no step profiles" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # refused by argparse
+        main(["bench", "text", "--chain-k", "fast"])
