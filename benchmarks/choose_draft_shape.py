@@ -109,8 +109,8 @@ def main() -> None:
     print("from the step profiles and this machine's verification cost:\n" + describe_choice(predicted))
     save_results(out, args.json)
     if args.write_profile:
-        file = zoo.WEIGHTS / args.pair / "draft_shape.json"
-        shape = json.loads(file.read_text()) if file.exists() else {}
+        file = zoo.path(args.pair) / "draft_shape.json"
+        shape = json.loads(file.read_text()) if file.exists() else {"chain_k": chosen["chain_k"], "tree": None}
         shape["profiles"] = [p.to_json() for p in profiles]
         shape["profiled_by"] = (f"python benchmarks/choose_draft_shape.py --pair {args.pair} --drafter {args.drafter} "
                                 f"--chains {args.chains} (validation split, {len(inputs)} prompts x {n} tokens)")
