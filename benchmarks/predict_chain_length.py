@@ -53,8 +53,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"pair": args.pair, "verify_cost": args.verify_cost, "measured": args.measured,
-                       "cpu": curve["machine"]["cpu"], "interpolated_widths": filled, "rows": rows, "predicted_chain_k": choice.chain_k}, f,
-                      indent=2)
+                       "cpu": curve["machine"]["cpu"], "interpolated_widths": filled, "rows": rows,
+                       "predicted_chain_k": choice.chain_k}, f, indent=2)
 
 
 if __name__ == "__main__":

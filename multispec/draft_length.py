@@ -10,9 +10,9 @@ sampled: in expectation), so it is measured once and stored (`StepProfile`); the
 model runs (`VerifyCost.measure`, a few target forwards) and `choose_chain_length` prices each profile with
 it:
 
-    cost = VerifyCost.measure(target, widths=needed_widths(profiles))
-    choice = choose_chain_length(profiles, cost)
+    choice = calibrate(target, profiles)      # VerifyCost.measure + choose_chain_length(..., pad=True)
     choice.chain_k, choice.predicted          # the length, and each candidate's predicted speedup
+    speculative_generate(target, drafter, ids, tree=choice.chain_k, pad_widths=choice.pad_widths)
 
 The prediction per step is the verification forward's cost at the step's width plus the profiled machine's
 overhead (drafting, the acceptance rule, the commit), rescaled by the ratio of the two machines' one-node
@@ -42,8 +42,9 @@ PAD_LOOKAHEAD = 2  # `calibrate` also times this many widths beyond the widest p
 class StepProfile:
     """What a chain of `chain_k` drafts did on the validation prompts, in one mode (greedy or sampling):
     the number of steps at each verification width (1 + the draft nodes a step verified; batch 1), the
-    tokens committed, and the mean draft + commit time a step took on the profiling machine, whose one-node
-    verification cost was `t1_ms`. `chain_k` 0 is the engine with no drafts (the baseline)."""
+    tokens committed, and `overhead_ms`, the mean time a step took on the profiling machine beyond the bare
+    verification forward at its width (drafting, the acceptance rule, the commit), where one node's forward
+    cost `t1_ms`. `chain_k` 0 is the engine with no drafts (the baseline)."""
 
     chain_k: int
     mode: str
@@ -137,7 +138,8 @@ class VerifyCost:
                 generator: torch.Generator | None = None) -> VerifyCost:
         """Time `target`'s verification of a chain of M nodes after a prefix of `prefix_tokens` tokens,
         for each M in `widths` (1 is always measured): the best of `reps` after one untimed call. The
-        tokens are random (the cost does not depend on them), drawn from `generator` on the CPU."""
+        tokens are random (the cost does not depend on them), drawn from `generator` (a CPU generator) and
+        moved to the target's device."""
         if prefix_tokens < 1:
             raise ValueError(f"prefix_tokens must be >= 1, got {prefix_tokens}")
         if reps < 1:

@@ -100,8 +100,9 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
         chain_k: int | str | None = None, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
         rounds: int = 3, compile: bool = False, split: str = "heldout", only: tuple[str, ...] | None = None) -> dict:
     """`chain_k` / `tree`: the draft shape of the chain and tree rows (default: for a pair with step profiles
-    "auto", the chain length predicted best on this machine from them and the verification cost measured here
-    (`multispec.draft_length`); else the pair's, chosen on the validation split, else 4 and 4/4/15). `compile`: also the EAGLE rows with `step="compiled"` (the static
+    "auto", the chain length predicted best on this machine from them and the verification cost measured
+    here, with the padding that cost favours (`multispec.draft_length`); else the pair's, chosen on the
+    validation split, else 4 and 4/4/15). `compile`: also the EAGLE rows with `step="compiled"` (the static
     step under `torch.compile`), for pairs whose target the lean engine runs. `split`: the prompts' split,
     'heldout' (test: the reported figures) or 'validation'. `only`: the rows to run (plain decoding and the
     peers always run); a name no table has raises before anything is timed."""

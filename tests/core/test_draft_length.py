@@ -116,14 +116,16 @@ def test_profiles_of_real_runs_predict_the_measured_accepted_length():
 
 
 def test_zoo_pair_profiles_load():
-    """A pair whose draft_shape.json holds step profiles loads them (the Gemma pair's needs its extra; the
-    loader is the same function)."""
-    for name in zoo.names():
-        folder = zoo.path(name)
-        file = folder / "draft_shape.json"
-        if file.exists() and json.loads(file.read_text()).get("profiles"):
-            shape = zoo._draft_shape(folder)
-            assert {p.chain_k for p in shape["step_profiles"]} >= {0, shape["chain_k"]}
+    """The Gemma pair ships step profiles (its weights need the extra; the shape file does not): they load,
+    cover the baseline and the stored length in both modes, and price to a choice with any cost curve."""
+    shape = zoo._draft_shape(zoo.path("gemma3-270m-eagle"))
+    profiles = shape["step_profiles"]
+    assert {(p.chain_k, p.mode) for p in profiles} >= {(k, m) for k in (0, shape["chain_k"])
+                                                       for m in ("greedy", "sampling")}
+    flat = VerifyCost({m: 10.0 for m in needed_widths(profiles)})
+    choice = choose_chain_length(profiles, flat)
+    assert choice.chain_k in {p.chain_k for p in profiles if p.chain_k}
+    assert all(v["greedy"] > 1 for v in choice.predicted.values())  # verifying is free: every greedy chain pays
 
 
 def test_padding_picks_a_cheaper_wider_width():
@@ -150,7 +152,8 @@ def test_padded_tree_adds_invalid_nodes_only():
                      probs, feed_ids=torch.tensor([[4, 5, 6]]))
     t = tree.padded(5)
     assert t.parents.tolist() == [[-1, 0, 0, -1, -1]] and t.feed_ids.tolist() == [[4, 5, 6, 3, 4]]
-    assert torch.equal(t.draft_probs[:, :3], probs) and torch.allclose(t.draft_probs[:, 3:], torch.full((1, 2, 10), 0.1))
+    assert torch.equal(t.draft_probs[:, :3], probs)
+    assert torch.allclose(t.draft_probs[:, 3:], torch.full((1, 2, 10), 0.1))
 
 
 @pytest.mark.parametrize("tree", [4, DynamicTree(depth=3, topk=2, total=6)], ids=["chain", "dynamic"])
