@@ -16,7 +16,9 @@ it:
 
 The prediction per step is the verification forward's cost at the step's width plus the profiled machine's
 overhead (drafting, the acceptance rule, the commit), rescaled by the ratio of the two machines' one-node
-costs (a first-order guess: that work runs on the same cores).
+costs (a first-order guess: that work runs on the same cores); each generation also pays its prefill, the same
+for every length, rescaled likewise. Without the prefill the predicted ratios run high where a prompt's prefill
+is a large share of a generation, and the choice leans to long chains (BENCHMARKS.md, "Text: stdlib-bytes-large").
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ class StepProfile:
     the number of steps at each verification width (1 + the draft nodes a step verified; batch 1), the
     tokens committed, and `overhead_ms`, the mean time a step took on the profiling machine beyond the bare
     verification forward at its width (drafting, the acceptance rule, the commit), where one node's forward
-    cost `t1_ms`. `chain_k` 0 is the engine with no drafts (the baseline)."""
+    cost `t1_ms`; `generations` runs were profiled, each paying `prefill_ms` on average (the target's prefill
+    and the drafter's start; 0 generations: profiles recorded without it, priced without a prefill). `chain_k`
+    0 is the engine with no drafts (the baseline)."""
 
     chain_k: int
     mode: str
@@ -52,6 +56,8 @@ class StepProfile:
     tokens: int
     overhead_ms: float
     t1_ms: float
+    generations: int = 0
+    prefill_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -61,6 +67,8 @@ class StepProfile:
                              f"got tokens={self.tokens}, widths={self.widths}")
         if self.t1_ms <= 0:
             raise ValueError(f"t1_ms must be > 0, got {self.t1_ms}")
+        if self.generations < 0 or self.prefill_ms < 0:
+            raise ValueError(f"generations and prefill_ms must be >= 0, got {self.generations}, {self.prefill_ms}")
 
     @classmethod
     def from_stats(cls, chain_k: int, mode: str, runs: Iterable[SpeculativeStats], cost: VerifyCost) -> StepProfile:
@@ -68,8 +76,10 @@ class StepProfile:
         measured on the same machine: a step's overhead is its draft and commit time plus what its
         verification took beyond the bare forward at its width (the acceptance rule, the host read)."""
         widths: Counter = Counter()
-        tokens, overhead_s, steps = 0, 0.0, 0
+        tokens, overhead_s, steps, generations, prefill_s = 0, 0.0, 0, 0, 0.0
         for stats in runs:
+            generations += 1
+            prefill_s += stats.prefill_s
             for st in stats.steps:
                 if st.rows != 1:
                     raise ValueError("a step profile needs batch-1 runs (a step's width is per row)")
@@ -80,25 +90,29 @@ class StepProfile:
         if not steps:
             raise ValueError(f"profile k={chain_k} ({mode}): the runs hold no steps")
         overhead_ms = max(0.0, 1000 * overhead_s / steps)  # timing noise can make the bare forward look slower
-        return cls(chain_k, mode, dict(sorted(widths.items())), tokens, overhead_ms, cost.ms[1])
+        return cls(chain_k, mode, dict(sorted(widths.items())), tokens, overhead_ms, cost.ms[1], generations,
+                   1000 * prefill_s / generations)
 
     @property
     def steps(self) -> int:
         return sum(self.widths.values())
 
     def ms_per_token(self, cost: VerifyCost) -> float:
-        """Predicted milliseconds per committed token on the machine `cost` was measured on."""
-        overhead = self.overhead_ms * cost.ms[1] / self.t1_ms
-        return sum(n * (cost.at(m) + overhead) for m, n in self.widths.items()) / self.tokens
+        """Predicted milliseconds per committed token on the machine `cost` was measured on, prefills included."""
+        scale = cost.ms[1] / self.t1_ms
+        steps = sum(n * (cost.at(m) + self.overhead_ms * scale) for m, n in self.widths.items())
+        return (steps + self.generations * self.prefill_ms * scale) / self.tokens
 
     def to_json(self) -> dict:
         return {"chain_k": self.chain_k, "mode": self.mode, "widths": {str(m): n for m, n in self.widths.items()},
-                "tokens": self.tokens, "overhead_ms": self.overhead_ms, "t1_ms": self.t1_ms}
+                "tokens": self.tokens, "overhead_ms": self.overhead_ms, "t1_ms": self.t1_ms,
+                "generations": self.generations, "prefill_ms": self.prefill_ms}
 
     @classmethod
     def from_json(cls, d: dict) -> StepProfile:
         return cls(int(d["chain_k"]), d["mode"], {int(m): int(n) for m, n in d["widths"].items()},
-                   int(d["tokens"]), float(d["overhead_ms"]), float(d["t1_ms"]))
+                   int(d["tokens"]), float(d["overhead_ms"]), float(d["t1_ms"]), int(d.get("generations", 0)),
+                   float(d.get("prefill_ms", 0.0)))
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ ENTRIES: dict[str, ZooEntry] = {
     e.name: e for e in [
         ZooEntry("stdlib-bytes", "byte-level Llama (4 layers, 1.7M params) trained on CPython's stdlib + EAGLE head; "
                  "fully local, used by the tests", None, _load_bytes, _train_bytes),
-        ZooEntry("stdlib-bytes-large", "byte-level Llama (12 layers, hidden 256, 8.4M params, int8) trained on "
+        ZooEntry("stdlib-bytes-large", "byte-level Llama (20 layers, hidden 256, 11M params, int8) trained on "
                  "CPython's stdlib + EAGLE head; stdlib-bytes' target as its draft model; the README's first "
                  "command", None, _load_bytes_large, train_large),
         ZooEntry("gemma3-270m-eagle", "Gemma 3 270M (GGUF from PyPI, dequantized to fp32) + EAGLE head with an "

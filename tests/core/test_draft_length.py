@@ -44,6 +44,32 @@ def test_overhead_scales_with_the_one_node_cost():
     assert p.ms_per_token(VerifyCost({1: 20.0, 3: 22.0})) == pytest.approx(50 * (22 + 2) / 100)
 
 
+def test_prefill_is_priced_per_generation_and_can_change_the_choice():
+    """Each generation's prefill (rescaled like the overhead) joins its steps: a long chain that saves a few
+    steps stops paying once a fixed prefill dominates, the case of the main job's pair, where the 1200-byte
+    prefill is a third of a chain's generation. Profiles without generations price no prefill."""
+    p = StepProfile(2, "greedy", {3: 50}, 100, 1.0, 10.0, generations=2, prefill_ms=30.0)
+    assert p.ms_per_token(VerifyCost({1: 20.0, 3: 22.0})) == pytest.approx((50 * (22 + 2) + 2 * 60) / 100)
+
+    def profiles(prefill):
+        return [StepProfile(0, "greedy", {1: 100}, 100, 0.0, 10.0, 1, prefill),
+                StepProfile(4, "greedy", {5: 25}, 100, 0.0, 10.0, 1, prefill),
+                StepProfile(8, "greedy", {9: 12}, 100, 0.0, 10.0, 1, prefill),
+                StepProfile(0, "sampling", {1: 100}, 100, 0.0, 10.0, 1, prefill),
+                StepProfile(4, "sampling", {5: 40}, 100, 0.0, 10.0, 1, prefill),
+                StepProfile(8, "sampling", {9: 50}, 100, 0.0, 10.0, 1, prefill)]
+    cost = VerifyCost({1: 10.0, 5: 12.0, 9: 14.0})
+    # steps alone, greedy: baseline 1000 ms, k=4 25 * 12 = 300, k=8 12 * 14 = 168; sampling: k=4 480, k=8 700.
+    # Mean of the ratios: k=4 (3.33 + 2.08) / 2 = 2.71, k=8 (5.95 + 1.43) / 2 = 3.69: greedy's large ratio
+    # decides. With a 2000 ms prefill a generation: k=4 (3000/2300 + 3000/2480) / 2 = 1.257, k=8
+    # (3000/2168 + 3000/2700) / 2 = 1.247: the sampled time k=8 loses now counts
+    alone, prefilled = choose_chain_length(profiles(0.0), cost), choose_chain_length(profiles(2000.0), cost)
+    assert alone.predicted[8]["greedy"] == pytest.approx(1000 / 168) and alone.chain_k == 8
+    assert prefilled.predicted[8]["greedy"] == pytest.approx(3000 / 2168) and prefilled.chain_k == 4
+    assert StepProfile.from_json({k: v for k, v in p.to_json().items() if k not in ("generations", "prefill_ms")}
+                                 ).generations == 0
+
+
 def test_mean_of_modes_decides_and_modes_missing_for_a_candidate_are_left_out():
     profiles = [p for p in _profiles() if not (p.chain_k == 4 and p.mode == "sampling")]
     choice = choose_chain_length(profiles, VerifyCost({1: 10.0, 3: 11.0, 5: 20.0}))
@@ -55,10 +81,11 @@ def test_profile_from_stats():
         return StepStats(rows=rows, drafted=drafted, accepted=committed - 1, committed=committed,
                          draft_s=0.001, verify_s=0.012, commit_s=0.002)
 
-    runs = [SpeculativeStats([st(2, 3), st(2, 1), st(0, 1)]), SpeculativeStats([st(2, 2)])]
+    runs = [SpeculativeStats([st(2, 3), st(2, 1), st(0, 1)], prefill_s=0.05), SpeculativeStats([st(2, 2)], 0.07)]
     cost = VerifyCost({1: 9.0, 3: 10.0})
     p = StepProfile.from_stats(2, "greedy", runs, cost)
     assert p.widths == {1: 1, 3: 3} and p.tokens == 7 and p.steps == 4 and p.t1_ms == 9.0
+    assert p.generations == 2 and p.prefill_ms == pytest.approx(60.0)
     # a step's overhead: draft + commit + (in-loop verify - bare forward at its width): 3 + 2 for width 3, 3 + 3 for 1
     assert p.overhead_ms == pytest.approx((3 * 5 + 6) / 4)
     assert StepProfile.from_json(json.loads(json.dumps(p.to_json()))) == p
@@ -75,6 +102,8 @@ def test_bad_profiles_and_costs_are_refused():
         StepProfile(2, "beam", {3: 1}, 1, 0.0, 1.0)
     with pytest.raises(ValueError, match="tokens > 0"):
         StepProfile(2, "greedy", {3: 1}, 0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="prefill_ms must be >= 0"):
+        StepProfile(2, "greedy", {3: 1}, 1, 0.0, 1.0, 1, -5.0)
     with pytest.raises(ValueError, match="one-node cost"):
         VerifyCost({3: 1.0})
     with pytest.raises(ValueError, match="baseline"):
