@@ -151,9 +151,10 @@ class VerifyCost:
                 request: FeatureRequest = NO_FEATURES, reps: int = 3,
                 generator: torch.Generator | None = None) -> VerifyCost:
         """Time `target`'s verification of a chain of M nodes after a prefix of `prefix_tokens` tokens,
-        for each M in `widths` (1 is always measured): the best of `reps` after one untimed call. The
-        tokens are random (the cost does not depend on them), drawn from `generator` (a CPU generator) and
-        moved to the target's device."""
+        for each M in `widths` (1 is always measured): the best of `reps` rounds after one untimed round.
+        A round times every width once, so a burst of load on the machine touches all widths alike rather
+        than the few timed while it lasted. The tokens are random (the cost does not depend on them), drawn
+        from `generator` (a CPU generator) and moved to the target's device."""
         if prefix_tokens < 1:
             raise ValueError(f"prefix_tokens must be >= 1, got {prefix_tokens}")
         if reps < 1:
@@ -167,24 +168,23 @@ class VerifyCost:
         ids = torch.randint(0, vocab, (1, prefix_tokens), generator=g)
         device = torch.device(getattr(target, "device", "cpu"))
         roots = target.prefill(Prompt.build(ids.to(device)), request).roots
-        ms = {}
+        calls = {}
         for m in sizes:
             draft = DraftTree.chain(torch.randint(0, vocab, (1, m - 1), generator=g).to(device))
-            tokens = torch.cat([roots[:, None], draft.tokens], 1)
-            parents, valid = draft.full_parents(), draft.full_valid()
-            times = []
-            for i in range(reps + 1):
+            calls[m] = (torch.cat([roots[:, None], draft.tokens], 1), draft.full_parents(), draft.full_valid())
+        times: dict[int, list[float]] = {m: [] for m in sizes}
+        for i in range(reps + 1):
+            for m, (tokens, parents, valid) in calls.items():
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 start = time.perf_counter()
                 target.score(tokens, parents, valid, request)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
-                if i:  # the first call warms caches and kernels up
-                    times.append(time.perf_counter() - start)
+                if i:  # the first round warms caches and kernels up
+                    times[m].append(time.perf_counter() - start)
                 target.discard()
-            ms[m] = 1000 * min(times)
-        return cls(ms)
+        return cls({m: 1000 * min(t) for m, t in times.items()})
 
 
 def _vocab_size(target) -> int:

@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+import multispec.draft_length as dl
 from multispec import DraftTree, DynamicTree, NGramDrafter, SamplingConfig, speculative_generate, zoo
 from multispec.draft_length import (ChainChoice, StepProfile, VerifyCost, calibrate, choose_chain_length,
                                     describe_choice, needed_widths)
@@ -130,6 +131,26 @@ def test_measure_and_calibrate_on_a_model():
         VerifyCost.measure(model, [2], prefix_tokens=0)
     with pytest.raises(ValueError, match="reps"):
         VerifyCost.measure(model, [2], reps=0)
+
+
+def test_measure_times_every_width_in_each_round(monkeypatch):
+    """Widths are timed in rounds (each round every width once), not one width's repetitions back to back,
+    so a burst of machine load cannot make one width look cheap or dear alone."""
+    torch.manual_seed(0)
+    real = dl.as_target(make_target())
+    order = []
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def score(self, tokens, *args, **kwargs):
+            order.append(tokens.shape[1])
+            return real.score(tokens, *args, **kwargs)
+
+    monkeypatch.setattr(dl, "as_target", lambda target: Recording())
+    cost = VerifyCost.measure(object(), [3, 5], prefix_tokens=10, vocab_size=100, reps=2)
+    assert order == [1, 3, 5] * 3 and sorted(cost.ms) == [1, 3, 5]
 
 
 def test_profiles_of_real_runs_predict_the_measured_accepted_length():
