@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from multispec.bench.machine import machine_info
 from multispec.bench.shards import Shards, current
 from multispec.cli import parse_tree, positive_int, register_command
 
@@ -224,8 +225,8 @@ def _eval(args: argparse.Namespace) -> int:
     if runs[0]["images"] < FID_FEW:
         print(f"note: FID from {runs[0]['images']} images is biased upward (it shrinks as the sample grows); compare "
               f"only runs of the same size, and use class accuracy for quality")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+    if args.json:  # with the machine and commit, like every benchmark's file
+        Path(args.json).write_text(json.dumps(result | {"machine": machine_info()}, indent=2))
     return 0
 
 

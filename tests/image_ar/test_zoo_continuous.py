@@ -62,6 +62,7 @@ def test_cli_bench_and_eval(tmp_path):
     assert main(["eval", "image", "--method", "continuous", "--num", "10", "--seeds", "2", "--json", str(scores)]) == 0
     got = json.loads(scores.read_text())
     assert got["acceptance_rate"] > 0 and got["fid"] > 0
+    assert {"cpu", "git_commit", "date_utc"} <= set(got["machine"])  # the file names where it ran
     # two sets under two seeds: each score is their mean, with its [min, max]
     assert [r["seed"] for r in got["runs"]] == [0, 1_000_000] and got["runs"][0]["fid"] != got["runs"][1]["fid"]
     assert got["spread"]["fid"]["min"] <= got["fid"] <= got["spread"]["fid"]["max"]
