@@ -21,7 +21,7 @@ from .. import zoo
 from ..zoo.data import _shuffled, read_source, stdlib_files
 from ..targets.lean import lean_unsupported
 from ..targets.lm_head import fast_head_applies, tall_lm_head
-from ..drafters.recycling import cpu_tree
+from ..drafters.recycling import cpu_tree, tree_to_text
 from ..draft_length import calibrate, describe_choice
 from .machine import describe, save_results
 from .recorder import (LEGEND, Fresh, Recorder, format_table, outputs_identical, repeat, results,
@@ -127,6 +127,7 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     chain_k = chain_k or pair.chain_k or 4
     # 16 verified nodes: on CPUs Gemma's LM-head GEMM costs about the same for 16 rows as for 8
     tree = tree or pair.tree or DynamicTree(depth=4, topk=4, total=15)
+    recycling_tree = pair.recycling_tree or cpu_tree()  # the pair's, chosen on validation, else the CPU default
     no_eos = dict(eos_token_id=[], pad_token_id=0)
     hf_no_eos = dict(eos_token_id=None, pad_token_id=0)
     # The training-free drafters keep what they learn across the prompts of a round (Token Recycling's hot
@@ -180,7 +181,7 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
         "eagle_dynamic_tree": ours(eagle, tree),
         f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k),
         "hybrid_dynamic_tree": ours(lambda: HybridDrafter(eagle), tree),
-        "recycling_tree": fresh(TokenRecyclingDrafter, cpu_tree()),
+        "recycling_tree": fresh(TokenRecyclingDrafter, recycling_tree),
         "suffix_chain": fresh(suffix, 16),
         "suffix_tree": fresh(suffix, DynamicTree(depth=4, topk=4, total=16)),
         f"hybrid_suffix_eagle_k{chain_k}": fresh(lambda: HybridDrafter(eagle, lookup=suffix(), lookup_k=8), chain_k),
@@ -220,7 +221,8 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
         repeat(inputs, rounds), warmup=warmup, desc="sampling")
     settings = {"pair": pair_name, "quick": quick, "max_new_tokens": n, "temperature": temperature,
                 "prompts": [p for p, _ in ps], "threads": torch.get_num_threads(), "chain_k": chain_k,
-                "dynamic_tree": [tree.depth, tree.topk, tree.total], "corpus_chars": corpus_chars, "rounds": rounds,
+                "dynamic_tree": [tree.depth, tree.topk, tree.total],
+                "recycling_tree": tree_to_text(recycling_tree), "corpus_chars": corpus_chars, "rounds": rounds,
                 "compile": compile, "split": split, "methods": list(only) if only else "all",
                 "chain_k_by": "calibrated here" if choice else "given or the pair's stored choice"}
     if choice is not None:

@@ -52,6 +52,22 @@ def cpu_tree() -> StaticTree:
                        [0, 0, 0, 0], [0, 0, 0, 0, 0]])
 
 
+def tree_from_text(text: str) -> StaticTree:
+    """A template written as comma-separated rank paths with dot-separated ranks: "0,1,0.0" is the
+    root's top two candidates and the first one's top candidate ("cpu" is `cpu_tree()`). The form a pair's
+    `draft_shape.json` stores and `benchmarks/choose_recycling_tree.py` takes."""
+    if text == "cpu":
+        return cpu_tree()
+    try:
+        return StaticTree([[int(r) for r in path.split(".")] for path in text.split(",")])
+    except ValueError as e:
+        raise ValueError(f"tree: expected rank paths such as '0,1,0.0' (or 'cpu'), got {text!r} ({e})") from None
+
+
+def tree_to_text(tree: StaticTree) -> str:
+    return ",".join(".".join(str(r) for r in path) for path in tree.choices)
+
+
 def _as_static(spec: TreeSpec) -> StaticTree:
     if isinstance(spec, StaticTree):
         return spec

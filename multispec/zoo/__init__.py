@@ -20,7 +20,8 @@ from transformers import LlamaForCausalLM
 
 from ..draft_length import StepProfile
 from ..drafters.eagle import EagleDrafter, EagleHead
-from ..tree import DynamicTree
+from ..drafters.recycling import tree_from_text
+from ..tree import DynamicTree, StaticTree
 from ..targets import load_adapter_plugins
 from .bytes_large import load_large_target, train_large
 from .bytes_lm import ByteTokenizer, eagle_train_config, train_target
@@ -45,6 +46,9 @@ class ZooPair:
     # what each candidate chain length drafted and committed on the validation split (same file), so that a
     # benchmark can choose the length for the machine it runs on (`multispec.draft_length`); None: not profiled
     step_profiles: list[StepProfile] | None = None
+    # Token Recycling's static tree chosen for this pair on the validation split (same file, written by
+    # benchmarks/choose_recycling_tree.py); None: not chosen (the bench uses `cpu_tree()`)
+    recycling_tree: StaticTree | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,8 @@ def _load_bytes_large(folder: Path) -> ZooPair:
 
 
 def _draft_shape(folder: Path) -> dict:
-    """`chain_k`, `tree` and `step_profiles` from the pair's `draft_shape.json`, if it has one."""
+    """`chain_k`, `tree`, `step_profiles` and `recycling_tree` from the pair's `draft_shape.json`, if it has
+    one."""
     file = folder / "draft_shape.json"
     if not file.exists():
         return {}
@@ -94,6 +99,8 @@ def _draft_shape(folder: Path) -> dict:
     if shape.get("tree"):  # a choice may fix the chain length only
         depth, topk, total = (int(x) for x in shape["tree"].split("/"))
         out["tree"] = DynamicTree(depth=depth, topk=topk, total=total)
+    if shape.get("recycling_tree"):
+        out["recycling_tree"] = tree_from_text(shape["recycling_tree"])
     return out
 
 

@@ -8,6 +8,7 @@ import pytest
 from multispec import zoo
 from multispec.cli import main
 from multispec.draft_length import StepProfile
+from multispec.drafters.recycling import tree_to_text
 
 
 def _check_table(table: dict, names: set[str], rounds: int = 2) -> dict:
@@ -42,6 +43,8 @@ def test_bench_text_on_the_main_job_pair(tmp_path):
     # the pair ships step profiles, so the chain length is calibrated here: one of the profiled lengths
     k = res["settings"]["chain_k"]
     assert res["settings"]["chain_k_by"] == "calibrated here" and res["settings"]["split"] == "heldout"
+    # Token Recycling runs the pair's tree chosen on validation (draft_shape.json), not the CPU default
+    assert res["settings"]["recycling_tree"] == tree_to_text(zoo.load("stdlib-bytes-large").recycling_tree)
     assert k in {p.chain_k for p in zoo.load("stdlib-bytes-large").step_profiles if p.chain_k > 0}
     rows = {"plain", "no_draft", "hf_prompt_lookup", "hf_assisted", "ngram_chain", f"ngram_chain_k{k}",
             f"draft_chain_k{k}", f"eagle_chain_k{k}", "eagle_dynamic_tree", f"hybrid_chain_k{k}"}

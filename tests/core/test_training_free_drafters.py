@@ -9,7 +9,7 @@ import torch
 from multispec.prompt import Prompt
 from multispec import (DynamicTree, HybridDrafter, SamplingConfig, StaticTree, SuffixDecodingDrafter,
                        TokenRecyclingDrafter, speculative_generate, zoo)
-from multispec.drafters.recycling import paper_tree
+from multispec.drafters.recycling import cpu_tree, paper_tree, tree_from_text, tree_to_text
 from multispec.drafters.suffix import CorpusIndex, TextIndex, best_speculation, speculate, suffix_array
 from multispec.testing import chi_square_pvalue, first_two_token_dists, greedy_rows_alone, source_prompts
 
@@ -57,6 +57,17 @@ def test_paper_template_shape():
     tree = paper_tree()
     depths = [len(c) for c in tree.choices]
     assert [depths.count(d) for d in range(1, 7)] == [8, 21, 25, 15, 8, 3]
+
+
+def test_recycling_tree_text_round_trips_and_refuses_bad_text():
+    """The form a pair's draft_shape.json stores its chosen tree in."""
+    tree = tree_from_text("0,1,0.0,0.0.1")
+    assert tree.choices == ((0,), (1,), (0, 0), (0, 0, 1))
+    assert tree_from_text(tree_to_text(tree)) == tree
+    assert tree_from_text("cpu") == cpu_tree() and tree_from_text(tree_to_text(cpu_tree())) == cpu_tree()
+    for bad in ("", "0,a", "0.0"):  # empty, not a rank, a path without its parent
+        with pytest.raises(ValueError, match="tree|choices"):
+            tree_from_text(bad)
 
 
 # ---- SuffixDecoding -------------------------------------------------------------------------------------

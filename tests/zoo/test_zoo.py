@@ -76,6 +76,7 @@ def test_main_job_pair_is_lossless_and_accepts(tree):
     draft_layers = pair.draft_model.config.num_hidden_layers
     assert draft_layers < pair.target.config.num_hidden_layers
     assert pair.chain_k and pair.tree is not None  # chosen on the validation split (draft_shape.json)
+    assert pair.recycling_tree is not None  # Token Recycling's tree, chosen there too
     prompt = read_source(stdlib_files("heldout")[0])[:400]
     ids = pair.tokenizer(prompt, return_tensors="pt")["input_ids"]
     expected = pair.target.generate(ids, max_new_tokens=48, do_sample=False, pad_token_id=0)
