@@ -24,7 +24,7 @@ from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
 from .tower import pretrain_tower
 from .vqa_synth import VQASample, generate_vqa
-from .zoo_vlm import (EOS, IMAGE, NUM_IMAGE_TOKENS, PAD, VOCAB, VLMRecipe, VQAProcessor, load_vlm, train_vlm,
+from .zoo_vlm import (IMAGE, NUM_IMAGE_TOKENS, VOCAB, VLMRecipe, VQAProcessor, load_vlm, train_vlm,
                       training_batch, vlm_config)
 
 NAME = "vqa-llava"
@@ -43,30 +43,32 @@ def head_for(model, vision: VisionDraftConfig) -> VisionEagleHead:
     return VisionEagleHead(config, vision)
 
 
-def drafter_config(mode: str, **overrides) -> VisionDraftConfig:
-    return VisionDraftConfig(mode=mode, image_token_id=IMAGE, **overrides)
+def drafter_config(mode: str, image_token_id: int = IMAGE, **overrides) -> VisionDraftConfig:
+    return VisionDraftConfig(mode=mode, image_token_id=image_token_id, **overrides)
 
 
 @torch.no_grad()
 def generate_answers(model, samples: list[VQASample], max_new_tokens: int = 200,
-                     batch_size: int = 32) -> list[VQASample]:
+                     batch_size: int = 32, processor: VQAProcessor | None = None) -> list[VQASample]:
     """The samples with each answer replaced by the target's own greedy answer."""
-    processor = VQAProcessor()
+    processor = processor or VQAProcessor()
+    eos = processor.eos_token_id
     out = []
     for i in tqdm(range(0, len(samples), batch_size), desc="target answers", unit="batch"):
         chunk = samples[i:i + batch_size]
         inputs = processor([s.image for s in chunk], [s.question for s in chunk])
-        seqs = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=EOS,
-                              pad_token_id=PAD)[:, inputs["input_ids"].shape[1]:]
+        seqs = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos,
+                              pad_token_id=processor.pad_token_id)[:, inputs["input_ids"].shape[1]:]
         for s, ids in zip(chunk, seqs):
             ids = ids.tolist()
-            ids = ids[:ids.index(EOS)] if EOS in ids else ids
+            ids = ids[:ids.index(eos)] if eos in ids else ids
             out.append(replace(s, answer=processor.decode(ids).strip()))
     return out
 
 
-def collate(samples: list[VQASample]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    batch = training_batch(samples, VQAProcessor())
+def collate(samples: list[VQASample], processor: VQAProcessor | None = None
+            ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    batch = training_batch(samples, processor or VQAProcessor())
     labels = batch.pop("labels")
     return batch, labels
 
@@ -91,11 +93,12 @@ def load_pair(folder: Path):
 
 
 def train_drafter(target, examples: list[VQASample], out_dir: str | Path, vision: VisionDraftConfig,
-                  config: DistillConfig, seed: int = 0) -> dict:
+                  config: DistillConfig, seed: int = 0, processor: VQAProcessor | None = None) -> dict:
     torch.manual_seed(seed)
     head = head_for(target, vision)
     start = time.time()
-    history = VisionDistiller(target, head, config).fit(examples, collate, out_dir, desc=f"{vision.mode} draft")
+    history = VisionDistiller(target, head, config).fit(examples, lambda s: collate(s, processor), out_dir,
+                                                        desc=f"{vision.mode} draft")
     last = history[-50:]
     return {"vision": asdict(vision), "seconds": round(time.time() - start),
             "acc_last50": round(sum(h["acc"] for h in last) / len(last), 4)}
@@ -107,24 +110,26 @@ ASSISTANT = VLMRecipe(layers=2, hidden=128, steps=600, lr=2e-3)
 ANSWERS, DRAFT_STEPS = 2000, 400
 
 
-def pretrained_tower(folder: Path, steps: int) -> tuple[dict[str, torch.Tensor], dict]:
-    """The vision tower pretrained on scene labels (`multispec.vision.tower`), kept in `folder/tower.pt`
-    until the pair is done (a resumed run reuses it)."""
+def pretrained_tower(folder: Path, steps: int, processor: VQAProcessor | None = None,
+                     batch_size: int = 64) -> tuple[dict[str, torch.Tensor], dict]:
+    """The vision tower for `processor`'s images and patches, pretrained on scene labels
+    (`multispec.vision.tower`), kept in `folder/tower.pt` until the pair is done (a resumed run reuses it)."""
     from transformers import SiglipVisionModel
 
+    processor = processor or VQAProcessor()
     path = folder / "tower.pt"
     if path.exists():
         saved = torch.load(path, weights_only=False)
         if saved["report"]["steps"] == steps:
             return saved["state"], saved["report"]
-    tower = SiglipVisionModel(vlm_config().vision_config)
-    report = pretrain_tower(tower, VQAProcessor().pixels, steps=steps)
+    tower = SiglipVisionModel(vlm_config(processor=processor).vision_config)
+    report = pretrain_tower(tower, processor.pixels, steps=steps, batch_size=batch_size)
     folder.mkdir(parents=True, exist_ok=True)
     torch.save({"state": tower.state_dict(), "report": report}, path)
     return tower.state_dict(), report
 
 
-def target_answers(target, folder: Path, count: int) -> list[VQASample]:
+def target_answers(target, folder: Path, count: int, processor: VQAProcessor | None = None) -> list[VQASample]:
     """The target's own greedy answers to `count` training questions (cached in `folder/answers.json`)."""
     samples = generate_vqa(count, seed=TRAIN_SEED + 1)
     cache = folder / "answers.json"
@@ -132,7 +137,7 @@ def target_answers(target, folder: Path, count: int) -> list[VQASample]:
         answers = json.loads(cache.read_text())
         if len(answers) == count:
             return [replace(s, answer=a) for s, a in zip(samples, answers)]
-    out = generate_answers(target, samples)
+    out = generate_answers(target, samples, processor=processor)
     cache.write_text(json.dumps([s.answer for s in out]))
     return out
 

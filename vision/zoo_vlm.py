@@ -30,6 +30,12 @@ class VQAProcessor:
 
     vocab_size = VOCAB
     bos_token_id, eos_token_id, image_token_id, pad_token_id = BOS, EOS, IMAGE, PAD
+    image_size, patch_size = IMAGE_SIZE, PATCH  # the vision tower's input and patches: (64 / 8)^2 image tokens
+    answer_prefix = " "  # what separates "A:" from the answer in the training rows (bytes: a space)
+
+    @property
+    def num_image_tokens(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
@@ -39,16 +45,17 @@ class VQAProcessor:
         return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
 
     def prompt_ids(self, question: str) -> list[int]:
-        return [BOS] + [IMAGE] * NUM_IMAGE_TOKENS + self.encode(f"Q: {question}\nA:")
+        return [self.bos_token_id] + [self.image_token_id] * self.num_image_tokens + self.encode(f"Q: {question}\nA:")
 
     def pixels(self, image: Image.Image) -> torch.Tensor:
-        """[3, 64, 64] in [-1, 1]; any mode or size is converted (RGB, bilinear resize)."""
+        """[3, size, size] in [-1, 1]; any mode or size is converted (RGB, bilinear resize)."""
         if not isinstance(image, Image.Image):
             raise TypeError(f"image: expected a PIL.Image, got {type(image).__name__}")
         image = image.convert("RGB")
-        if image.size != (IMAGE_SIZE, IMAGE_SIZE):
-            image = image.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR)
-        x = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8).view(IMAGE_SIZE, IMAGE_SIZE, 3)
+        size = self.image_size
+        if image.size != (size, size):
+            image = image.resize((size, size), Image.BILINEAR)
+        x = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8).view(size, size, 3)
         return x.permute(2, 0, 1).float() / 127.5 - 1.0
 
     def __call__(self, images: Image.Image | list[Image.Image], questions: str | list[str]) -> dict[str, torch.Tensor]:
@@ -59,7 +66,7 @@ class VQAProcessor:
             raise ValueError(f"images: {len(images)} images for {len(questions)} questions (one each)")
         rows = [self.prompt_ids(q) for q in questions]
         width = max(map(len, rows))
-        ids = torch.full((len(rows), width), PAD, dtype=torch.long)
+        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for r, row in enumerate(rows):
             ids[r, width - len(row):] = torch.tensor(row)
@@ -67,18 +74,20 @@ class VQAProcessor:
         return dict(input_ids=ids, attention_mask=mask, pixel_values=torch.stack([self.pixels(i) for i in images]))
 
 
-def vlm_config(layers: int = 6, hidden: int = 256):
-    """SigLIP (no CLS token: strategy "full") 64x64 images in 8x8 patches -> 64 tokens; Llama text model."""
+def vlm_config(layers: int = 6, hidden: int = 256, processor: "VQAProcessor | None" = None):
+    """SigLIP (no CLS token: strategy "full") over the processor's images and patches (the byte processor's
+    64x64 images in 8x8 patches -> 64 tokens); a Llama text model over its vocabulary."""
     from transformers import LlamaConfig, LlavaConfig, SiglipVisionConfig
 
+    p = processor or VQAProcessor()
     vision = SiglipVisionConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                                image_size=IMAGE_SIZE, patch_size=PATCH, num_channels=3)
-    text = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=hidden * 5 // 2,
+                                image_size=p.image_size, patch_size=p.patch_size, num_channels=3)
+    text = LlamaConfig(vocab_size=p.vocab_size, hidden_size=hidden, intermediate_size=hidden * 5 // 2,
                        num_hidden_layers=layers, num_attention_heads=hidden // 64,
-                       num_key_value_heads=min(2, hidden // 64),
-                       max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=BOS, eos_token_id=EOS,
-                       pad_token_id=PAD)
-    return LlavaConfig(vision_config=vision, text_config=text, image_token_id=IMAGE,
+                       num_key_value_heads=2 if hidden // 64 % 2 == 0 else 1,  # must divide the heads
+                       max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=p.bos_token_id,
+                       eos_token_id=p.eos_token_id, pad_token_id=p.pad_token_id)
+    return LlavaConfig(vision_config=vision, text_config=text, image_token_id=p.image_token_id,
                        vision_feature_select_strategy="full", vision_feature_layer=-1, projector_hidden_act="gelu",
                        tie_word_embeddings=False)
 
@@ -88,11 +97,11 @@ def training_batch(samples: list[VQASample], processor: VQAProcessor) -> dict[st
     rows, labels = [], []
     for s in samples:
         prompt = processor.prompt_ids(s.question)
-        answer = processor.encode(" " + s.answer) + [EOS]
+        answer = processor.encode(processor.answer_prefix + s.answer) + [processor.eos_token_id]
         rows.append(prompt + answer)
         labels.append([-100] * len(prompt) + answer)
     width = max(map(len, rows))
-    ids = torch.full((len(rows), width), PAD, dtype=torch.long)
+    ids = torch.full((len(rows), width), processor.pad_token_id, dtype=torch.long)
     lab = torch.full_like(ids, -100)
     mask = torch.zeros_like(ids)
     for r, (row, lr) in enumerate(zip(rows, labels)):
@@ -129,7 +138,7 @@ def training_stream(recipe: VLMRecipe, processor: VQAProcessor):
 
 
 def train_vlm(out_dir: str | Path, recipe: VLMRecipe, tower_state: dict[str, torch.Tensor] | None = None,
-              int8: bool = False, checkpoint_every: int = 100) -> dict:
+              int8: bool = False, checkpoint_every: int = 100, processor: VQAProcessor | None = None) -> dict:
     """Train a zoo VLM (fixed seed) and save it as a Llava checkpoint (fp16 `save_pretrained`, or int8
     storage with `int8`) with a training report; a run that was cut off resumes from `out_dir/resume.pt`,
     and a finished one is read back, not retrained."""
@@ -139,8 +148,9 @@ def train_vlm(out_dir: str | Path, recipe: VLMRecipe, tower_state: dict[str, tor
     report_file = out_dir / "training_report.json"
     if report_file.exists():
         return json.loads(report_file.read_text())
+    processor = processor or VQAProcessor()
     torch.manual_seed(recipe.seed)
-    model = LlavaForConditionalGeneration(vlm_config(recipe.layers, recipe.hidden))
+    model = LlavaForConditionalGeneration(vlm_config(recipe.layers, recipe.hidden, processor))
     if tower_state is not None:
         model.model.vision_tower.load_state_dict(tower_state)
     if recipe.tower_lr_scale == 0:  # a frozen tower (LLaVA's recipe): no gradient, no optimiser state
@@ -156,20 +166,22 @@ def train_vlm(out_dir: str | Path, recipe: VLMRecipe, tower_state: dict[str, tor
     warm, steps = recipe.warmup, recipe.steps
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
         0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
-    run = Checkpoint(out_dir / "resume.pt", asdict(recipe) | {"pretrained_tower": tower_state is not None}, model,
+    run = Checkpoint(out_dir / "resume.pt", asdict(recipe) | {"pretrained_tower": tower_state is not None,
+                                                               "processor": type(processor).__name__}, model,
                      opt, sched, every=checkpoint_every, total=steps)
     start, losses = run.restore()
     model.train()
-    losses = train_steps(model, training_stream(recipe, VQAProcessor()), steps, opt, sched,
+    losses = train_steps(model, training_stream(recipe, processor), steps, opt, sched,
                          f"zoo VLM ({recipe.layers} layers)", start, losses, run)
     model.eval()
-    model.generation_config.pad_token_id = PAD
-    model.generation_config.eos_token_id = EOS
+    model.generation_config.pad_token_id = processor.pad_token_id
+    model.generation_config.eos_token_id = processor.eos_token_id
     if int8:
         save_int8(model, out_dir)
     else:
         model.to(torch.float16).save_pretrained(out_dir)
     report = {"recipe": asdict(recipe), "pretrained_tower": tower_state is not None,
+              "processor": type(processor).__name__,
               "params": sum(p.numel() for p in model.parameters()), "storage": "int8" if int8 else "fp16",
               "final_loss": sum(losses[-50:]) / len(losses[-50:]),
               "loss_curve": [round(sum(losses[i:i + 50]) / len(losses[i:i + 50]), 4) for i in range(0, steps, 50)],
