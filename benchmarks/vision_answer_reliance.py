@@ -5,11 +5,9 @@ the word-level VLM pair: a drafter can only gain from the image where the image 
 
 For each question of the procedural VQA data (`multispec.vision.vqa_synth`), another image of the same kind
 asked the same question gives another reference answer. Per tokenizer (bytes: the `vqa-llava` pair; words:
-`WordVQAProcessor`), over the answers' tokens:
-- changed: the share of tokens outside the longest common subsequence of the two answers (what an image-blind
-  predictor that knows the question and the answer so far cannot know);
-- before the first change: the share of an answer's tokens before the two answers first differ (how far an
-  image-blind chain gets, at best, before it must guess an image-decided token).
+`WordVQAProcessor`), over the answers' tokens (`multispec.vision.answer_change`): the share outside the two
+answers' longest common subsequence (what a reader blind to the image cannot know) and the share before they
+first differ (how far an image-blind chain gets at best).
 An oracle bound, not a model's behaviour: the trained target's reliance is measured on the model
 (`vision_image_reliance.py`).
 """
@@ -21,36 +19,10 @@ import json
 from collections import defaultdict
 
 from multispec.bench.machine import machine_info
+from multispec.vision.answer_change import text_change
 from multispec.vision.vqa_synth import generate_vqa
 from multispec.vision.word_vqa import WordVQAProcessor
 from multispec.vision.zoo_vlm import VQAProcessor
-
-
-def lcs_length(a: list, b: list) -> int:
-    """Length of the longest common subsequence (dynamic programming over one row)."""
-    row = [0] * (len(b) + 1)
-    for x in a:
-        prev = 0
-        for j, y in enumerate(b, 1):
-            prev, row[j] = row[j], prev + 1 if x == y else max(row[j], row[j - 1])
-    return row[-1]
-
-
-def first_change(a: list, b: list) -> int:
-    """Tokens of `a` before it first differs from `b` (len(a) when `a` is a prefix of `b`)."""
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def reliance(pairs: list[tuple[str, str]], encode) -> dict:
-    """changed / before-first-change shares over (answer, the other image's answer) pairs, token-weighted."""
-    tokens = changed = before = 0
-    for a, b in pairs:
-        ta, tb = encode(a), encode(b)
-        tokens += len(ta)
-        changed += len(ta) - lcs_length(ta, tb)
-        before += first_change(ta, tb)
-    return {"tokens_per_answer": round(tokens / len(pairs), 2), "changed": round(changed / tokens, 4),
-            "before_first_change": round(before / tokens, 4)}
 
 
 def main() -> None:
@@ -73,7 +45,7 @@ def main() -> None:
           f"{'words/answer':>12} {'changed':>8} {'before':>7}")
     for style in sorted(pairs):
         ps = pairs[style][:args.samples]
-        row = {"pairs": len(ps), "bytes": reliance(ps, byte.encode), "words": reliance(ps, word.encode)}
+        row = {"pairs": len(ps), "bytes": text_change(ps, byte.encode), "words": text_change(ps, word.encode)}
         out["styles"][style] = row
         b, w = row["bytes"], row["words"]
         print(f"{style:10} {len(ps):>6} | {b['tokens_per_answer']:>12} {b['changed']:>8.1%} "

@@ -2,10 +2,12 @@
 SpecVLM comparison: a compressor can only help a drafter that needs the image).
 
     python benchmarks/vision_image_reliance.py [--questions 16] [--json PATH]
+    python benchmarks/vision_image_reliance.py --processor words --pair DIR --target-only   # the word pair
 
 Two measurements on the held-out bench questions, greedy, no timing:
 - target: how often the answer changes when the question is asked about another image of the same kind
-  (same chart type, same question text), the share of each answer before the first change, and the
+  (same chart type, same question text), the share of each answer before the first change, the share of
+  the answers' tokens another image changes (outside the two answers' longest common subsequence), and the
   short-answer VQA accuracy with the right image against the swapped one;
 - drafters: mean accepted length (chain k=4, k=8 and the default dynamic tree) of each shipped drafter
   shown the prompt's image, another image of the same kind (in distribution: the drop measures how much the
@@ -30,9 +32,11 @@ from multispec.vision.bench import bench_items
 from multispec.vision.drafter import VisionEagleDrafter
 from multispec.vision.evaluate import CHAIN_K, TREE, accepted_length
 from multispec.vision.vqa_metrics import vqa_accuracy
+from multispec.vision.answer_change import answer_change
 from multispec.vision.vqa_synth import generate_vqa
 from multispec.vision.zoo_pair import NAME, TEST_SEED, load_drafters
-from multispec.vision.zoo_vlm import EOS, PAD, VQAProcessor, load_vlm
+from multispec.vision.word_vqa import WordVQAProcessor
+from multispec.vision.zoo_vlm import VQAProcessor, load_vlm
 
 
 def image_key(pixel_values: torch.Tensor) -> int:
@@ -56,9 +60,11 @@ class ImageSwappedDrafter(VisionEagleDrafter):
 
 @torch.no_grad()
 def answer(model, processor, inputs, n: int) -> list[int]:
-    ids = model.generate(**inputs, max_new_tokens=n, do_sample=False, eos_token_id=EOS, pad_token_id=PAD)
+    eos = processor.eos_token_id
+    ids = model.generate(**inputs, max_new_tokens=n, do_sample=False, eos_token_id=eos,
+                         pad_token_id=processor.pad_token_id)
     ids = ids[0, inputs["input_ids"].shape[1]:].tolist()
-    return ids[:ids.index(EOS)] if EOS in ids else ids
+    return ids[:ids.index(eos)] if eos in ids else ids
 
 
 def same_kind_partner(kinds: list[str]) -> list[int | None]:
@@ -78,7 +84,7 @@ def image_embeds(model, inputs) -> torch.Tensor:
 
 def target_reliance(model, processor, items, partner: list[int | None], n: int) -> dict:
     """Answers to each question about its own image and about another image of the same kind."""
-    differ, prefix, right, swapped = [], [], [], []
+    differ, prefix, right, swapped, pairs = [], [], [], [], []
     for i, item in enumerate(items):
         if partner[i] is None:
             continue
@@ -86,13 +92,16 @@ def target_reliance(model, processor, items, partner: list[int | None], n: int) 
         alt = answer(model, processor, processor(items[partner[i]].image, item.question), n)
         same = next((j for j, (a, b) in enumerate(zip(own, alt)) if a != b), min(len(own), len(alt)))
         differ.append(own != alt)
+        pairs.append((own, alt))
         prefix.append(same / max(1, len(own)))
         if item.short:
             right.append(vqa_accuracy(processor.decode(own).strip(), item.answers))
             swapped.append(vqa_accuracy(processor.decode(alt).strip(), item.answers))
     mean = lambda xs: round(sum(xs) / max(1, len(xs)), 3)  # noqa: E731
     return {"questions": len(differ), "answers_changed_by_another_image": mean(differ),
-            "shared_prefix_fraction": mean(prefix), "short_questions": len(right),
+            "shared_prefix_fraction": mean(prefix),
+            "answer_tokens": answer_change(pairs),  # token-weighted: LCS, first change
+            "short_questions": len(right),
             "short_vqa_accuracy_own_image": mean(right), "short_vqa_accuracy_swapped_image": mean(swapped)}
 
 
@@ -103,7 +112,11 @@ def main() -> None:
                         help="questions for the target's measurement (more: short answers are cheap)")
     parser.add_argument("--max-new-tokens", type=int, default=200)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--pair", default=None, help="a retrained vqa-llava folder (default: the shipped one)")
+    parser.add_argument("--pair", default=None, help="a retrained pair's folder (default: the shipped vqa-llava)")
+    parser.add_argument("--processor", choices=["bytes", "words"], default="bytes",
+                        help="the pair's tokens: bytes (vqa-llava) or words (vqa-words-llava, 256 image tokens)")
+    parser.add_argument("--target-only", action="store_true",
+                        help="the target's measurement alone (before any drafter is trained)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.threads:
@@ -112,7 +125,8 @@ def main() -> None:
 
     pair = Path(args.pair) if args.pair else zoo.path(NAME)
     model = load_vlm(pair / "target")
-    processor = VQAProcessor()
+    processor = VQAProcessor() if args.processor == "bytes" else WordVQAProcessor()
+    eos, pad = processor.eos_token_id, processor.pad_token_id
     many = bench_items(args.target_questions)
     many_kinds = [s.kind for s in generate_vqa(args.target_questions, seed=TEST_SEED)]
     items = bench_items(args.questions)
@@ -127,13 +141,14 @@ def main() -> None:
     trees = {"chain_k4": 4, f"chain_k{CHAIN_K}": CHAIN_K,
              f"dynamic_tree_{TREE.depth}_{TREE.topk}_{TREE.total}": TREE}
     rows = {}
-    for name, drafter in tqdm(load_drafters(model, pair).items(), desc="drafters", unit="drafter"):
+    for name, drafter in tqdm({} if args.target_only else load_drafters(model, pair).items(), desc="drafters",
+                              unit="drafter"):
         views = {name: drafter} | {f"{name}_{label}": ImageSwappedDrafter(drafter.head, model, subs)
                                     for label, subs in swaps.items()}
         for label, view in views.items():
-            rows[label] = {t: accepted_length(model, view, prompts, args.max_new_tokens, tree, EOS, PAD)
+            rows[label] = {t: accepted_length(model, view, prompts, args.max_new_tokens, tree, eos, pad)
                            for t, tree in trees.items()}
-    result = {"machine": machine_info(), "pair": str(pair), "questions": len(items),
+    result = {"machine": machine_info(), "pair": str(pair), "processor": args.processor, "questions": len(items),
               "max_new_tokens": args.max_new_tokens,
               "mean_accepted_length_definition": "tokens committed per target forward, including the bonus token",
               "questions_with_a_same_kind_partner": len(keep),

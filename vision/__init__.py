@@ -8,7 +8,8 @@ Idefics3, SmolVLM, Gemma 3, PaliGemma, Qwen2-VL, Qwen2.5-VL, Qwen3-VL) directly,
     speculative_generate(vlm, draft, input_ids, attention_mask=mask, pixel_values=pixels, max_new_tokens=64)
 
 Drafters: `VisionEagleDrafter` over a `VisionEagleHead` in one of three modes (plain EAGLE, ViSpec, SpecVLM),
-trained with `VisionDistiller` (online logit distillation). The zoo pair `vqa-llava` ships all three.
+trained with `VisionDistiller` (online logit distillation). The zoo pair `vqa-llava` ships all three;
+`vqa-words-llava` (word tokens, 256 image tokens) is trained by `multispec zoo train vqa-words-llava`.
 """
 
 from multispec.generate_cli import register_generate_mode
@@ -23,10 +24,12 @@ from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead, bui
 from .targets import (Gemma3VLTarget, Idefics3Target, LlavaTarget, PaliGemmaTarget, Qwen2VLTarget, Qwen3VLTarget,
                       VisionLanguageTarget, vision_adapter_for)
 from .zoo_pair import zoo_entry
+from .zoo_words import zoo_entry as words_zoo_entry
 
 register_target_adapter(lambda model: vision_adapter_for(model) is not None,
                         lambda model: vision_adapter_for(model)(model))
 register_entry(zoo_entry())
+register_entry(words_zoo_entry())
 _cli.register()
 register_generate_mode(_generate_mode.MODE)
 

@@ -1,4 +1,4 @@
-"""`multispec bench vision`: the zoo VLM (`vqa-llava`) on held-out procedural VQA questions, batch 1, greedy:
+"""`multispec bench vision`: a zoo VLM (`vqa-llava`, or `--pair vqa-words-llava`) on held-out procedural VQA questions, batch 1, greedy:
 plain `generate`, `transformers`' assisted generation with the zoo's small Llava as assistant and its
 prompt lookup (probed first: a refusal is reported, not fatal), the same small Llava as a draft model in
 our loop, and the plain-EAGLE, ViSpec and SpecVLM drafters as chains and
@@ -18,7 +18,9 @@ from multispec.drafters import ModelDrafter
 from .evaluate import CHAIN_K, TREE, VQAItem, chain_lengths, gate_choices, probe, run_vqa, vqa_methods
 from .vqa_synth import generate_vqa
 from .zoo_pair import DRAFTERS, NAME, TEST_SEED, load_assistant, load_drafters
-from .zoo_vlm import EOS, PAD
+from .zoo_words import NAME as WORDS_NAME
+
+PAIRS = (NAME, WORDS_NAME)
 
 
 def bench_items(count: int, seed: int = TEST_SEED) -> list[VQAItem]:
@@ -28,21 +30,28 @@ def bench_items(count: int, seed: int = TEST_SEED) -> list[VQAItem]:
 
 def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int | None = None,
         threads: int | None = None, chain_k: int | Sequence[int] = CHAIN_K, tree: DynamicTree | None = None,
-        weights: str | None = None, drafters: tuple[str, ...] = DRAFTERS, rounds: int | None = None) -> dict:
+        weights: str | None = None, drafters: tuple[str, ...] = DRAFTERS, rounds: int | None = None,
+        pair_name: str = NAME) -> dict:
+    """`pair_name`: `vqa-llava` (bytes, 64 image tokens) or `vqa-words-llava` (words, 256 image tokens);
+    `weights`: a retrained folder of that pair (default: the shipped one)."""
+    if pair_name not in PAIRS:
+        raise ValueError(f"pair: expected one of {', '.join(PAIRS)}, got {pair_name!r}")
     if threads:
         torch.set_num_threads(threads)
-    pair = zoo.load(NAME, weights)
+    pair = zoo.load(pair_name, weights)
     model, processor = pair.target, pair.tokenizer
-    loaded = load_drafters(model, weights, drafters)
+    folder = weights or zoo.path(pair_name)
+    loaded = load_drafters(model, folder, drafters)
+    eos, pad = processor.eos_token_id, processor.pad_token_id
     n = max_new_tokens or 200
     tree = tree or TREE
     ks = chain_lengths(chain_k)
     items = bench_items(8 if quick else 32)
     rounds = rounds or (2 if quick else 4)
-    methods = vqa_methods(model, loaded, n, EOS, PAD, chain_k=chain_k, tree=tree)
+    methods = vqa_methods(model, loaded, n, eos, pad, chain_k=chain_k, tree=tree)
     # a small VLM of the same family: transformers' assisted generation, and the same draft model in our loop
-    assistant = load_assistant(weights)
-    stop = dict(eos_token_id=EOS, pad_token_id=PAD)
+    assistant = load_assistant(folder)
+    stop = dict(eos_token_id=eos, pad_token_id=pad)
     methods["hf_assisted_small_vlm"] = lambda inputs: model.generate(
         **inputs, assistant_model=assistant, max_new_tokens=n, do_sample=False, **stop)
     small_vlm = ModelDrafter(assistant)
@@ -54,11 +63,11 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
         refusal = probe(methods["hf_prompt_lookup"], processor(items[0].image, items[0].question))
         if refusal is not None:
             del methods["hf_prompt_lookup"]
-    res = run_vqa(items, processor, methods, EOS, desc="bench vision", rounds=rounds)
+    res = run_vqa(items, processor, methods, eos, desc="bench vision", rounds=rounds)
     table = res["table"]
     rows = table["methods"]
     chain = rows.get(f"eagle_chain_k{ks[0]}", {}).get("per_step_ms")
-    settings = {"pair": NAME, "target_class": type(model).__name__, "questions": len(items), "quick": quick,
+    settings = {"pair": pair_name, "target_class": type(model).__name__, "questions": len(items), "quick": quick,
                 "max_new_tokens": n, "threads": torch.get_num_threads(), "chain_k": list(ks),
                 "dynamic_tree": [tree.depth, tree.topk, tree.total], "batch_size": 1, "rounds": rounds}
     summary = {"outputs_identical": res["outputs_identical"],

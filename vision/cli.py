@@ -12,7 +12,7 @@ from multispec.bench.recorder import LEGEND, format_table
 from multispec.bench.shards import current
 from multispec.cli import parse_tree, positive_int, register_command
 
-from .bench import run
+from .bench import PAIRS, run
 from .compress import BRANCHES, COMPRESSORS
 from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
@@ -21,6 +21,7 @@ from .processing import HFVQAProcessor, answer_examples, collate_examples
 from .targets import vision_adapter_for
 from .vqa_data import read_vqa
 from .zoo_pair import NAME, head_for, load_drafters
+from .zoo_words import NAME as WORDS_NAME
 from .zoo_vlm import EOS, IMAGE, PAD, VQAProcessor, load_vlm
 
 SHIPPED = Path(__file__).parent / "data" / "vqa_synth"
@@ -76,13 +77,16 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chain-k", type=_lengths, default=None, metavar="K[,K...]",
                    help="chain lengths, one row each (default 8)")
     p.add_argument("--tree", default=None, type=parse_tree, metavar="D/K/N", help="dynamic tree (default 8/2/16)")
-    p.add_argument("--weights", default=None, help="a retrained vqa-llava folder (default: the shipped one)")
+    p.add_argument("--pair", default=NAME, choices=list(PAIRS),
+                   help=f"the zoo VLM pair (default {NAME}; {WORDS_NAME}: word tokens, 256 image tokens)")
+    p.add_argument("--weights", default=None, help="a retrained folder of the pair (default: the shipped one)")
     p.add_argument("--json", default=None, metavar="PATH")
 
 
 def _bench(args: argparse.Namespace) -> int:
     run(quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens, threads=args.threads,
-        chain_k=args.chain_k or CHAIN_K, tree=args.tree, weights=args.weights, rounds=args.rounds)
+        chain_k=args.chain_k or CHAIN_K, tree=args.tree, weights=args.weights, rounds=args.rounds,
+        pair_name=args.pair)
     return 0
 
 

@@ -19,10 +19,12 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from multispec.zoo import ZooEntry, ZooPair
+
 from .distill import DistillConfig
-from .drafter import VisionEagleHead
+from .drafter import VisionEagleDrafter, VisionEagleHead
 from .word_vqa import WordVQAProcessor
-from .zoo_pair import DRAFTERS, drafter_config, pretrained_tower, target_answers, train_drafter
+from .zoo_pair import DEFAULT_DRAFTER, DRAFTERS, drafter_config, pretrained_tower, target_answers, train_drafter
 from .zoo_vlm import VLMRecipe, load_vlm, train_vlm
 
 NAME = "vqa-words-llava"
@@ -74,6 +76,23 @@ def train_stages(folder: str | Path, *, until: str = "drafters", quick: bool = F
     for scratch in ("tower.pt", "answers.json", *(f"{mode}/checkpoint.pt" for mode in DRAFTERS)):
         (folder / scratch).unlink(missing_ok=True)  # resume state, not part of the pair
     return report
+
+
+def load_pair(folder: Path) -> ZooPair:
+    if not (folder / "pair_report.json").exists():
+        raise FileNotFoundError(f"{folder}: no trained pair; run `multispec zoo train {NAME}` (about 2 hours on 2 "
+                                "CPU cores; `python -m multispec.vision.zoo_words DIR target` stops after the target)")
+    target = load_vlm(folder / "target")
+    return ZooPair(target, VisionEagleDrafter(VisionEagleHead.load(folder / DEFAULT_DRAFTER), target),
+                   WordVQAProcessor(), NAME)
+
+
+def zoo_entry() -> ZooEntry:
+    return ZooEntry(NAME, f"Llava (SigLIP tower, 256 image tokens, {TARGET.layers}-layer word-level Llama, "
+                    f"{WordVQAProcessor.vocab_size}-token vocabulary) trained on procedural chart/shape/table VQA + "
+                    "EAGLE, ViSpec and SpecVLM drafters (multispec.vision); not shipped: `multispec zoo train "
+                    f"{NAME}`", None, load_pair,
+                    lambda folder: train_stages(folder))
 
 
 if __name__ == "__main__":  # python -m multispec.vision.zoo_words FOLDER [STAGE]: train (resumable) up to STAGE

@@ -1,11 +1,14 @@
 """The word-level VLM pair's pieces: its processor (the generator's language in, exactly out; 256 image tokens),
 training rows in words, its staged recipe in the quick form, and the data-level image-reliance measure."""
 
-import importlib.util
-from pathlib import Path
+import json
 
 import pytest
 
+from multispec import zoo
+from multispec.cli import main
+
+from multispec.vision.answer_change import answer_change, first_change, lcs_length, text_change
 from multispec.vision.vqa_synth import generate_vqa
 from multispec.vision.word_vqa import SPECIALS, WordVQAProcessor
 from multispec.vision.zoo_vlm import VQAProcessor, training_batch, vlm_config
@@ -57,7 +60,7 @@ def test_training_rows_label_the_answer_words_and_eos_only():
     assert len(SPECIALS) == 5 and p.pad_token_id == 0
 
 
-def test_the_quick_word_pair_trains_in_stages(tmp_path):
+def test_the_quick_word_pair_trains_in_stages_and_benches(tmp_path):
     from multispec.vision.zoo_vlm import load_vlm
     from multispec.vision.zoo_words import STAGES, train_stages
 
@@ -71,22 +74,25 @@ def test_the_quick_word_pair_trains_in_stages(tmp_path):
     report = train_stages(tmp_path, quick=True)  # resumes: the tower and target are read back, not retrained
     assert {"tower", "target", "assistant", "eagle", "vispec", "specvlm"} <= set(report)
     assert STAGES[-1] == "drafters" and (tmp_path / "pair_report.json").exists()
+    # `bench vision --pair` runs it with its own processor's ids (EOS, pad): every output equals plain decoding
+    out = tmp_path / "bench.json"
+    assert main(["bench", "vision", "--pair", "vqa-words-llava", "--weights", str(tmp_path), "--quick",
+                 "--max-new-tokens", "8", "--chain-k", "2", "--rounds", "1", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["settings"]["pair"] == "vqa-words-llava" and res["outputs_identical"] is True
+    assert {"eagle_chain_k2", "vispec_chain_k2", "specvlm_chain_k2", "hf_assisted_small_vlm"} <= set(
+        res["tables"]["greedy"]["methods"])
+    with pytest.raises(FileNotFoundError, match="zoo train vqa-words-llava"):
+        zoo.load("vqa-words-llava", tmp_path / "empty")
 
 
-def _reliance_module():
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "vision_answer_reliance.py"
-    spec = importlib.util.spec_from_file_location("vision_answer_reliance", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_answer_reliance_counts_by_hand():
-    m = _reliance_module()
-    assert m.lcs_length(list("abcde"), list("axcye")) == 3 and m.lcs_length([], [1]) == 0
-    assert m.first_change([1, 2, 3], [1, 2, 4]) == 2 and m.first_change([1, 2], [1, 2, 3]) == 2
-    # words: "red" vs "blue" is one changed token of three; bytes: "red 1" vs "blue 1" keeps "e", " 1"
+def test_answer_change_counts_by_hand():
+    assert lcs_length(list("abcde"), list("axcye")) == 3 and lcs_length([], [1]) == 0
+    assert first_change([1, 2, 3], [1, 2, 4]) == 2 and first_change([1, 2], [1, 2, 3]) == 2
+    # words: "red" vs "blue" is one changed token of three; bytes: "red 1 ." vs "blue 1 ." keeps "e 1 ."
     pairs = [("red 1 .", "blue 1 .")]
-    words = m.reliance(pairs, WordVQAProcessor().encode)
-    assert words == {"tokens_per_answer": 3.0, "changed": round(1 / 3, 4), "before_first_change": 0.0}
-    assert m.reliance(pairs, VQAProcessor().encode)["changed"] == round(2 / 7, 4)  # r, d of "red 1 ."
+    assert text_change(pairs, WordVQAProcessor().encode) == {"tokens_per_answer": 3.0, "changed": round(1 / 3, 4),
+                                                             "before_first_change": 0.0}
+    assert text_change(pairs, VQAProcessor().encode)["changed"] == round(2 / 7, 4)  # r, d of "red 1 ."
+    with pytest.raises(ValueError, match="pairs"):
+        answer_change([])
