@@ -160,9 +160,19 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
               "target": train_vlm(folder / "target", target_recipe, tower, int8=True),
               "assistant": train_vlm(folder / "assistant", assistant_recipe, tower)}
     target = load_vlm(folder / "target")
-    examples = target_answers(target, folder, answers)
+    finish_pair(folder, target, target_answers(target, folder, answers), draft, report)
+    return json.loads((folder / "pair_report.json").read_text())
+
+
+def finish_pair(folder: Path, target, examples: list[VQASample], draft: DistillConfig, report: dict,
+                processor: VQAProcessor | None = None) -> dict:
+    """A pair's last stage: the three drafters trained on the target's answers with the same data and budget,
+    stored in int8, the pair's report written and the resume files removed."""
+    processor = processor or VQAProcessor()
     for mode in DRAFTERS:
-        report[mode] = train_drafter(target, examples, folder / mode, drafter_config(mode), draft)
+        report[mode] = train_drafter(target, examples, folder / mode,
+                                     drafter_config(mode, image_token_id=processor.image_token_id), draft,
+                                     processor=processor)
     for mode in DRAFTERS:  # int8 storage (the zoo's 100 MB); the dequantized heads are the shipped ones
         VisionEagleHead.load(folder / mode).save(folder / mode, int8=True)
     report["drafter_storage"] = ("int8 (multispec.int8: per-row scales), stored after training; the dequantized "
@@ -170,7 +180,7 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
     (folder / "pair_report.json").write_text(json.dumps(report, indent=2))
     for scratch in ("tower.pt", "answers.json", *(f"{mode}/checkpoint.pt" for mode in DRAFTERS)):
         (folder / scratch).unlink(missing_ok=True)  # resume state, not part of the pair
-    return json.loads((folder / "pair_report.json").read_text())
+    return report
 
 
 def zoo_entry():

@@ -24,7 +24,7 @@ from multispec.zoo import ZooEntry, ZooPair
 from .distill import DistillConfig
 from .drafter import VisionEagleDrafter, VisionEagleHead
 from .word_vqa import WordVQAProcessor
-from .zoo_pair import DEFAULT_DRAFTER, DRAFTERS, drafter_config, pretrained_tower, target_answers, train_drafter
+from .zoo_pair import DEFAULT_DRAFTER, finish_pair, pretrained_tower, target_answers
 from .zoo_vlm import VLMRecipe, load_vlm, train_vlm
 
 NAME = "vqa-words-llava"
@@ -64,17 +64,7 @@ def train_stages(folder: str | Path, *, until: str = "drafters", quick: bool = F
     examples = target_answers(target, folder, answers, processor)
     if until == "answers":
         return report
-    for mode in DRAFTERS:
-        report[mode] = train_drafter(target, examples, folder / mode,
-                                     drafter_config(mode, image_token_id=processor.image_token_id), draft,
-                                     processor=processor)
-    for mode in DRAFTERS:  # int8 storage (the zoo's 100 MB); the dequantized heads are the shipped ones
-        VisionEagleHead.load(folder / mode).save(folder / mode, int8=True)
-    report["drafter_storage"] = ("int8 (multispec.int8: per-row scales), stored after training; the dequantized "
-                                 "heads are the shipped ones and every figure is measured on them")
-    (folder / "pair_report.json").write_text(json.dumps(report, indent=2))
-    for scratch in ("tower.pt", "answers.json", *(f"{mode}/checkpoint.pt" for mode in DRAFTERS)):
-        (folder / scratch).unlink(missing_ok=True)  # resume state, not part of the pair
+    finish_pair(folder, target, examples, draft, report, processor)
     return report
 
 
