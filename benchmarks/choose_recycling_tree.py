@@ -76,7 +76,8 @@ def main() -> None:
         shape["recycling_tree"] = chosen
         shape["recycling_tree_chosen_by"] = (f"python benchmarks/choose_recycling_tree.py --pair {args.pair} "
                                              f"--trees {' '.join(args.trees)} (validation split, {len(inputs)} "
-                                             f"prompts x {n} tokens)" + (f"; results: {args.json}" if args.json else ""))
+                                             f"prompts x {n} tokens)"
+                                             + (f"; results: {args.json}" if args.json else ""))
         file.write_text(json.dumps(shape, indent=2) + "\n")
         print(f"written to {file}")
 

@@ -1,8 +1,8 @@
-"""`multispec bench vision`: a zoo VLM (`vqa-llava`, or `--pair vqa-words-llava`) on held-out procedural VQA questions, batch 1, greedy:
-plain `generate`, `transformers`' assisted generation with the zoo's small Llava as assistant and its
-prompt lookup (probed first: a refusal is reported, not fatal), the same small Llava as a draft model in
-our loop, and the plain-EAGLE, ViSpec and SpecVLM drafters as chains and
-dynamic trees. Every output is compared with plain decoding."""
+"""`multispec bench vision`: a zoo VLM (`vqa-llava`, or `--pair vqa-words-llava`) on held-out procedural VQA
+questions, batch 1, greedy: plain `generate`, `transformers`' assisted generation with the zoo's small Llava
+as assistant and its prompt lookup (probed first: a refusal is reported, not fatal), the same small Llava as
+a draft model in our loop, and the plain-EAGLE, ViSpec and SpecVLM drafters as chains and dynamic trees.
+Every output is compared with plain decoding."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ class VQAProcessor:
         return dict(input_ids=ids, attention_mask=mask, pixel_values=torch.stack([self.pixels(i) for i in images]))
 
 
-def vlm_config(layers: int = 6, hidden: int = 256, processor: "VQAProcessor | None" = None):
+def vlm_config(layers: int = 6, hidden: int = 256, processor: VQAProcessor | None = None):
     """SigLIP (no CLS token: strategy "full") over the processor's images and patches (the byte processor's
     64x64 images in 8x8 patches -> 64 tokens); a Llama text model over its vocabulary."""
     from transformers import LlamaConfig, LlavaConfig, SiglipVisionConfig
