@@ -17,25 +17,38 @@ from multispec.drafters import ModelDrafter
 
 from .evaluate import CHAIN_K, TREE, VQAItem, chain_lengths, gate_choices, probe, run_vqa, vqa_methods
 from .vqa_synth import generate_vqa
-from .zoo_pair import DRAFTERS, NAME, TEST_SEED, load_assistant, load_drafters
+from .zoo_pair import DRAFTERS, NAME, TEST_SEED, VALIDATION_SEED, load_assistant, load_drafters
 from .zoo_words import NAME as WORDS_NAME
 
 PAIRS = (NAME, WORDS_NAME)
+SPLITS = {"test": TEST_SEED, "validation": VALIDATION_SEED}
+ANSWERS = ("all", "short", "long")
 
 
-def bench_items(count: int, seed: int = TEST_SEED) -> list[VQAItem]:
-    """Held-out questions (another seed than training): half short answers, half descriptions/explanations."""
-    return [VQAItem(s.image, s.question, s.answers, s.style == "short") for s in generate_vqa(count, seed=seed)]
+def bench_items(count: int, seed: int = TEST_SEED, answers: str = "all") -> list[VQAItem]:
+    """Held-out questions (another seed than training): half short answers, half descriptions/explanations;
+    `answers="short"` / `"long"` keeps the first `count` of one kind (from a longer run of the same stream)."""
+    if answers not in ANSWERS:
+        raise ValueError(f"answers: expected one of {', '.join(ANSWERS)}, got {answers!r}")
+    drawn = generate_vqa(count if answers == "all" else 4 * count, seed=seed)
+    items = [VQAItem(s.image, s.question, s.answers, s.style == "short") for s in drawn]
+    if answers != "all":
+        items = [i for i in items if i.short == (answers == "short")][:count]
+    return items
 
 
 def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int | None = None,
         threads: int | None = None, chain_k: int | Sequence[int] = CHAIN_K, tree: DynamicTree | None = None,
         weights: str | None = None, drafters: tuple[str, ...] = DRAFTERS, rounds: int | None = None,
-        pair_name: str = NAME) -> dict:
+        pair_name: str = NAME, split: str = "test", answers: str = "all") -> dict:
     """`pair_name`: `vqa-llava` (bytes, 64 image tokens) or `vqa-words-llava` (words, 256 image tokens);
-    `weights`: a retrained folder of that pair (default: the shipped one)."""
+    `weights`: a retrained folder of that pair (default: the shipped one); `split`: the test questions, or the
+    validation ones settings are chosen on; `answers`: every question, or only short answers / only
+    descriptions and explanations (the image-prefill's share of a question's time differs between them)."""
     if pair_name not in PAIRS:
         raise ValueError(f"pair: expected one of {', '.join(PAIRS)}, got {pair_name!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name, weights)
@@ -46,7 +59,7 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
     n = max_new_tokens or 200
     tree = tree or TREE
     ks = chain_lengths(chain_k)
-    items = bench_items(8 if quick else 32)
+    items = bench_items(8 if quick else 32, SPLITS[split], answers)
     rounds = rounds or (2 if quick else 4)
     methods = vqa_methods(model, loaded, n, eos, pad, chain_k=chain_k, tree=tree)
     # a small VLM of the same family: transformers' assisted generation, and the same draft model in our loop
@@ -67,7 +80,8 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
     table = res["table"]
     rows = table["methods"]
     chain = rows.get(f"eagle_chain_k{ks[0]}", {}).get("per_step_ms")
-    settings = {"pair": pair_name, "target_class": type(model).__name__, "questions": len(items), "quick": quick,
+    settings = {"pair": pair_name, "target_class": type(model).__name__, "questions": len(items), "split": split,
+                "answers": answers, "quick": quick,
                 "max_new_tokens": n, "threads": torch.get_num_threads(), "chain_k": list(ks),
                 "dynamic_tree": [tree.depth, tree.topk, tree.total], "batch_size": 1, "rounds": rounds}
     summary = {"outputs_identical": res["outputs_identical"],

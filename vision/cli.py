@@ -12,7 +12,7 @@ from multispec.bench.recorder import LEGEND, format_table
 from multispec.bench.shards import current
 from multispec.cli import parse_tree, positive_int, register_command
 
-from .bench import PAIRS, run
+from .bench import ANSWERS, PAIRS, SPLITS, run
 from .compress import BRANCHES, COMPRESSORS
 from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
@@ -80,13 +80,17 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pair", default=NAME, choices=list(PAIRS),
                    help=f"the zoo VLM pair (default {NAME}; {WORDS_NAME}: word tokens, 256 image tokens)")
     p.add_argument("--weights", default=None, help="a retrained folder of the pair (default: the shipped one)")
+    p.add_argument("--split", choices=list(SPLITS), default="test",
+                   help="questions: the test split (default) or the validation split (where settings are chosen)")
+    p.add_argument("--answers", choices=list(ANSWERS), default="all",
+                   help="every question (default), or only short answers / only descriptions and explanations")
     p.add_argument("--json", default=None, metavar="PATH")
 
 
 def _bench(args: argparse.Namespace) -> int:
     run(quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens, threads=args.threads,
         chain_k=args.chain_k or CHAIN_K, tree=args.tree, weights=args.weights, rounds=args.rounds,
-        pair_name=args.pair)
+        pair_name=args.pair, split=args.split, answers=args.answers)
     return 0
 
 

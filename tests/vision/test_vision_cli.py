@@ -224,3 +224,20 @@ def test_train_and_eval_with_a_checkpoints_own_processor(tmp_path, make, mode):
     assert res["outputs_identical"] is True
     assert {"plain", "draft_chain_k8", "draft_dynamic_tree"} <= set(res["table"]["methods"])
     assert all(len(p) > 0 for p in res["predictions"]["plain"])  # decoded by the checkpoint's tokenizer
+
+
+def test_bench_items_splits_and_answer_kinds():
+    from multispec.vision.bench import SPLITS, bench_items, run
+
+    test, validation = (bench_items(8, SPLITS[s]) for s in ("test", "validation"))
+    assert not {i.image.tobytes() for i in test} & {i.image.tobytes() for i in validation}  # other images
+    assert any(i.short for i in test) and any(not i.short for i in test)
+    long = bench_items(8, SPLITS["test"], "long")
+    short = bench_items(8, SPLITS["test"], "short")
+    assert len(long) == len(short) == 8 and not any(i.short for i in long) and all(i.short for i in short)
+    # the long questions of the plain split come first, in order, in the long-only list
+    assert [i.question for i in test if not i.short] == [i.question for i in long][:sum(not i.short for i in test)]
+    with pytest.raises(ValueError, match="answers"):
+        bench_items(8, answers="medium")
+    with pytest.raises(ValueError, match="split"):
+        run(split="train")
