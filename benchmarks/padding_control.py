@@ -31,6 +31,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--drafter", choices=["ngram", "recycling"], default="ngram",
                     help="an n-gram chain of --chain-k, or the pair's Token Recycling tree (default: ngram)")
+    ap.add_argument("--pad-widths", default=None, metavar="M:W,...",
+                    help="pad these widths (nodes, root included) instead of the padding this run's costs give")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -41,8 +43,10 @@ def main() -> None:
     prefix = sum(ids.shape[1] for ids in inputs) // len(inputs) + n // 2
     cost = VerifyCost.measure(target, range(1, k + 4), prefix_tokens=prefix)
     pads = cost.padding()
+    if args.pad_widths:  # e.g. another run's calibration, to test the padding it chose
+        pads = {int(m): int(w) for m, w in (item.split(":") for item in args.pad_widths.split(","))}
     print("verification forward, ms by nodes: " + ", ".join(f"{m}: {v:.1f}" for m, v in cost.ms.items()))
-    print("padding: " + (", ".join(f"{m}->{w}" for m, w in pads.items()) or "none"))
+    print(("padding (given): " if args.pad_widths else "padding: ") + (", ".join(f"{m}->{w}" for m, w in pads.items()) or "none"))
     tables = {}
     for mode, kw in (("greedy", {}), ("sampling", dict(do_sample=True, temperature=0.8))):
         sample = dict(kw, generator=torch.Generator().manual_seed(0)) if kw else {}
@@ -74,7 +78,7 @@ def main() -> None:
     settings = {"pair": args.pair, "chain_k": k, "drafter": args.drafter, "split": "validation",
                 "prompts": len(inputs), "rounds": args.rounds, "max_new_tokens": n, "threads": torch.get_num_threads(),
                 "verify_ms": {str(m): round(v, 2) for m, v in cost.ms.items()},
-                "pad_widths": {str(m): w for m, w in pads.items()}}
+                "pad_widths": {str(m): w for m, w in pads.items()}, "pad_widths_given": bool(args.pad_widths)}
     if args.drafter == "recycling":
         settings["recycling_tree"] = tree_to_text(recycled)
     out = results("padding-control", settings, tables)

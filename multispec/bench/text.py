@@ -139,13 +139,17 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     def suffix():
         return SuffixDecodingDrafter(corpus=corpus)
 
-    # with a calibrated length, every eager row of ours pads its steps as the calibration found cheaper
+    # with a calibrated length, the rows whose steps the calibration profiled (the EAGLE chain at that length)
+    # pad their steps as its measured cost found cheaper. Other rows are not padded: their widths were never
+    # profiled, and a width's single cost reading is noisy (padding Token Recycling's 2-node steps to 5 cost it
+    # 1.19x -> 1.04x on validation, benchmarks/results/padding_control_recycling_stdlib-bytes-large.json)
     pads = {"pad_widths": choice.pad_widths} if choice and choice.pad_widths else {}
+    padded_rows = [f"eagle_chain_k{chain_k}"] if pads else []
 
-    def ours(drafter, spec, **kw):
+    def ours(drafter, spec, padded=False, **kw):
         """`drafter`: a drafter instance, or a factory called for every prompt (a drafter whose state is
-        one prompt's)."""
-        extra = pads if kw.get("step", "eager") == "eager" else {}
+        one prompt's); `padded`: a profiled row, padded as calibrated."""
+        extra = pads if padded and kw.get("step", "eager") == "eager" else {}
         return lambda ids: speculative_generate(target, drafter() if callable(drafter) else drafter, ids,
                                                 max_new_tokens=n, tree=spec, **no_eos, **extra, **kw)
 
@@ -176,7 +180,7 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
         "ngram_chain": ours(NGramDrafter, 5),
         f"ngram_chain_k{chain_k}": ours(NGramDrafter, chain_k),
         **({f"draft_chain_k{chain_k}": ours(ModelDrafter(draft), chain_k)} if draft is not None else {}),
-        f"eagle_chain_k{chain_k}": ours(eagle, chain_k),
+        f"eagle_chain_k{chain_k}": ours(eagle, chain_k, padded=True),
         "eagle_chain_adaptive": ours(eagle, Chain(2 * chain_k, min_prob=0.3)),
         "eagle_dynamic_tree": ours(eagle, tree),
         f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k),
@@ -207,7 +211,7 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
                                              top_k=0, **hf_no_eos),
         "no_draft": ours(NGramDrafter, 0, **sample),
         **({f"draft_chain_k{chain_k}": ours(ModelDrafter(draft), chain_k, **sample)} if draft is not None else {}),
-        f"eagle_chain_k{chain_k}": ours(eagle, chain_k, **sample),
+        f"eagle_chain_k{chain_k}": ours(eagle, chain_k, padded=True, **sample),
         "eagle_dynamic_tree": ours(eagle, tree, **sample),
         f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k, **sample),
         "suffix_tree": fresh(suffix, DynamicTree(depth=4, topk=4, total=16), **sample),
@@ -228,6 +232,7 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     if choice is not None:
         settings["chain_k_calibration"] = {"verify_ms": {str(m): round(v, 2) for m, v in choice.cost.ms.items()},
                                            "pad_widths": {str(m): w for m, w in choice.pad_widths.items()},
+                                           "padded_rows": padded_rows,
                                            "predicted_speedup_vs_no_draft": {str(k): v for k, v in
                                                                              choice.predicted.items()}}
     out = results("text", settings, tables, outputs_identical=outputs_identical(tables))
