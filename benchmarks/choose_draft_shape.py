@@ -112,6 +112,7 @@ def main() -> None:
         file = zoo.path(args.pair) / "draft_shape.json"
         shape = json.loads(file.read_text()) if file.exists() else {"chain_k": chosen["chain_k"], "tree": None}
         shape["profiles"] = [p.to_json() for p in profiles]
+        shape["profiled_drafter"] = args.drafter
         shape["profiled_by"] = (f"python benchmarks/choose_draft_shape.py --pair {args.pair} --drafter {args.drafter} "
                                 f"--chains {args.chains} (validation split, {len(inputs)} prompts x {n} tokens)")
         file.write_text(json.dumps(shape, indent=2) + "\n")

@@ -139,12 +139,14 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     def suffix():
         return SuffixDecodingDrafter(corpus=corpus)
 
-    # with a calibrated length, the rows whose steps the calibration profiled (the EAGLE chain at that length)
-    # pad their steps as its measured cost found cheaper. Other rows are not padded: their widths were never
-    # profiled, and a width's single cost reading is noisy (padding Token Recycling's 2-node steps to 5 cost it
-    # 1.19x -> 1.04x on validation, benchmarks/results/padding_control_recycling_stdlib-bytes-large.json)
+    # with a calibrated length, the row whose steps the calibration profiled (the pair's profiled drafter, EAGLE
+    # or n-gram, chained at that length) pads its steps as the measured cost found cheaper. Other rows are not
+    # padded: their widths were never profiled, and a width's single cost reading is noisy (padding Token
+    # Recycling's 2-node steps to 5 cost it 1.19x -> 1.04x on validation,
+    # benchmarks/results/padding_control_recycling_stdlib-bytes-large.json)
     pads = {"pad_widths": choice.pad_widths} if choice and choice.pad_widths else {}
-    padded_rows = [f"eagle_chain_k{chain_k}"] if pads else []
+    profiled = pair.profiled_drafter or "eagle"
+    padded_rows = [f"{profiled}_chain_k{chain_k}"] if pads else []
 
     def ours(drafter, spec, padded=False, **kw):
         """`drafter`: a drafter instance, or a factory called for every prompt (a drafter whose state is
@@ -178,9 +180,9 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     greedy |= {
         # the same lookup as transformers' row (5 tokens), then at the chain length of the other rows
         "ngram_chain": ours(NGramDrafter, 5),
-        f"ngram_chain_k{chain_k}": ours(NGramDrafter, chain_k),
+        f"ngram_chain_k{chain_k}": ours(NGramDrafter, chain_k, padded=profiled == "ngram"),
         **({f"draft_chain_k{chain_k}": ours(ModelDrafter(draft), chain_k)} if draft is not None else {}),
-        f"eagle_chain_k{chain_k}": ours(eagle, chain_k, padded=True),
+        f"eagle_chain_k{chain_k}": ours(eagle, chain_k, padded=profiled == "eagle"),
         "eagle_chain_adaptive": ours(eagle, Chain(2 * chain_k, min_prob=0.3)),
         "eagle_dynamic_tree": ours(eagle, tree),
         f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k),
@@ -211,7 +213,7 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
                                              top_k=0, **hf_no_eos),
         "no_draft": ours(NGramDrafter, 0, **sample),
         **({f"draft_chain_k{chain_k}": ours(ModelDrafter(draft), chain_k, **sample)} if draft is not None else {}),
-        f"eagle_chain_k{chain_k}": ours(eagle, chain_k, padded=True, **sample),
+        f"eagle_chain_k{chain_k}": ours(eagle, chain_k, padded=profiled == "eagle", **sample),
         "eagle_dynamic_tree": ours(eagle, tree, **sample),
         f"hybrid_chain_k{chain_k}": ours(lambda: HybridDrafter(eagle), chain_k, **sample),
         "suffix_tree": fresh(suffix, DynamicTree(depth=4, topk=4, total=16), **sample),

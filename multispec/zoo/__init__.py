@@ -46,6 +46,8 @@ class ZooPair:
     # what each candidate chain length drafted and committed on the validation split (same file), so that a
     # benchmark can choose the length for the machine it runs on (`multispec.draft_length`); None: not profiled
     step_profiles: list[StepProfile] | None = None
+    # the drafter those profiles ran ("eagle" or "ngram"): the row a calibrated bench pads
+    profiled_drafter: str | None = None
     # Token Recycling's static tree chosen for this pair on the validation split (same file, written by
     # benchmarks/choose_recycling_tree.py); None: not chosen (the bench uses `cpu_tree()`)
     recycling_tree: StaticTree | None = None
@@ -87,7 +89,7 @@ def _load_bytes_large(folder: Path) -> ZooPair:
 
 
 def _draft_shape(folder: Path) -> dict:
-    """`chain_k`, `tree`, `step_profiles` and `recycling_tree` from the pair's `draft_shape.json`, if it has
+    """`chain_k`, `tree`, `step_profiles` (and their `profiled_drafter`) and `recycling_tree` from the pair's `draft_shape.json`, if it has
     one."""
     file = folder / "draft_shape.json"
     if not file.exists():
@@ -96,6 +98,7 @@ def _draft_shape(folder: Path) -> dict:
     out = {"chain_k": int(shape["chain_k"])}
     if shape.get("profiles"):
         out["step_profiles"] = [StepProfile.from_json(p) for p in shape["profiles"]]
+        out["profiled_drafter"] = shape.get("profiled_drafter", "eagle")  # files before the field: EAGLE's
     if shape.get("tree"):  # a choice may fix the chain length only
         depth, topk, total = (int(x) for x in shape["tree"].split("/"))
         out["tree"] = DynamicTree(depth=depth, topk=topk, total=total)

@@ -176,6 +176,9 @@ def test_zoo_pair_profiles_load():
     choice = choose_chain_length(profiles, flat)
     assert choice.chain_k in {p.chain_k for p in profiles if p.chain_k}
     assert all(v["greedy"] > 1 for v in choice.predicted.values())  # verifying is free: every greedy chain pays
+    # the drafter each pair's profiles ran: the row a calibrated `bench text` pads
+    assert shape["profiled_drafter"] == "ngram"
+    assert zoo._draft_shape(zoo.path("stdlib-bytes-large"))["profiled_drafter"] == "eagle"
 
 
 def test_padding_picks_a_cheaper_wider_width():
