@@ -1,8 +1,8 @@
 """The control for verify-width padding: the same chain, padded as this machine's measured cost says and
 not padded, beside plain decoding, our engine with no drafts and `transformers`' prompt lookup, in
 interleaved rounds on the validation split (greedy and sampled). `--drafter recycling` runs the pair's
-Token Recycling tree instead of an n-gram chain (padded by the cost of widths up to `--chain-k` + 3, as the
-text bench pads every eager row by its calibrated chain's costs).
+Token Recycling tree instead of an n-gram chain (padded by the cost of widths up to `--chain-k` + 3, or as
+`--pad-widths` gives, e.g. another run's calibration).
 
     python benchmarks/padding_control.py --pair gemma3-270m-eagle --chain-k 7 --json PATH
     python benchmarks/padding_control.py --pair stdlib-bytes-large --chain-k 10 --drafter recycling --json PATH
@@ -46,7 +46,8 @@ def main() -> None:
     if args.pad_widths:  # e.g. another run's calibration, to test the padding it chose
         pads = {int(m): int(w) for m, w in (item.split(":") for item in args.pad_widths.split(","))}
     print("verification forward, ms by nodes: " + ", ".join(f"{m}: {v:.1f}" for m, v in cost.ms.items()))
-    print(("padding (given): " if args.pad_widths else "padding: ") + (", ".join(f"{m}->{w}" for m, w in pads.items()) or "none"))
+    padding = ", ".join(f"{m}->{w}" for m, w in pads.items()) or "none"
+    print(("padding (given): " if args.pad_widths else "padding: ") + padding)
     tables = {}
     for mode, kw in (("greedy", {}), ("sampling", dict(do_sample=True, temperature=0.8))):
         sample = dict(kw, generator=torch.Generator().manual_seed(0)) if kw else {}

@@ -22,14 +22,14 @@ from .zoo_words import NAME as WORDS_NAME
 
 PAIRS = (NAME, WORDS_NAME)
 SPLITS = {"test": TEST_SEED, "validation": VALIDATION_SEED}
-ANSWERS = ("all", "short", "long")
+ANSWER_KINDS = ("all", "short", "long")
 
 
 def bench_items(count: int, seed: int = TEST_SEED, answers: str = "all") -> list[VQAItem]:
     """Held-out questions (another seed than training): half short answers, half descriptions/explanations;
     `answers="short"` / `"long"` keeps the first `count` of one kind (from a longer run of the same stream)."""
-    if answers not in ANSWERS:
-        raise ValueError(f"answers: expected one of {', '.join(ANSWERS)}, got {answers!r}")
+    if answers not in ANSWER_KINDS:
+        raise ValueError(f"answers: expected one of {', '.join(ANSWER_KINDS)}, got {answers!r}")
     drawn = generate_vqa(count if answers == "all" else 4 * count, seed=seed)
     items = [VQAItem(s.image, s.question, s.answers, s.style == "short") for s in drawn]
     if answers != "all":

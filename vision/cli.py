@@ -12,7 +12,7 @@ from multispec.bench.recorder import LEGEND, format_table
 from multispec.bench.shards import current
 from multispec.cli import parse_tree, positive_int, register_command
 
-from .bench import ANSWERS, PAIRS, SPLITS, run
+from .bench import ANSWER_KINDS, PAIRS, SPLITS, run
 from .compress import BRANCHES, COMPRESSORS
 from .distill import DistillConfig, VisionDistiller
 from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
@@ -82,7 +82,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", default=None, help="a retrained folder of the pair (default: the shipped one)")
     p.add_argument("--split", choices=list(SPLITS), default="test",
                    help="questions: the test split (default) or the validation split (where settings are chosen)")
-    p.add_argument("--answers", choices=list(ANSWERS), default="all",
+    p.add_argument("--answers", choices=list(ANSWER_KINDS), default="all",
                    help="every question (default), or only short answers / only descriptions and explanations")
     p.add_argument("--json", default=None, metavar="PATH")
 

@@ -89,8 +89,8 @@ def _load_bytes_large(folder: Path) -> ZooPair:
 
 
 def _draft_shape(folder: Path) -> dict:
-    """`chain_k`, `tree`, `step_profiles` (and their `profiled_drafter`) and `recycling_tree` from the pair's `draft_shape.json`, if it has
-    one."""
+    """`chain_k`, `tree`, `step_profiles` (and their `profiled_drafter`) and `recycling_tree` from the pair's
+    `draft_shape.json`, if it has one."""
     file = folder / "draft_shape.json"
     if not file.exists():
         return {}
