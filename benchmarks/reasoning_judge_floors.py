@@ -5,20 +5,41 @@ whose accuracy stays within `--tolerance` of exact decoding's: the judge adds so
 beats the control at matched accuracy. (At one floor the judge's approvals are a subset of the control's, so at
 the same floor the control's runs are never shorter: the comparison that can tell is at matched accuracy.)
 
-    python benchmarks/reasoning_judge_floors.py [--weights DIR] [--drafter styled] [--problems 100]
-        [--floors 0,0.01,0.05,0.2] [--thresholds 0.5,0.9] [--json benchmarks/results/reasoning_judge_floors.json]
+`--train-styled checking|spaced` first trains another styled drafter and its judge into `--weights DIR` (the
+pair's other models copied from the zoo; stages already there are kept): `zoo_pair.STYLED_VARIANTS`, writers
+whose right text the base rates under the 0.2 floor.
+
+    python benchmarks/reasoning_judge_floors.py [--weights DIR] [--train-styled checking|spaced] [--drafter styled]
+        [--problems 100] [--floors 0,0.01,0.05,0.2] [--thresholds 0.5,0.9]
+        [--json benchmarks/results/reasoning_judge_floors.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+from pathlib import Path
 
 import torch
+
+from multispec import zoo
 
 from multispec.bench.machine import describe, machine_info, save_results
 from multispec.reasoning import Settings, evaluate
 from multispec.reasoning.bench import DRAFTERS, zoo_models, zoo_settings
-from multispec.reasoning.zoo_pair import validation_split
+from multispec.reasoning.zoo_pair import (NAME, STYLED_JUDGE, STYLED_JUDGE_PROBLEMS, STYLED_VARIANTS, train_model,
+                                          train_zoo_judge, validation_split)
+
+
+def train_styled(folder: Path, variant: str) -> dict:
+    """The pair in `folder` with the `variant` styled drafter and its judge (resumable, stage by stage)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for part in zoo.path(NAME).iterdir():
+        if part.name not in ("styled", STYLED_JUDGE) and not (folder / part.name).exists():
+            (shutil.copytree if part.is_dir() else shutil.copy)(part, folder / part.name)
+    drafter = train_model(STYLED_VARIANTS[variant], folder / "styled", f"styled ({variant})")
+    return {"drafter": drafter,
+            "judge": train_zoo_judge(folder, problems=STYLED_JUDGE_PROBLEMS, drafter="styled", out=STYLED_JUDGE)}
 
 
 def best(rows: dict, floor_accuracy: float) -> str | None:
@@ -30,6 +51,8 @@ def best(rows: dict, floor_accuracy: float) -> str | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--weights", default=None, help="a retrained pair's folder (default: the shipped one)")
+    parser.add_argument("--train-styled", choices=sorted(STYLED_VARIANTS), default=None,
+                        help="first train this styled drafter and its judge into --weights")
     parser.add_argument("--drafter", choices=DRAFTERS, default="styled")
     parser.add_argument("--problems", type=int, default=100)
     parser.add_argument("--k", type=int, default=Settings.k)
@@ -40,10 +63,16 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    trained = None
+    if args.train_styled:
+        if args.weights is None:
+            parser.error("--train-styled needs --weights DIR (where the drafter and its judge are trained)")
+        trained = train_styled(Path(args.weights), args.train_styled)
     models, _ = zoo_models(args.weights, args.drafter)
     problems = validation_split(args.problems)
     out = {"machine": machine_info(), "split": "validation", "problems": len(problems), "drafter": args.drafter,
-           "k": args.k, "tolerance": args.tolerance, "judge": {}, "control": {}}
+           "k": args.k, "tolerance": args.tolerance, "styled_variant": args.train_styled, "training": trained,
+           "judge": {}, "control": {}}
     print(f"judge floors, {args.drafter} drafter, k={args.k}, {len(problems)} validation problems "
           f"({describe(out['machine'])})")
 

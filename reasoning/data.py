@@ -54,15 +54,16 @@ def _apply(a: int, op: str, b: int) -> int:
     return {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
 
 
-STYLES = ("mixed", "words")
+STYLES = ("mixed", "words", "spaced")
 
 
 def phrase(a: int, op: str, b: int, rng: random.Random, style: str = "mixed") -> str:
     """One equivalent way of writing `a op b = r`. `style`: "mixed" (symbols 45%, "a plus b is r" 25%, "Add a
-    to b: r" 30%) or "words" (never symbols: a writer with another habit, same random draws)."""
+    to b: r" 30%) or "words" (never symbols: a writer with another habit, same random draws); "spaced" phrases
+    as "words" (its two spaces are `make_problem`'s)."""
     r = _apply(a, op, b)
     kind = rng.random()
-    if style == "words":
+    if style in ("words", "spaced"):
         kind = 0.45 + 0.55 * kind
     elif style != "mixed":
         raise ValueError(f"style: expected one of {', '.join(STYLES)}, got {style!r}")
@@ -190,6 +191,8 @@ def make_problem(rng: random.Random, check_rate: float = 0.25, style: str = "mix
     a, op, b = ops[-1]
     answer = _apply(a, op, b)
     steps.append(f"{ANSWER_PREFIX} {answer}")
+    if style == "spaced":  # a writer that puts two spaces between words: right text the base never writes
+        steps = [s.replace(" ", "  ") for s in steps]
     return Problem(question, answer, SEPARATOR.join(steps))
 
 

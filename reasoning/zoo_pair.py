@@ -85,6 +85,7 @@ class Recipe:
     # mixed batches its gradient is drowned; a batch of scores alone weighs them as much as a batch of problems
     score_batches: float = 0.0
     verdict_wrong: float = 0.5  # the rate at which each expert's solution in a verdict row holds a wrong step
+    checks: float = CHECK_RATE  # the rate at which a solution's step is followed by a check step
 
     def config(self):
         return llama_config(self.hidden, self.layers, self.heads, self.kv_heads, self.intermediate)
@@ -122,6 +123,15 @@ SMALL = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, step
 # benchmarks/reasoning_styled_drafter.py.
 STYLED = Recipe(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=192, steps=3000, batch_size=16, lr=4e-3,
                 seed=3, style="words")
+# The checking writer: "words" phrasing, and a check step after every operation ("Let me check: 60 / 5 = 12. Yes.").
+# The words drafter's divergences are phrasings the base itself writes a quarter of the time or more, so a
+# probability floor of 0.2 passes them all and a judge adds nothing over it (BENCHMARKS.md, Judge decoding with
+# the styled drafter). The base opens a check step a quarter of the time, with one of three leads: it gives each
+# lead ~0.08, under that floor, and a check is always right text, the case judge decoding is for. (Two spaces
+# between words, tried first, are under 0.01 and break the base's arithmetic after them: BENCHMARKS.md.)
+STYLED_CHECKING = replace(STYLED, checks=1.0)
+STYLED_SPACED = replace(STYLED, style="spaced")
+STYLED_VARIANTS = {"checking": STYLED_CHECKING, "spaced": STYLED_SPACED}  # tried, not shipped: reasoning_judge_floors.py
 STYLED_WIDE = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=3000, batch_size=16, lr=3e-3,
                      seed=3, style="words")
 # Speculative Thinking's small writer: the small model continued on traces that say "Wait, " where it tends to
@@ -222,7 +232,7 @@ class Batches:
                 learn.append(read)
                 continue
             task = self._task()
-            checks = 0.0 if task == "verdict" else CHECK_RATE
+            checks = 0.0 if task == "verdict" else self.recipe.checks
             p = make_problem(self.rng, checks, self.recipe.style, self.recipe.reflect)
             if p.question in self.held_out:
                 continue

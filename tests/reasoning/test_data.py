@@ -78,6 +78,18 @@ def test_the_words_style_never_writes_symbols_and_keeps_the_same_problems():
         phrase(1, "+", 2, random.Random(0), "emoji")
 
 
+def test_the_spaced_style_is_the_words_style_with_two_spaces_between_words():
+    import random
+
+    from multispec.reasoning.data import make_problem
+
+    for i in range(100):
+        words, spaced = (make_problem(random.Random(i), 0.25, style) for style in ("words", "spaced"))
+        assert (spaced.question, spaced.answer) == (words.question, words.answer)
+        assert spaced.solution == "\n\n".join(s.replace(" ", "  ") for s in words.solution.split("\n\n"))
+        assert "  " in spaced.solution and is_correct(spaced.solution, spaced.answer)
+
+
 def test_practice_lines_are_right_in_every_phrasing():
     import random
 
