@@ -130,3 +130,23 @@ def test_scoring_batches_hold_scores_alone():
         if kinds[-1] == "mixed":
             assert not all(scoring)
     assert 2 <= kinds.count("scores") <= 10
+
+
+def test_the_checking_recipe_checks_after_every_operation_it_can_invert():
+    """`Recipe.checks`: the checking styled drafter's stream follows operations with checks far more often than
+    the base's (CHECK_RATE); the check rate of a recipe that does not set it is unchanged."""
+    tok = ByteTokenizer()
+
+    def check_share(recipe) -> float:
+        stream, steps, checks = zoo_pair.Batches(recipe, set()), 0, 0
+        for _ in range(6):
+            for ids in next(stream)["input_ids"]:
+                text = tok.decode([int(t) for t in ids if t])
+                if "Solution:\n" in text:
+                    parts = text.split("Solution:\n")[1].split("\n\n")[:-1]  # the answer line ends the solution
+                    steps += len(parts)
+                    checks += sum(("check" in s.lower() or "verify" in s) for s in parts)
+        return checks / steps
+
+    assert zoo_pair.STYLED.checks == zoo_pair.CHECK_RATE
+    assert check_share(zoo_pair.STYLED_CHECKING) > 0.35 > check_share(zoo_pair.STYLED) > 0.05
