@@ -51,7 +51,8 @@ def zoo_thinking(budget: int):
 # verdict prompt (teaching it failed: benchmarks/reasoning_teach_prompts.py); its rows are the likelihood ones,
 # named as what they are
 NOT_ON_ZOO = ("specreason", "verdict")
-ZOO_METHODS = tuple(m for m in METHODS if m not in NOT_ON_ZOO)
+# `judge_floor_matched` comes along with `judge` when a control floor is set (Settings.control_min_prob)
+ZOO_METHODS = tuple(m for m in METHODS if m not in NOT_ON_ZOO and m != "judge_floor_matched")
 
 
 def check_zoo_methods(methods) -> None:
@@ -76,7 +77,7 @@ def settings_record(settings: Settings) -> dict:
     return {"threshold": s.threshold, "scorer": repr(s.scorer), "score_prompt": s.score_prompt,
             "likelihood_threshold": s.likelihood_threshold, "verdict_compact": s.verdict_compact, "k": s.k,
             "judge_threshold": s.judge_threshold,
-            "judge_min_prob": s.judge_min_prob, "verdict_k": s.verdict_k, "max_new_tokens": s.max_new_tokens,
+            "judge_min_prob": s.judge_min_prob, "control_min_prob": s.control_min_prob, "verdict_k": s.verdict_k, "max_new_tokens": s.max_new_tokens,
             "thinking": repr(s.thinking)}
 
 

@@ -23,7 +23,8 @@ from .zoo_pair import ByteTokenizer, load_pair, validation_split
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default=None, help="comma-separated subset of: " + ", ".join(METHODS) +
                    " (default: all, on the zoo pair all but specreason and verdict, which need a base that follows "
-                   "their prompts; judge brings its controls judge_approve_all and judge_no_floor along)")
+                   "their prompts; judge brings its controls judge_approve_all and judge_no_floor along, and judge_floor_matched with "
+                   "--control-min-prob)")
     p.add_argument("--threshold", type=float, default=None, help="SpecReason's score threshold on the 0-9 scale "
                    "(default 7, the reference's; the specreason_likelihood row keeps its own, 3)")
     p.add_argument("--scorer", default="prompt", choices=["prompt", "likelihood"],
@@ -34,6 +35,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-min-prob", type=float, default=None, metavar="RHO",
                    help="judge decoding approves only tokens the base itself gives probability >= RHO (default 0.2, "
                    "chosen on the zoo pair's validation split; 0: no floor)")
+    p.add_argument("--control-min-prob", type=float, default=None, metavar="RHO",
+                   help="also run judge_floor_matched: the approve-all control at its own floor RHO, chosen on the "
+                   "validation split where its accuracy matches the judge's (benchmarks/reasoning_judge_floors.py)")
     p.add_argument("--drafter", choices=DRAFTERS, default="small",
                    help="the zoo pair's drafter and judge for the token-level rows (exact, judge, assisted): the "
                    "small model (default) or the styled drafter, which phrases steps its own way")
@@ -48,6 +52,7 @@ def _settings(args):
     threshold = Settings.threshold if args.threshold is None else args.threshold
     return Settings(threshold=threshold, scorer=args.scorer, k=args.k, judge_threshold=args.judge_threshold,
                     judge_min_prob=Settings.judge_min_prob if args.judge_min_prob is None else args.judge_min_prob,
+                    control_min_prob=args.control_min_prob,
                     max_new_tokens=args.max_new_tokens)
 
 

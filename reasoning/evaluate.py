@@ -15,7 +15,10 @@ Methods (each a name in `METHODS`):
 - `judge_approve_all`, `judge_no_floor`: the judge's controls, run beside it: the same rule with a head
   that approves every token at the same probability floor (what the floor alone gives), and the trained
   head with no floor (what the head alone gives); each row's `control` names it ("approve_all_floor",
-  "no_floor"; None for `judge`);
+  "no_floor"; None for `judge`). With `Settings.control_min_prob` a third, `judge_floor_matched`
+  ("approve_all_matched"): the approve-all head at the floor chosen for it on the validation split (its
+  longest runs within a point of exact's accuracy), the comparison that can show a judge adding to a floor
+  (at one floor its approvals are a subset of the approve-all head's);
 - `generate`, `assisted`: the `transformers` baselines, the base's own greedy `generate` and assisted
   generation with the small model as assistant (lossless, so their accuracy is the base's).
 
@@ -48,8 +51,9 @@ from .speculative_verdict import LikelihoodVerdict, PromptVerdict, SpeculativeVe
 from .steps import Writer
 
 METHODS = ("base", "small", "specreason", "specreason_likelihood", "spec_thinking", "verdict", "verdict_likelihood",
-           "exact", "judge", "judge_approve_all", "judge_no_floor", "generate", "assisted")
-JUDGE_ROWS = {"judge": None, "judge_approve_all": "approve_all_floor", "judge_no_floor": "no_floor"}  # -> control
+           "exact", "judge", "judge_approve_all", "judge_no_floor", "judge_floor_matched", "generate", "assisted")
+JUDGE_ROWS = {"judge": None, "judge_approve_all": "approve_all_floor", "judge_no_floor": "no_floor",
+              "judge_floor_matched": "approve_all_matched"}  # -> control
 
 
 @dataclass
@@ -99,6 +103,9 @@ class Settings:
     # the judge's floor on the base's own probability of an approved token (Judge.min_target_prob): 0.2 was chosen on
     # the validation split (benchmarks/reasoning_styled_drafter.py); without it the head's approvals cost accuracy
     judge_min_prob: float = 0.2
+    # the approve-all control's own floor (`judge_floor_matched`), chosen on the validation split where its accuracy
+    # matches the judge's (benchmarks/reasoning_judge_floors.py); None: that row is not run
+    control_min_prob: float | None = None
     verdict_k: int = 2
     thinking: object = None  # a SpeculativeThinkingConfig (default: the reference's knobs, this token budget)
 
@@ -161,6 +168,12 @@ def solve(method: str, models: Models, s: Settings, question: str) -> dict:
         elif method == "judge_approve_all":  # the control: every token approved, the same floor
             rule = Judge(JudgeHead.approve_all(models.judge.hidden_size, models.judge.context), s.judge_threshold,
                          s.judge_min_prob)
+        elif method == "judge_floor_matched":
+            if s.control_min_prob is None:
+                raise ValueError("methods: 'judge_floor_matched' needs Settings.control_min_prob (the control's floor "
+                                 "chosen on the validation split)")
+            rule = Judge(JudgeHead.approve_all(models.judge.hidden_size, models.judge.context), s.judge_threshold,
+                         s.control_min_prob)
         elif method == "judge_no_floor":
             rule = Judge(models.judge, s.judge_threshold, 0.0)
         tally = JudgeStats()
@@ -201,7 +214,8 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
     s = settings or Settings()
     _check(models, methods)
     if "judge" in methods and controls:  # a judge's figure is reported beside its controls, never alone
-        methods = list(methods) + [m for m in JUDGE_ROWS if m not in methods]
+        methods = list(methods) + [m for m in JUDGE_ROWS if m not in methods and
+                                   (m != "judge_floor_matched" or s.control_min_prob is not None)]
     if not problems:
         raise ValueError("problems: expected at least one problem")
     answers: dict[str, list[dict]] = {m: [] for m in methods}
@@ -234,6 +248,9 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
     if "judge" in rows and "judge_approve_all" in rows:  # the judge against its control at the same floor
         rows["judge"]["accepted_length_vs_control"] = round(
             rows["judge"]["mean_accepted_length"] / max(rows["judge_approve_all"]["mean_accepted_length"], 1e-9), 3)
+    if "judge" in rows and "judge_floor_matched" in rows:  # ... and against the control at its own chosen floor
+        rows["judge"]["accepted_length_vs_matched_control"] = round(
+            rows["judge"]["mean_accepted_length"] / max(rows["judge_floor_matched"]["mean_accepted_length"], 1e-9), 3)
     return table
 
 
@@ -307,6 +324,8 @@ def markdown(results: dict) -> str:
             notes.append(f"{r['accepted_length_vs_exact']:.2f}x exact's accepted length")
         if "accepted_length_vs_control" in r:
             notes.append(f"{r['accepted_length_vs_control']:.2f}x the approve-all control's")
+        if "accepted_length_vs_matched_control" in r:
+            notes.append(f"{r['accepted_length_vs_matched_control']:.2f}x the control at its own floor")
         if r.get("control"):
             notes.append(f"control: {r['control']}")
         lines.append(f"| {m} | {r['accuracy']:.3f} | {r['latency_s']:.3f} | {_speedup(r)} | {r['tokens']:.0f} "

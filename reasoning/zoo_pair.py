@@ -340,11 +340,11 @@ def load_pair(folder: str | Path | None = None) -> ReasoningPair:
 
 def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, drafter: str = "small",
                     out: str = "judge", context: bool = False, width: int = 0, on_policy: str | None = None,
-                    on_policy_threshold: float = 0.9) -> dict:
+                    on_policy_threshold: float = 0.9, on_policy_floor: float = 0.0) -> dict:
     """Label divergences of the base in `folder` with the drafter in `folder/drafter` on `problems`
     training-distribution problems and train its judge head (`context`, `width`: see `JudgeHead`) into
     `folder/out` (skipped when it exists). `on_policy`: a judge folder under `folder`; the runs labelled
-    are then judge decoding with it at `on_policy_threshold` (one DAgger round)."""
+    are then judge decoding with it at `on_policy_threshold` and floor `on_policy_floor` (one DAgger round)."""
     folder = Path(folder)
     config = folder / out / "judge_config.json"
     if config.exists():
@@ -354,14 +354,15 @@ def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, dr
     chosen = [p for p in make_problems(problems * 2, seed, CHECK_RATE) if p.question not in held_out][:problems]
     rule = None
     if on_policy is not None:
-        rule = Judge(JudgeHead.load(folder / on_policy), on_policy_threshold)
+        rule = Judge(JudgeHead.load(folder / on_policy), on_policy_threshold, on_policy_floor)
     data = label_divergences(base, small, chosen, ByteTokenizer(), context=context, rule=rule)
     head, report = train_judge_head(data["features"], data["labels"], context=context, width=width)
     report |= {"problems": len(chosen), "labelled": len(data["labels"]), "skipped_problems": data["skipped_problems"],
                "skipped_prefixes": data["skipped_prefixes"], "drafter": drafter,
                "by_target_prob": by_target_prob(data["labels"], data["target_probs"])}
     if on_policy is not None:
-        report |= {"on_policy": on_policy, "on_policy_threshold": on_policy_threshold}
+        report |= {"on_policy": on_policy, "on_policy_threshold": on_policy_threshold,
+                   "on_policy_floor": on_policy_floor}
     head.save(folder / out, target=base, **report)
     return report
 

@@ -20,7 +20,8 @@ def test_every_method_runs_and_is_summarised(models, tok):
         head.linear.bias.fill_(4.0)  # approves every draft (no floor: random models rate no draft at 0.2)
     m = Models(base, small, tok, {"small": small, "base-as-expert": base}, head)
     problems = [Problem("What is 2 + 2?", 4), Problem("Compute 3 * 5.", 15)]
-    table = evaluate_table(m, problems, METHODS, Settings(max_new_tokens=24, k=3, judge_min_prob=0.0))
+    table = evaluate_table(m, problems, METHODS, Settings(max_new_tokens=24, k=3, judge_min_prob=0.0,
+                                                          control_min_prob=0.0))
     # one problem per round (fewer problems than the 3 default rounds), the base the baseline
     assert table["baseline"] == "base" and table["unit"] == "problems" and table["round_inputs"] == "partition"
     assert table["rounds"] == 2 and table["inputs_per_round"] == [1, 1]
@@ -43,9 +44,10 @@ def test_every_method_runs_and_is_summarised(models, tok):
     assert results["verdict"]["tokens"] > 0  # the experts' answers (it used to report 0)
     for name, r in results.items():  # what every row of the JSON carries
         assert r["method"] == name and r["control"] == {"judge_approve_all": "approve_all_floor",
-                                                        "judge_no_floor": "no_floor"}.get(name)
+                                                        "judge_no_floor": "no_floor",
+                                                        "judge_floor_matched": "approve_all_matched"}.get(name)
         assert (r["mean_accepted_length"] is not None) == (name in ("exact", "judge", "judge_approve_all",
-                                                                    "judge_no_floor"))
+                                                                    "judge_no_floor", "judge_floor_matched"))
     for name in ("verdict", "verdict_likelihood"):  # each expert alone, beside the verdict
         assert set(results[name]["expert_accuracy"]) == {"small", "base-as-expert"}
         assert results[name]["best_expert_accuracy"] == max(results[name]["expert_accuracy"].values())
@@ -83,3 +85,28 @@ def test_the_token_level_rows_use_the_token_drafter(models, tok):
     r = evaluate(Models(base, small, tok), [Problem("What is 2 + 2?", 4)], ["exact"], Settings(max_new_tokens=24, k=3),
                  progress=False)
     assert r["exact"]["acceptance_rate"] < 1.0
+
+
+def test_the_matched_control_runs_at_its_own_floor_and_only_when_set(models, tok):
+    """`judge_floor_matched`: the approve-all head at `control_min_prob`, brought along with `judge` only when that
+    floor is set; at floor 1 it approves nothing a random model does not rate 1, so it is exact decoding."""
+    base, small = models
+    head = JudgeHead(base.config.hidden_size)
+    with torch.no_grad():
+        head.linear.weight.zero_()
+        head.linear.bias.fill_(4.0)
+    m = Models(base, small, tok, judge=head)
+    problems = [Problem("What is 2 + 2?", 4)]
+    plain = evaluate(m, problems, ["exact", "judge"], Settings(max_new_tokens=24, k=3, judge_min_prob=0.0),
+                     progress=False, warmup=False)
+    assert "judge_floor_matched" not in plain
+    rows = evaluate(m, problems, ["exact", "judge"], Settings(max_new_tokens=24, k=3, judge_min_prob=0.0,
+                                                             control_min_prob=1.0), progress=False, warmup=False)
+    matched, judge = rows["judge_floor_matched"], rows["judge"]
+    assert matched["control"] == "approve_all_matched" and matched["overrides"] == 0
+    assert matched["mean_accepted_length"] == rows["exact"]["mean_accepted_length"] < judge["mean_accepted_length"]
+    assert judge["accepted_length_vs_matched_control"] == pytest.approx(
+        judge["mean_accepted_length"] / matched["mean_accepted_length"], abs=1e-3)
+    assert "the control at its own floor" in markdown(rows)
+    with pytest.raises(ValueError, match="control_min_prob"):
+        evaluate(m, problems, ["judge_floor_matched"], Settings(max_new_tokens=8, k=3), progress=False)
