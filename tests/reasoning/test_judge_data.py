@@ -153,3 +153,27 @@ def test_labelled_tokens_carry_the_base_s_probability_of_them(models, tok):
     with torch.no_grad():
         p = torch.softmax(base(torch.tensor([d.prefix])).logits[0, -1], -1)[d.token]
     assert data["target_probs"][0] == pytest.approx(float(p), abs=1e-6) == token_prob(base, d.prefix, d.token)
+
+
+def test_an_on_policy_round_runs_judge_decoding_at_the_given_floor(models, tmp_path, monkeypatch):
+    """`train_zoo_judge(on_policy=..., on_policy_floor=...)`: the runs it labels are judge decoding with the first
+    head at that threshold and floor (a DAgger round at the floor the judge will be used with)."""
+    from multispec.reasoning import zoo_pair
+    from multispec.rules import JudgeHead
+
+    base, small = models
+    seen = {}
+
+    def fake_labels(b, s, problems, tokenizer, **kw):
+        seen["rule"] = kw["rule"]
+        return {"features": torch.randn(8, base.config.hidden_size), "labels": torch.tensor([0, 1] * 4),
+                "target_probs": torch.rand(8), "skipped_problems": 0, "skipped_prefixes": 0}
+
+    monkeypatch.setattr(zoo_pair, "load_model", lambda folder: base if folder.name == "base" else small)
+    monkeypatch.setattr(zoo_pair, "label_divergences", fake_labels)
+    JudgeHead(base.config.hidden_size).save(tmp_path / "first", target=base)
+    report = zoo_pair.train_zoo_judge(tmp_path, problems=2, drafter="small", out="second", on_policy="first",
+                                      on_policy_threshold=0.7, on_policy_floor=0.05)
+    rule = seen["rule"]
+    assert (rule.threshold, rule.min_target_prob) == (0.7, 0.05)
+    assert report["on_policy_floor"] == 0.05 and (tmp_path / "second" / "judge_config.json").exists()
