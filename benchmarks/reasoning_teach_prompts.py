@@ -5,8 +5,8 @@ the base alone, whether its score tells a right step from the same step made wro
 greedy score, both kinds of step), SpecReason with that scorer, and the verdict with the zoo's experts beside each
 expert alone.
 
-    python benchmarks/reasoning_teach_prompts.py --out DIR [--problems 40]
-        [--json benchmarks/results/reasoning_teach_prompts.json]
+    python benchmarks/reasoning_teach_prompts.py --out DIR [--problems 40] [--stages teach-tasks,teach-scores]
+        [--scores-only] [--json benchmarks/results/reasoning_teach_prompts.json]
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from multispec.bench.machine import describe, machine_info, save_results
 from multispec.reasoning import PromptScorer, Settings, Writer, evaluate
 from multispec.reasoning.bench import zoo_models, zoo_settings
 from multispec.reasoning.task_data import SCORE_INSTRUCTION, SCORE_LEAD, corrupt_step, numbers_in, steps_of
-from multispec.reasoning.zoo_pair import NAME, TEACH_SCORES, TEACH_TASKS, load_model, train_model, validation_split
+from multispec.reasoning.zoo_pair import (NAME, TEACH_SCORES, TEACH_SCORES_ONLY, TEACH_TASKS, load_model, train_model,
+                                          validation_split)
 
-STAGES = (("teach-tasks", TEACH_TASKS, "base, scoring steps and verdicts"),
-          ("teach-scores", TEACH_SCORES, "base, scoring steps in batches of their own"))
+STAGES = {"teach-tasks": (TEACH_TASKS, "base, scoring steps and verdicts"),
+          "teach-scores": (TEACH_SCORES, "base, scoring steps in batches of their own"),
+          "scores-only": (TEACH_SCORES_ONLY, "base, scoring rows alone (a probe)")}
 
 
 def scores(base, tokenizer, problems, seed: int = 7) -> dict:
@@ -53,6 +55,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", required=True, help="folder for the stages (a stage already there is not retrained)")
     parser.add_argument("--problems", type=int, default=40)
+    parser.add_argument("--stages", default="teach-tasks,teach-scores", help="stages in order, each continuing the "
+                        "one before (the first the shipped base), of: " + ", ".join(STAGES) + "; scores-only is a "
+                        "probe: its score's dependence on the step alone (--scores-only)")
+    parser.add_argument("--scores-only", action="store_true", help="after each stage, only the scores of right and "
+                        "wrong steps (no method runs)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -66,10 +73,18 @@ def main() -> None:
     result = {"machine": machine_info(), "split": "validation", "problems": len(problems), "stages": {}}
     print(f"teaching the base the methods' prompts, {len(problems)} validation problems "
           f"({describe(result['machine'])})")
-    for folder, recipe, desc in STAGES:
+    for folder in args.stages.split(","):
+        if folder not in STAGES:
+            parser.error(f"--stages: unknown stage {folder!r}; expected some of {', '.join(STAGES)}")
+        recipe, desc = STAGES[folder]
         report = train_model(recipe, out / folder, desc, init=previous)
         previous = out / folder
         models.base = load_model(out / folder)
+        if args.scores_only:
+            result["stages"][folder] = {"recipe": report["recipe"],
+                                        "scores": scores(models.base, models.tokenizer, problems)}
+            print(folder, result["stages"][folder])
+            continue
         settings = zoo_settings(Settings(score_prompt=(SCORE_INSTRUCTION, SCORE_LEAD), verdict_compact=True))
         rows = evaluate(models, problems, ["base", "small", "specreason", "verdict"], settings, progress=False,
                         rounds=1)

@@ -115,6 +115,8 @@ BASE_STAGES = (("base-pretrain", BASE, "base"), ("base-practice", BASE_PRACTICE,
 TEACH_TASKS = replace(BASE, steps=1200, lr=3e-4, seed=6, drill="mixed", tasks=(0.2 / 0.65, 0.12 / 0.65))
 TEACH_SCORES = replace(TEACH_TASKS, steps=600, seed=7, score_batches=0.5, tasks=(0.2 / 0.65, 0.25 / 0.65),
                        verdict_wrong=0.7)
+# A probe from the shipped base: scoring rows alone at a higher rate. Its score is the label prior whatever the step.
+TEACH_SCORES_ONLY = replace(TEACH_SCORES, steps=400, lr=1e-3, score_batches=1.0, seed=8)
 # Two layers at least: a one-layer model cannot copy the question's numbers into its steps (no induction).
 SMALL = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=6000, batch_size=16, lr=3e-3)
 # A drafter with another writing habit (never "a + b = r"): its steps differ from the base's choice while
