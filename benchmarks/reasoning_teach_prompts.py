@@ -23,13 +23,15 @@ from multispec import zoo
 from multispec.bench.machine import describe, machine_info, save_results
 from multispec.reasoning import PromptScorer, Settings, Writer, evaluate
 from multispec.reasoning.bench import zoo_models, zoo_settings
-from multispec.reasoning.task_data import SCORE_INSTRUCTION, SCORE_LEAD, corrupt_step, numbers_in, steps_of
-from multispec.reasoning.zoo_pair import (NAME, TEACH_SCORES, TEACH_SCORES_ONLY, TEACH_TASKS, load_model, train_model,
-                                          validation_split)
+from multispec.reasoning.task_data import (RIGHT_SCORE, SCORE_INSTRUCTION, SCORE_LEAD, corrupt_step,
+                                           drill_scoring_row, numbers_in, steps_of)
+from multispec.reasoning.zoo_pair import (NAME, TEACH_DRILL_SCORES, TEACH_SCORES, TEACH_SCORES_ONLY, TEACH_TASKS,
+                                          load_model, train_model, validation_split)
 
 STAGES = {"teach-tasks": (TEACH_TASKS, "base, scoring steps and verdicts"),
           "teach-scores": (TEACH_SCORES, "base, scoring steps in batches of their own"),
-          "scores-only": (TEACH_SCORES_ONLY, "base, scoring rows alone (a probe)")}
+          "scores-only": (TEACH_SCORES_ONLY, "base, scoring rows alone (a probe)"),
+          "drill-scores": (TEACH_DRILL_SCORES, "base, scoring drill lines alone (a probe)")}
 
 
 def scores(base, tokenizer, problems, seed: int = 7) -> dict:
@@ -49,6 +51,18 @@ def scores(base, tokenizer, problems, seed: int = 7) -> dict:
             out[kind].append((float(torch.softmax(logits, -1)[nine]), scorer.from_logits(logits)))
     return {kind: {"p9_mean": round(statistics.mean(p for p, _ in v), 4),
                    "greedy_score_at_least_7": sum(s >= 7 for _, s in v), "n": len(v)} for kind, v in out.items()}
+
+
+@torch.no_grad()
+def drill_scores(base, tokenizer, n: int = 80, seed: int = 99) -> dict:
+    """The probability of "9" after drill-form scoring rows (`drill_scoring_row`; another seed than training's),
+    right lines and wrong ones."""
+    rng, nine, out = random.Random(seed), tokenizer.encode("9")[0], {"right": [], "wrong": []}
+    for _ in range(n):
+        text, at = drill_scoring_row(rng)
+        logits = base(torch.tensor([tokenizer.encode(text[:at])])).logits[0, -1].float()
+        out["right" if text[at] == RIGHT_SCORE else "wrong"].append(float(torch.softmax(logits, -1)[nine]))
+    return {kind: {"p9_mean": round(statistics.mean(v), 4), "n": len(v)} for kind, v in out.items()}
 
 
 def main() -> None:
@@ -82,7 +96,8 @@ def main() -> None:
         models.base = load_model(out / folder)
         if args.scores_only:
             result["stages"][folder] = {"recipe": report["recipe"],
-                                        "scores": scores(models.base, models.tokenizer, problems)}
+                                        "scores": scores(models.base, models.tokenizer, problems),
+                                        "drill_scores": drill_scores(models.base, models.tokenizer)}
             print(folder, result["stages"][folder])
             continue
         settings = zoo_settings(Settings(score_prompt=(SCORE_INSTRUCTION, SCORE_LEAD), verdict_compact=True))

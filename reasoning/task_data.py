@@ -100,6 +100,20 @@ def steps_of(problem: Problem) -> list[str]:
     return [s + SEPARATOR for s in steps[:-1]] + [steps[-1] + "\n"]
 
 
+def drill_scoring_row(rng: random.Random) -> tuple[str, int]:
+    """(text, where the score digit is) of one scoring example in drill form, the comparison local: "Practice:",
+    one "a op b = r" line (r wrong half the time, by a near number), then `SCORE_LEAD` and 9 (right) or 0-2. The
+    first stage of a curriculum towards `scoring_row`: a base that cannot score a step may learn to score a line."""
+    op = rng.choice("+-*+-")
+    a = rng.randint(10, 60)
+    b = rng.randint(2, 5) if op == "*" else rng.randint(1, min(a - 1, 40)) if op == "-" else rng.randint(1, 40)
+    r, score = _apply(a, op, b), RIGHT_SCORE
+    if rng.random() < 0.5:
+        r, score = _near(r, rng), rng.choice(WRONG_SCORES)
+    text = f"Practice:\n{a} {op} {b} = {r}\n{SCORE_LEAD}"
+    return text + score, len(text)
+
+
 def scoring_row(problem: Problem, rng: random.Random, eos: str, wrong_rate: float = 0.5) -> tuple[str, int]:
     """(text, where the score digit is) of one scoring example: the prompt and the first steps, a candidate
     step (wrong with `wrong_rate`), then `SCORE_INSTRUCTION` / `SCORE_LEAD` as `PromptScorer.plain` writes
@@ -163,4 +177,4 @@ def verdict_row(problem: Problem, rng: random.Random, eos: str, experts: int = 2
 
 
 __all__ = ["SCORE_INSTRUCTION", "SCORE_LEAD", "VERDICT_INSTRUCTION", "corrupt_step", "expert_solution", "numbers_in",
-           "rephrase", "scoring_row", "steps_of", "verdict_prompt", "verdict_row"]
+           "rephrase", "drill_scoring_row", "scoring_row", "steps_of", "verdict_prompt", "verdict_row"]

@@ -42,7 +42,7 @@ from multispec.zoo.training import Checkpoint, train_steps
 
 from .data import Problem, make_drill, make_problem, make_problems, read_problems, training_text, write_problems
 from .judge_data import label_divergences
-from .task_data import scoring_row, verdict_row
+from .task_data import drill_scoring_row, scoring_row, verdict_row
 
 NAME = "arith-reasoning"
 EOS = 3  # byte 0x03 ends a solution (the byte tokenizer has no special tokens)
@@ -86,6 +86,7 @@ class Recipe:
     score_batches: float = 0.0
     verdict_wrong: float = 0.5  # the rate at which each expert's solution in a verdict row holds a wrong step
     checks: float = CHECK_RATE  # the rate at which a solution's step is followed by a check step
+    score_form: str = "step"  # scoring rows: "step" (`task_data.scoring_row`) or "drill" (`drill_scoring_row`)
 
     def config(self):
         return llama_config(self.hidden, self.layers, self.heads, self.kv_heads, self.intermediate)
@@ -117,6 +118,8 @@ TEACH_SCORES = replace(TEACH_TASKS, steps=600, seed=7, score_batches=0.5, tasks=
                        verdict_wrong=0.7)
 # A probe from the shipped base: scoring rows alone at a higher rate. Its score is the label prior whatever the step.
 TEACH_SCORES_ONLY = replace(TEACH_SCORES, steps=400, lr=1e-3, score_batches=1.0, seed=8)
+# A probe of whether the base can learn to score at all: the comparison made local ("a op b = r", then the score).
+TEACH_DRILL_SCORES = replace(TEACH_SCORES_ONLY, steps=2000, score_form="drill")
 # Two layers at least: a one-layer model cannot copy the question's numbers into its steps (no induction).
 SMALL = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=6000, batch_size=16, lr=3e-3)
 # A drafter with another writing habit (never "a + b = r"): its steps differ from the base's choice while
@@ -219,7 +222,7 @@ class Batches:
             while len(rows) < self.recipe.batch_size:
                 p = make_problem(self.rng, CHECK_RATE, self.recipe.style)
                 if p.question not in self.held_out:
-                    text, at = scoring_row(p, self.rng, chr(EOS))
+                    text, at = self._scoring_row(p)
                     rows.append(self.tok.encode(text))
                     learn.append([i == at for i in range(len(text))])
             return self._collate(rows, learn, max(len(r) for r in rows))
@@ -240,7 +243,7 @@ class Batches:
                 continue
             if task is not None:  # the loss reads the score digit, or the verdict's solution
                 if task == "score":
-                    text, start = scoring_row(p, self.rng, chr(EOS))
+                    text, start = self._scoring_row(p)
                 else:
                     text, start = verdict_row(p, self.rng, chr(EOS), wrong_rate=self.recipe.verdict_wrong)
                 ids = self.tok.encode(text)[:MAX_LEN]
@@ -253,6 +256,12 @@ class Batches:
             learn.append([i >= n for i in range(len(ids))])
         width = max(len(r) for r in rows)
         return self._collate(rows, learn, width)
+
+    def _scoring_row(self, problem: Problem) -> tuple[str, int]:
+        """A scoring row of the recipe's `score_form` (a drill-form row does not read `problem`)."""
+        if self.recipe.score_form == "drill":
+            return drill_scoring_row(self.rng)
+        return scoring_row(problem, self.rng, chr(EOS))
 
     def _task(self) -> str | None:
         """"score", "verdict" or None (a problem), drawn at the recipe's `tasks` rates among the rows that are

@@ -150,3 +150,22 @@ def test_the_checking_recipe_checks_after_every_operation_it_can_invert():
 
     assert zoo_pair.STYLED.checks == zoo_pair.CHECK_RATE
     assert check_share(zoo_pair.STYLED_CHECKING) > 0.35 > check_share(zoo_pair.STYLED) > 0.05
+
+
+def test_drill_scoring_rows_score_one_line_and_teach_only_the_score():
+    """`score_form="drill"`: each scoring row is one "a op b = r" line and its score, 9 exactly when r is right."""
+    from multispec.reasoning.task_data import drill_scoring_row
+
+    rng = random.Random(5)
+    for _ in range(200):
+        text, at = drill_scoring_row(rng)
+        a, op, b, _, r = text[len("Practice:\n"): at].split("\n")[0].split()
+        right = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op] == int(r)
+        assert text[:at].endswith(SCORE_LEAD) and (text[at] == "9") == right and at == len(text) - 1
+    stream = zoo_pair.Batches(zoo_pair.TEACH_DRILL_SCORES, set())
+    tok = ByteTokenizer()
+    batch = next(stream)
+    for ids, labels in zip(batch["input_ids"], batch["labels"]):
+        text = tok.decode([int(t) for t in ids if t])
+        learnt = [int(t) for t in labels if t != -100]
+        assert text.startswith("Practice:\n") and len(learnt) == 1 and chr(learnt[0]) in "0129"
