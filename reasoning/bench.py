@@ -76,8 +76,8 @@ def settings_record(settings: Settings) -> dict:
     s = settings
     return {"threshold": s.threshold, "scorer": repr(s.scorer), "score_prompt": s.score_prompt,
             "likelihood_threshold": s.likelihood_threshold, "verdict_compact": s.verdict_compact, "k": s.k,
-            "judge_threshold": s.judge_threshold,
-            "judge_min_prob": s.judge_min_prob, "control_min_prob": s.control_min_prob, "verdict_k": s.verdict_k, "max_new_tokens": s.max_new_tokens,
+            "judge_threshold": s.judge_threshold, "judge_min_prob": s.judge_min_prob,
+            "control_min_prob": s.control_min_prob, "verdict_k": s.verdict_k, "max_new_tokens": s.max_new_tokens,
             "thinking": repr(s.thinking)}
 
 

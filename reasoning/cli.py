@@ -23,8 +23,8 @@ from .zoo_pair import ByteTokenizer, load_pair, validation_split
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default=None, help="comma-separated subset of: " + ", ".join(METHODS) +
                    " (default: all, on the zoo pair all but specreason and verdict, which need a base that follows "
-                   "their prompts; judge brings its controls judge_approve_all and judge_no_floor along, and judge_floor_matched with "
-                   "--control-min-prob)")
+                   "their prompts; judge brings its controls judge_approve_all and judge_no_floor along, and "
+                   "judge_floor_matched with --control-min-prob)")
     p.add_argument("--threshold", type=float, default=None, help="SpecReason's score threshold on the 0-9 scale "
                    "(default 7, the reference's; the specreason_likelihood row keeps its own, 3)")
     p.add_argument("--scorer", default="prompt", choices=["prompt", "likelihood"],

@@ -136,7 +136,8 @@ STYLED = Recipe(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=192, step
 # between words, tried first, are under 0.01 and break the base's arithmetic after them: BENCHMARKS.md.)
 STYLED_CHECKING = replace(STYLED, checks=1.0)
 STYLED_SPACED = replace(STYLED, style="spaced")
-STYLED_VARIANTS = {"checking": STYLED_CHECKING, "spaced": STYLED_SPACED}  # tried, not shipped: reasoning_judge_floors.py
+# tried, not shipped (benchmarks/reasoning_judge_floors.py --train-styled)
+STYLED_VARIANTS = {"checking": STYLED_CHECKING, "spaced": STYLED_SPACED}
 STYLED_WIDE = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=3000, batch_size=16, lr=3e-3,
                      seed=3, style="words")
 # Speculative Thinking's small writer: the small model continued on traces that say "Wait, " where it tends to
@@ -261,6 +262,8 @@ class Batches:
         """A scoring row of the recipe's `score_form` (a drill-form row does not read `problem`)."""
         if self.recipe.score_form == "drill":
             return drill_scoring_row(self.rng)
+        if self.recipe.score_form != "step":
+            raise ValueError(f"score_form: expected 'step' or 'drill', got {self.recipe.score_form!r}")
         return scoring_row(problem, self.rng, chr(EOS))
 
     def _task(self) -> str | None:

@@ -169,3 +169,7 @@ def test_drill_scoring_rows_score_one_line_and_teach_only_the_score():
         text = tok.decode([int(t) for t in ids if t])
         learnt = [int(t) for t in labels if t != -100]
         assert text.startswith("Practice:\n") and len(learnt) == 1 and chr(learnt[0]) in "0129"
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match="score_form"):
+        next(zoo_pair.Batches(replace(zoo_pair.TEACH_DRILL_SCORES, score_form="essay"), set()))
