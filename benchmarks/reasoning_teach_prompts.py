@@ -25,13 +25,14 @@ from multispec.reasoning import PromptScorer, Settings, Writer, evaluate
 from multispec.reasoning.bench import zoo_models, zoo_settings
 from multispec.reasoning.task_data import (RIGHT_SCORE, SCORE_INSTRUCTION, SCORE_LEAD, corrupt_step,
                                            drill_scoring_row, numbers_in, steps_of)
-from multispec.reasoning.zoo_pair import (NAME, TEACH_DRILL_SCORES, TEACH_SCORES, TEACH_SCORES_ONLY, TEACH_TASKS,
-                                          load_model, train_model, validation_split)
+from multispec.reasoning.zoo_pair import (NAME, TEACH_DRILL_SCORES, TEACH_DRILL_SCORES_LONG, TEACH_SCORES,
+                                          TEACH_SCORES_ONLY, TEACH_TASKS, load_model, train_model, validation_split)
 
 STAGES = {"teach-tasks": (TEACH_TASKS, "base, scoring steps and verdicts"),
           "teach-scores": (TEACH_SCORES, "base, scoring steps in batches of their own"),
           "scores-only": (TEACH_SCORES_ONLY, "base, scoring rows alone (a probe)"),
-          "drill-scores": (TEACH_DRILL_SCORES, "base, scoring drill lines alone (a probe)")}
+          "drill-scores": (TEACH_DRILL_SCORES, "base, scoring drill lines alone (a probe)"),
+          "drill-scores-long": (TEACH_DRILL_SCORES_LONG, "base, scoring drill lines alone, 8,000 steps (a probe)")}
 
 
 def scores(base, tokenizer, problems, seed: int = 7) -> dict:

@@ -120,6 +120,7 @@ TEACH_SCORES = replace(TEACH_TASKS, steps=600, seed=7, score_batches=0.5, tasks=
 TEACH_SCORES_ONLY = replace(TEACH_SCORES, steps=400, lr=1e-3, score_batches=1.0, seed=8)
 # A probe of whether the base can learn to score at all: the comparison made local ("a op b = r", then the score).
 TEACH_DRILL_SCORES = replace(TEACH_SCORES_ONLY, steps=2000, score_form="drill")
+TEACH_DRILL_SCORES_LONG = replace(TEACH_DRILL_SCORES, steps=8000)  # the same, four times as long
 # Two layers at least: a one-layer model cannot copy the question's numbers into its steps (no induction).
 SMALL = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=6000, batch_size=16, lr=3e-3)
 # A drafter with another writing habit (never "a + b = r"): its steps differ from the base's choice while
