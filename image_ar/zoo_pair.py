@@ -1,9 +1,12 @@
 """The zoo's class-conditional visual AR pair, `mnist-vq-gpt`, trained here on real MNIST.
 
-Pieces (each in its own folder, each loadable with `from_pretrained`-style calls):
+Pieces (each in its own folder, each loadable with `from_pretrained`-style calls; the int8 target with
+`multispec.zoo.int8.load_int8` or `load_gpt`):
 - `vqvae/`: the tokenizer (`VQVAE`: 28x28 -> 7x7 codes from a 512-entry codebook);
 - `target/`: a 12-layer `ClassConditionalGPT` (hidden 256; one class token, 49 codes in raster order,
-  10% null class in training for classifier-free guidance);
+  10% null class in training for classifier-free guidance), stored in int8 (`multispec.zoo.int8`: the zoo's
+  budget); the EAGLE head is distilled from the trained target before that rounding (a run resumed after the
+  target stage distills from the int8 one);
 - `draft/`: a 2-layer `ClassConditionalGPT` of the same tokenization (the independent small AR drafter);
 - `eagle/`: an `EagleHead` over the target's features, trained to predict the target's *guided*
   distribution at `CFG_SCALE` from the conditional features alone (so drafting needs no unconditional
@@ -27,6 +30,8 @@ from multispec.drafters.eagle_train import EagleTrainConfig, EagleTrainer
 from multispec.drafters.model import ModelDrafter
 from multispec.targets import GuidedTarget
 from multispec.zoo import ZooEntry, ZooPair
+from multispec.zoo.int8 import FILE as INT8_FILE
+from multispec.zoo.int8 import load_int8, save_int8
 from multispec.zoo.training import adamw_cosine, train_steps
 
 from .classifier import DigitClassifier, accuracy, train_classifier
@@ -153,14 +158,17 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
     for part, shape, steps, batch, lr in (("draft", DRAFT, 1500, 64, 2e-3), ("target", TARGET, 1400, 48, 1e-3)):
         shape = small if quick else shape
         if part in report and (folder / part).exists():
-            model = ClassConditionalGPT.from_pretrained(folder / part, dtype=torch.float32).eval()
+            model = load_gpt(folder / part)
             continue
         config = gpt_config(shape["layers"], shape["hidden"], shape["heads"], shape["kv_heads"],
                             shape["intermediate"], codebook_size=vq.codebook_size)
         model, losses = train_gpt(config, codes, code_labels, steps=20 if quick else steps, batch_size=batch,
                                   lr=lr, seed=SEED, desc=part)
-        model.to(torch.float16).save_pretrained(folder / part)  # fp16 on disk (zoo budget), fp32 to run
-        model.float()
+        if part == "target":  # int8 on disk (the zoo's budget: the target is the pair's largest piece)
+            save_int8(model, folder / part)
+        else:
+            model.to(torch.float16).save_pretrained(folder / part)  # fp16 on disk, fp32 to run
+            model.float()
         report[part] = {"params": sum(p.numel() for p in model.parameters()), "final_loss": sum(losses[-50:]) / len(losses[-50:]),
                         "heldout_loss": heldout_loss(model, test_codes, test_labels)}
         (folder / "report.json").write_text(json.dumps(report, indent=2))
@@ -196,14 +204,20 @@ def image_drafter(pair: ImagePair, kind: str = "eagle", guidance_scale: float | 
     raise ValueError(f"kind: expected 'eagle' or 'draft', got {kind!r}")
 
 
+def load_gpt(folder: Path) -> ClassConditionalGPT:
+    """A stored `ClassConditionalGPT` in fp32: int8 (`multispec.zoo.int8`) or `save_pretrained`'s fp16/fp32."""
+    if (folder / INT8_FILE).exists():
+        return load_int8(ClassConditionalGPT, folder)
+    return ClassConditionalGPT.from_pretrained(folder, dtype=torch.float32).eval()
+
+
 def load_pair(folder: Path | None = None) -> ImagePair:
     """The trained pieces from `folder` (default: the shipped zoo weights)."""
     folder = Path(folder) if folder is not None else zoo.path(NAME)
     if not (folder / "target" / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained weights; run `multispec zoo train {NAME}`")
     load = lambda cls, sub: from_folder(cls, folder / sub).eval()  # noqa: E731
-    target = ClassConditionalGPT.from_pretrained(folder / "target", dtype=torch.float32).eval()
-    draft = ClassConditionalGPT.from_pretrained(folder / "draft", dtype=torch.float32).eval()
+    target, draft = load_gpt(folder / "target"), load_gpt(folder / "draft")
     return ImagePair(load(VQVAE, "vqvae"), target, draft, EagleHead.load(folder / "eagle"),
                      load(DigitClassifier, "classifier"), folder)
 
