@@ -9,7 +9,7 @@ Idefics3, SmolVLM, Gemma 3, PaliGemma, Qwen2-VL, Qwen2.5-VL, Qwen3-VL) directly,
 
 Drafters: `VisionEagleDrafter` over a `VisionEagleHead` in one of three modes (plain EAGLE, ViSpec, SpecVLM),
 trained with `VisionDistiller` (online logit distillation). The zoo pair `vqa-llava` ships all three;
-`vqa-words-llava` (word tokens, 256 image tokens) is trained by `multispec zoo train vqa-words-llava`.
+`vqa-words-llava` (word tokens, 256 image tokens) ships beside it (`multispec zoo train vqa-words-llava` retrains it).
 """
 
 from multispec.generate_cli import register_generate_mode

@@ -80,8 +80,7 @@ def load_pair(folder: Path) -> ZooPair:
 def zoo_entry() -> ZooEntry:
     return ZooEntry(NAME, f"Llava (SigLIP tower, 256 image tokens, {TARGET.layers}-layer word-level Llama, "
                     f"{WordVQAProcessor.vocab_size}-token vocabulary) trained on procedural chart/shape/table VQA + "
-                    "EAGLE, ViSpec and SpecVLM drafters (multispec.vision); not shipped: `multispec zoo train "
-                    f"{NAME}`", None, load_pair,
+                    "EAGLE, ViSpec and SpecVLM drafters (multispec.vision)", None, load_pair,
                     lambda folder: train_stages(folder))
 
 

@@ -96,3 +96,32 @@ def test_answer_change_counts_by_hand():
     assert text_change(pairs, VQAProcessor().encode)["changed"] == round(2 / 7, 4)  # r, d of "red 1 ."
     with pytest.raises(ValueError, match="pairs"):
         answer_change([])
+
+
+def test_the_shipped_word_pair_is_lossless_and_its_three_drafters_are_accepted():
+    """The shipped `vqa-words-llava` (int8 target, int8 heads): every drafter's chain equals the target's own
+    greedy `generate` on long answers, batched, and accepts several words a step."""
+    import torch
+
+    from multispec import speculative_generate
+    from multispec.vision.bench import bench_items
+    from multispec.vision.zoo_pair import load_drafters
+
+    pair = zoo.load("vqa-words-llava")
+    model, processor = pair.target, pair.tokenizer
+    assert processor.num_image_tokens == 256
+    items = bench_items(2, answers="long")
+    inputs = processor([i.image for i in items], [i.question for i in items])
+    ids = dict(eos_token_id=processor.eos_token_id, pad_token_id=processor.pad_token_id)
+    n = 32
+    wants = []
+    for item in items:
+        alone = processor(item.image, item.question)
+        with torch.no_grad():
+            full = model.generate(**alone, max_new_tokens=n, do_sample=False, **ids)
+        wants.append(full[0, alone["input_ids"].shape[1]:])
+    for name, drafter in load_drafters(model, zoo.path("vqa-words-llava")).items():
+        out = speculative_generate(model, drafter, max_new_tokens=n, tree=8, **ids, **inputs)
+        for r, want in enumerate(wants):
+            assert torch.equal(out.sequences[r, inputs["input_ids"].shape[1]:][:len(want)], want), (name, r)
+        assert out.stats.mean_accepted_length > 3.0, (name, out.stats)
