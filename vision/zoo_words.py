@@ -70,7 +70,7 @@ def train_stages(folder: str | Path, *, until: str = "drafters", quick: bool = F
 
 def load_pair(folder: Path) -> ZooPair:
     if not (folder / "pair_report.json").exists():
-        raise FileNotFoundError(f"{folder}: no trained pair; run `multispec zoo train {NAME}` (about 2 hours on 2 "
+        raise FileNotFoundError(f"{folder}: no trained pair; run `multispec zoo train {NAME}` (about 2.5 hours on 2 "
                                 "CPU cores; `python -m multispec.vision.zoo_words DIR target` stops after the target)")
     target = load_vlm(folder / "target")
     return ZooPair(target, VisionEagleDrafter(VisionEagleHead.load(folder / DEFAULT_DRAFTER), target),
