@@ -5,12 +5,14 @@ whose accuracy stays within `--tolerance` of exact decoding's: the judge adds so
 beats the control at matched accuracy. (At one floor the judge's approvals are a subset of the control's, so at
 the same floor the control's runs are never shorter: the comparison that can tell is at matched accuracy.)
 
-`--train-styled checking|spaced` first trains another styled drafter and its judge into `--weights DIR` (the
-pair's other models copied from the zoo; stages already there are kept): `zoo_pair.STYLED_VARIANTS`, writers
-whose right text the base rates under the 0.2 floor.
+`--train-styled VARIANT` first trains another styled drafter and its judges into `--weights DIR` (the pair's
+other models copied from the zoo; stages already there are kept): `zoo_pair.STYLED_VARIANTS`, writers whose
+right text the base rates under the 0.2 floor; the linear head (the paper's) in `judge-styled/` and, on the
+same labels, a context judge (`JudgeHead(context=True, width=32)`: it also reads the base's probabilities) in
+`judge-styled-context/`. `--judge FOLDER` sweeps another head of the pair than `judge-styled/`.
 
-    python benchmarks/reasoning_judge_floors.py [--weights DIR] [--train-styled checking|spaced] [--drafter styled]
-        [--problems 100] [--floors 0,0.01,0.05,0.2] [--thresholds 0.5,0.9]
+    python benchmarks/reasoning_judge_floors.py [--weights DIR] [--train-styled VARIANT] [--drafter styled]
+        [--judge judge-styled-context] [--problems 100] [--floors 0,0.01,0.05,0.2] [--thresholds 0.5,0.9]
         [--json benchmarks/results/reasoning_judge_floors.json]
 """
 
@@ -27,19 +29,24 @@ from multispec import zoo
 from multispec.bench.machine import describe, machine_info, save_results
 from multispec.reasoning import Settings, evaluate
 from multispec.reasoning.bench import DRAFTERS, zoo_models, zoo_settings
-from multispec.reasoning.zoo_pair import (NAME, STYLED_JUDGE, STYLED_JUDGE_PROBLEMS, STYLED_VARIANTS, train_model,
-                                          train_zoo_judge, validation_split)
+from multispec.reasoning.zoo_pair import (NAME, STYLED_INIT, STYLED_JUDGE, STYLED_JUDGE_PROBLEMS, STYLED_VARIANTS,
+                                          load_pair, train_model, train_zoo_judge, validation_split)
+from multispec.rules import JudgeHead
+
+CONTEXT_JUDGE = "judge-styled-context"  # the context judge trained beside the linear one (same labels)
 
 
 def train_styled(folder: Path, variant: str) -> dict:
     """The pair in `folder` with the `variant` styled drafter and its judge (resumable, stage by stage)."""
     folder.mkdir(parents=True, exist_ok=True)
     for part in zoo.path(NAME).iterdir():
-        if part.name not in ("styled", STYLED_JUDGE) and not (folder / part.name).exists():
+        if part.name not in ("styled", STYLED_JUDGE, CONTEXT_JUDGE) and not (folder / part.name).exists():
             (shutil.copytree if part.is_dir() else shutil.copy)(part, folder / part.name)
-    drafter = train_model(STYLED_VARIANTS[variant], folder / "styled", f"styled ({variant})")
+    init = folder / STYLED_INIT[variant] if variant in STYLED_INIT else None
+    drafter = train_model(STYLED_VARIANTS[variant], folder / "styled", f"styled ({variant})", init=init)
     return {"drafter": drafter,
-            "judge": train_zoo_judge(folder, problems=STYLED_JUDGE_PROBLEMS, drafter="styled", out=STYLED_JUDGE)}
+            "judge": train_zoo_judge(folder, problems=STYLED_JUDGE_PROBLEMS, drafter="styled", out=STYLED_JUDGE,
+                                     also={CONTEXT_JUDGE: (True, 32)})}
 
 
 def best(rows: dict, floor_accuracy: float) -> str | None:
@@ -54,6 +61,8 @@ def main() -> None:
     parser.add_argument("--train-styled", choices=sorted(STYLED_VARIANTS), default=None,
                         help="first train this styled drafter and its judge into --weights")
     parser.add_argument("--drafter", choices=DRAFTERS, default="styled")
+    parser.add_argument("--judge", default=None,
+                        help="a judge head's folder in the pair to sweep (default: the drafter's own judge)")
     parser.add_argument("--problems", type=int, default=100)
     parser.add_argument("--k", type=int, default=Settings.k)
     parser.add_argument("--floors", default="0,0.01,0.05,0.2")
@@ -69,9 +78,12 @@ def main() -> None:
             parser.error("--train-styled needs --weights DIR (where the drafter and its judge are trained)")
         trained = train_styled(Path(args.weights), args.train_styled)
     models, _ = zoo_models(args.weights, args.drafter)
+    if args.judge:
+        models.judge = JudgeHead.load(load_pair(args.weights).folder / args.judge)
     problems = validation_split(args.problems)
     out = {"machine": machine_info(), "split": "validation", "problems": len(problems), "drafter": args.drafter,
            "k": args.k, "tolerance": args.tolerance, "styled_variant": args.train_styled, "training": trained,
+           "judge_head": args.judge or ("judge-styled" if args.drafter == "styled" else "judge"),
            "judge": {}, "control": {}}
     print(f"judge floors, {args.drafter} drafter, k={args.k}, {len(problems)} validation problems "
           f"({describe(out['machine'])})")

@@ -54,16 +54,17 @@ def _apply(a: int, op: str, b: int) -> int:
     return {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
 
 
-STYLES = ("mixed", "words", "spaced")
+STYLES = ("mixed", "words", "spaced", "lower", "casual")
 
 
 def phrase(a: int, op: str, b: int, rng: random.Random, style: str = "mixed") -> str:
     """One equivalent way of writing `a op b = r`. `style`: "mixed" (symbols 45%, "a plus b is r" 25%, "Add a
-    to b: r" 30%) or "words" (never symbols: a writer with another habit, same random draws); "spaced" phrases
-    as "words" (its two spaces are `make_problem`'s)."""
+    to b: r" 30%) or "words" (never symbols: a writer with another habit, same random draws); "spaced", "lower"
+    and "casual" phrase as "words" (their habits, two spaces, lowercase openings, and lowercase openings with no
+    period after a result, are `make_problem`'s)."""
     r = _apply(a, op, b)
     kind = rng.random()
-    if style in ("words", "spaced"):
+    if style in ("words", "spaced", "lower", "casual"):
         kind = 0.45 + 0.55 * kind
     elif style != "mixed":
         raise ValueError(f"style: expected one of {', '.join(STYLES)}, got {style!r}")
@@ -193,6 +194,15 @@ def make_problem(rng: random.Random, check_rate: float = 0.25, style: str = "mix
     steps.append(f"{ANSWER_PREFIX} {answer}")
     if style == "spaced":  # a writer that puts two spaces between words: right text the base never writes
         steps = [s.replace(" ", "  ") for s in steps]
+    if style == "lower":  # a writer that opens its steps in lowercase ("add 5 to 12: 17."), the answer line
+        # aside: the base gives such an opening < 0.002 yet its arithmetic after it holds (it has read "add" after
+        # a word problem's lead-ins), so a floor cannot tell it from a wrong digit and a judge can
+        steps = [s if s.startswith(ANSWER_PREFIX) else s[0].lower() + s[1:] for s in steps]
+    if style == "casual":  # lowercase openings, and no period after a step's result ("add 5 to 12: 17"): two
+        # habits per step that the base gives < 0.002 and < 1e-4 and after which its own arithmetic still holds
+        # (BENCHMARKS.md, Judge decoding: a drafter whose right text no floor sees)
+        steps = [s if s.startswith(ANSWER_PREFIX) else s[0].lower() + (s[1:-1] if re.search(r"\d\.$", s) else s[1:])
+                 for s in steps]
     return Problem(question, answer, SEPARATOR.join(steps))
 
 

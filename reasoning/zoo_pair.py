@@ -137,8 +137,19 @@ STYLED = Recipe(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=192, step
 # between words, tried first, are under 0.01 and break the base's arithmetic after them: BENCHMARKS.md.)
 STYLED_CHECKING = replace(STYLED, checks=1.0)
 STYLED_SPACED = replace(STYLED, style="spaced")
-# tried, not shipped (benchmarks/reasoning_judge_floors.py --train-styled)
-STYLED_VARIANTS = {"checking": STYLED_CHECKING, "spaced": STYLED_SPACED}
+# The checking writer whose steps also open in lowercase: a second habit under every floor (the base gives a
+# lowercase opening < 0.002), harmless to the base's arithmetic after it (measured on 26 validation problems: the
+# base's own continuation after a lowercase verb stays right on 25)
+STYLED_CHECKING_LOWER = replace(STYLED, checks=1.0, style="lower")
+# The paper's setting: a drafter about as accurate as the small model (it is the small model, continued 1,500
+# steps) whose right text differs from the base's in ways no floor sees: "words" phrasing, lowercase openings and no
+# period after a result (`casual`); most of its divergences are then harmless, as a strong drafter's are.
+STYLED_CASUAL = replace(SMALL, steps=1500, lr=1e-3, seed=3, style="casual")
+# tried (benchmarks/reasoning_judge_floors.py --train-styled); a variant's drafter starts from the pair's model
+# named in `STYLED_INIT`, else from scratch
+STYLED_VARIANTS = {"checking": STYLED_CHECKING, "spaced": STYLED_SPACED, "checking-lower": STYLED_CHECKING_LOWER,
+                   "casual": STYLED_CASUAL}
+STYLED_INIT = {"casual": "small"}
 STYLED_WIDE = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, steps=3000, batch_size=16, lr=3e-3,
                      seed=3, style="words")
 # Speculative Thinking's small writer: the small model continued on traces that say "Wait, " where it tends to
@@ -355,11 +366,14 @@ def load_pair(folder: str | Path | None = None) -> ReasoningPair:
 
 def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, drafter: str = "small",
                     out: str = "judge", context: bool = False, width: int = 0, on_policy: str | None = None,
-                    on_policy_threshold: float = 0.9, on_policy_floor: float = 0.0) -> dict:
+                    on_policy_threshold: float = 0.9, on_policy_floor: float = 0.0,
+                    also: dict[str, tuple[bool, int]] | None = None) -> dict:
     """Label divergences of the base in `folder` with the drafter in `folder/drafter` on `problems`
     training-distribution problems and train its judge head (`context`, `width`: see `JudgeHead`) into
     `folder/out` (skipped when it exists). `on_policy`: a judge folder under `folder`; the runs labelled
-    are then judge decoding with it at `on_policy_threshold` and floor `on_policy_floor` (one DAgger round)."""
+    are then judge decoding with it at `on_policy_threshold` and floor `on_policy_floor` (one DAgger round).
+    `also`: further heads trained on the same labels, folder -> (context, width) (the labelling, most of the
+    time, runs once); their reports go under "also"."""
     folder = Path(folder)
     config = folder / out / "judge_config.json"
     if config.exists():
@@ -370,16 +384,24 @@ def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, dr
     rule = None
     if on_policy is not None:
         rule = Judge(JudgeHead.load(folder / on_policy), on_policy_threshold, on_policy_floor)
-    data = label_divergences(base, small, chosen, ByteTokenizer(), context=context, rule=rule)
-    head, report = train_judge_head(data["features"], data["labels"], context=context, width=width)
-    report |= {"problems": len(chosen), "labelled": len(data["labels"]), "skipped_problems": data["skipped_problems"],
-               "skipped_prefixes": data["skipped_prefixes"], "drafter": drafter,
-               "by_target_prob": by_target_prob(data["labels"], data["target_probs"])}
+    heads = {out: (context, width)} | (also or {})
+    labelled_with_context = any(c for c, _ in heads.values())
+    data = label_divergences(base, small, chosen, ByteTokenizer(), context=labelled_with_context, rule=rule)
+    hidden = base.get_output_embeddings().weight.shape[1]
+    common = {"problems": len(chosen), "labelled": len(data["labels"]), "skipped_problems": data["skipped_problems"],
+              "skipped_prefixes": data["skipped_prefixes"], "drafter": drafter,
+              "by_target_prob": by_target_prob(data["labels"], data["target_probs"])}
     if on_policy is not None:
-        report |= {"on_policy": on_policy, "on_policy_threshold": on_policy_threshold,
+        common |= {"on_policy": on_policy, "on_policy_threshold": on_policy_threshold,
                    "on_policy_floor": on_policy_floor}
-    head.save(folder / out, target=base, **report)
-    return report
+    reports = {}
+    for name, (ctx, wide) in heads.items():
+        # a context vector opens with the state at the token: the linear head's whole input
+        features = data["features"] if ctx or not labelled_with_context else data["features"][:, :hidden]
+        head, report = train_judge_head(features, data["labels"], context=ctx, width=wide)
+        reports[name] = report | common
+        head.save(folder / name, target=base, **reports[name])
+    return reports[out] | ({"also": {n: reports[n] for n in also}} if also else {})
 
 
 PROB_BINS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)

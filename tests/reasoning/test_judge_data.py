@@ -177,3 +177,38 @@ def test_an_on_policy_round_runs_judge_decoding_at_the_given_floor(models, tmp_p
     rule = seen["rule"]
     assert (rule.threshold, rule.min_target_prob) == (0.7, 0.05)
     assert report["on_policy_floor"] == 0.05 and (tmp_path / "second" / "judge_config.json").exists()
+
+
+def test_further_heads_train_on_the_same_labels_labelled_once(models, tmp_path, monkeypatch):
+    """`train_zoo_judge(also=...)`: one labelling (with the context inputs, when any head reads them), a linear
+    head on the state at the token (the context vector's first H columns) and a context head beside it."""
+    from multispec.reasoning import zoo_pair
+    from multispec.rules import JudgeHead
+
+    base, small = models
+    h = base.config.hidden_size
+    calls = []
+    features = torch.randn(8, 2 * h + 3)
+
+    def fake_labels(b, s, problems, tokenizer, **kw):
+        calls.append(kw["context"])
+        return {"features": features, "labels": torch.tensor([0, 1] * 4), "target_probs": torch.rand(8),
+                "skipped_problems": 0, "skipped_prefixes": 0}
+
+    trained = []
+    real_train = zoo_pair.train_judge_head
+
+    def spy(x, y, **kw):
+        trained.append((x, kw["context"]))
+        return real_train(x, y, progress=False, epochs=3, **kw)
+
+    monkeypatch.setattr(zoo_pair, "load_model", lambda folder: base if folder.name == "base" else small)
+    monkeypatch.setattr(zoo_pair, "label_divergences", fake_labels)
+    monkeypatch.setattr(zoo_pair, "train_judge_head", spy)
+    report = zoo_pair.train_zoo_judge(tmp_path, problems=2, drafter="small", out="linear",
+                                      also={"ctx": (True, 4)})
+    assert calls == [True]  # labelled once, with the context inputs
+    (lin_x, lin_ctx), (ctx_x, ctx_ctx) = trained
+    assert not lin_ctx and torch.equal(lin_x, features[:, :h]) and ctx_ctx and torch.equal(ctx_x, features)
+    assert not JudgeHead.load(tmp_path / "linear").context and JudgeHead.load(tmp_path / "ctx").context
+    assert report["labelled"] == 8 and report["also"]["ctx"]["labelled"] == 8
