@@ -90,36 +90,26 @@ def test_the_spaced_style_is_the_words_style_with_two_spaces_between_words():
         assert "  " in spaced.solution and is_correct(spaced.solution, spaced.answer)
 
 
-def test_the_lower_style_is_the_words_style_with_lowercase_openings_and_the_answer_line_kept():
+def test_the_lower_and_casual_styles_are_the_words_style_with_habits_the_base_never_writes():
+    """`lower`: steps open in lowercase, the answer line kept (it is what `extract_answer` reads); `casual`: the
+    same, and no period after a step's result."""
     import random
 
     from multispec.reasoning.data import make_problem
 
-    opened = 0
+    opened = dropped = 0
     for i in range(100):
-        words, lower = (make_problem(random.Random(i), 1.0, style) for style in ("words", "lower"))
-        assert (lower.question, lower.answer) == (words.question, words.answer)
-        for w, s in zip(words.solution.split("\n\n"), lower.solution.split("\n\n"), strict=True):
-            assert s == (w if w.startswith("Answer:") else w[0].lower() + w[1:])
-            opened += s[0].islower() and w[0].isupper()
-        assert is_correct(lower.solution, lower.answer)  # the answer line is read as before
-    assert opened > 300  # every check and most operations open with a word
-
-
-def test_the_casual_style_is_the_lower_style_without_the_period_after_a_result():
-    import random
-
-    from multispec.reasoning.data import make_problem
-
-    dropped = 0
-    for i in range(100):
-        lower, casual = (make_problem(random.Random(i), 0.25, style) for style in ("lower", "casual"))
-        assert (casual.question, casual.answer) == (lower.question, lower.answer)
-        for w, s in zip(lower.solution.split("\n\n"), casual.solution.split("\n\n"), strict=True):
-            assert s == (w[:-1] if re.search(r"\d\.$", w) else w)
-            dropped += s != w
-        assert is_correct(casual.solution, casual.answer)
-    assert dropped > 200  # every operation's step
+        words, lower, casual = (make_problem(random.Random(i), 1.0, style) for style in ("words", "lower", "casual"))
+        assert (lower.question, lower.answer) == (casual.question, casual.answer) == (words.question, words.answer)
+        steps = zip(words.solution.split("\n\n"), lower.solution.split("\n\n"), casual.solution.split("\n\n"),
+                    strict=True)
+        for w, lo, ca in steps:
+            assert lo == (w if w.startswith("Answer:") else w[0].lower() + w[1:])
+            assert ca == (lo[:-1] if re.search(r"\d\.$", lo) else lo)
+            opened += lo[0].islower() and w[0].isupper()
+            dropped += ca != lo
+        assert is_correct(lower.solution, lower.answer) and is_correct(casual.solution, casual.answer)
+    assert opened > 300 and dropped > 200  # every check and most operations open with a word; every operation
 
 
 def test_practice_lines_are_right_in_every_phrasing():
