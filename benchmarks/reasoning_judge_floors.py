@@ -10,6 +10,10 @@ other models copied from the zoo; stages already there are kept): `zoo_pair.STYL
 right text the base rates under the 0.2 floor; the linear head (the paper's) in `judge-styled/` and, on the
 same labels, a context judge (`JudgeHead(context=True, width=32)`: it also reads the base's probabilities) in
 `judge-styled-context/`. `--judge FOLDER` sweeps another head of the pair than `judge-styled/`.
+`--on-policy FOLDER --out-judge NEW` first trains NEW, a context head, on the divergences judge decoding with the
+head in FOLDER meets (threshold `--on-policy-threshold`, no floor; 400 labelling problems: one DAgger round), and
+sweeps NEW. The on-policy judge in BENCHMARKS.md: `--train-styled casual`, then `--on-policy judge-styled-context
+--on-policy-threshold 0.9 --out-judge judge-styled-context-dagger`.
 
     python benchmarks/reasoning_judge_floors.py [--weights DIR] [--train-styled VARIANT] [--drafter styled]
         [--judge judge-styled-context] [--problems 100] [--floors 0,0.01,0.05,0.2] [--thresholds 0.5,0.9]
@@ -63,6 +67,10 @@ def main() -> None:
     parser.add_argument("--drafter", choices=DRAFTERS, default="styled")
     parser.add_argument("--judge", default=None,
                         help="a judge head's folder in the pair to sweep (default: the drafter's own judge)")
+    parser.add_argument("--on-policy", default=None, help="a judge folder in the pair: first train --out-judge on "
+                        "the divergences judge decoding with it meets")
+    parser.add_argument("--on-policy-threshold", type=float, default=0.9)
+    parser.add_argument("--out-judge", default=None, help="the on-policy head's folder in the pair")
     parser.add_argument("--problems", type=int, default=100)
     parser.add_argument("--k", type=int, default=Settings.k)
     parser.add_argument("--floors", default="0,0.01,0.05,0.2")
@@ -77,6 +85,13 @@ def main() -> None:
         if args.weights is None:
             parser.error("--train-styled needs --weights DIR (where the drafter and its judge are trained)")
         trained = train_styled(Path(args.weights), args.train_styled)
+    if args.on_policy:
+        if args.weights is None or args.out_judge is None:
+            parser.error("--on-policy needs --weights DIR and --out-judge NAME (where the new head is trained)")
+        trained = (trained or {}) | {"on_policy": train_zoo_judge(
+            args.weights, problems=2 * STYLED_JUDGE_PROBLEMS, drafter=args.drafter, out=args.out_judge, context=True,
+            width=32, on_policy=args.on_policy, on_policy_threshold=args.on_policy_threshold, on_policy_floor=0.0)}
+        args.judge = args.out_judge
     models, _ = zoo_models(args.weights, args.drafter)
     if args.judge:
         models.judge = JudgeHead.load(load_pair(args.weights).folder / args.judge)
