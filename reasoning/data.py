@@ -194,15 +194,13 @@ def make_problem(rng: random.Random, check_rate: float = 0.25, style: str = "mix
     steps.append(f"{ANSWER_PREFIX} {answer}")
     if style == "spaced":  # a writer that puts two spaces between words: right text the base never writes
         steps = [s.replace(" ", "  ") for s in steps]
-    if style == "lower":  # a writer that opens its steps in lowercase ("add 5 to 12: 17."), the answer line
-        # aside: the base gives such an opening < 0.002 yet its arithmetic after it holds (it has read "add" after
-        # a word problem's lead-ins), so a floor cannot tell it from a wrong digit and a judge can
+    if style in ("lower", "casual"):  # a writer that opens its steps in lowercase ("add 5 to 12: 17."), the
+        # answer line aside: the base gives such an opening < 0.002 yet its arithmetic after it holds (it has read
+        # "add" after a word problem's lead-ins), so a floor cannot tell it from a wrong digit
         steps = [s if s.startswith(ANSWER_PREFIX) else s[0].lower() + s[1:] for s in steps]
-    if style == "casual":  # lowercase openings, and no period after a step's result ("add 5 to 12: 17"): two
-        # habits per step that the base gives < 0.002 and < 1e-4 and after which its own arithmetic still holds
-        # (BENCHMARKS.md, Judge decoding: a drafter whose right text no floor sees)
-        steps = [s if s.startswith(ANSWER_PREFIX) else s[0].lower() + (s[1:-1] if re.search(r"\d\.$", s) else s[1:])
-                 for s in steps]
+    if style == "casual":  # and no period after a step's result ("add 5 to 12: 17"; < 1e-4 for the base, which
+        # still reaches the answer after it: BENCHMARKS.md, Habits under every floor)
+        steps = [s[:-1] if re.search(r"\d\.$", s) else s for s in steps]
     return Problem(question, answer, SEPARATOR.join(steps))
 
 

@@ -372,8 +372,8 @@ def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, dr
     training-distribution problems and train its judge head (`context`, `width`: see `JudgeHead`) into
     `folder/out` (skipped when it exists). `on_policy`: a judge folder under `folder`; the runs labelled
     are then judge decoding with it at `on_policy_threshold` and floor `on_policy_floor` (one DAgger round).
-    `also`: further heads trained on the same labels, folder -> (context, width) (the labelling, most of the
-    time, runs once); their reports go under "also"."""
+    `also`: further heads trained on the same labels, folder -> (context, width) (the labelling runs once);
+    their reports go under "also"."""
     folder = Path(folder)
     config = folder / out / "judge_config.json"
     if config.exists():
