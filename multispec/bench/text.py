@@ -140,13 +140,15 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
         return SuffixDecodingDrafter(corpus=corpus)
 
     # with a calibrated length, the row whose steps the calibration profiled (the pair's profiled drafter, EAGLE
-    # or n-gram, chained at that length) pads its steps as the measured cost found cheaper. Other rows are not
+    # or n-gram, chained at that length) pads its steps as the measured cost found cheaper, and so does the suffix
+    # chain of that length (its steps verify the same widths, 1 to k+1 nodes). Other rows are not
     # padded: their widths were never profiled, and a width's single cost reading is noisy (padding Token
     # Recycling's 2-node steps to 5 cost it 1.19x -> 1.04x on validation,
     # benchmarks/results/padding_control_recycling_stdlib-bytes-large.json)
     pads = {"pad_widths": choice.pad_widths} if choice and choice.pad_widths else {}
     profiled = pair.profiled_drafter or "eagle"
-    padded_rows = [f"{profiled}_chain_k{chain_k}"] if pads else []
+    padded_rows = [f"{profiled}_chain_k{chain_k}", f"suffix_chain_k{chain_k}", f"hybrid_ngram_suffix_k{chain_k}"] \
+        if pads else []
 
     def ours(drafter, spec, padded=False, **kw):
         """`drafter`: a drafter instance, or a factory called for every prompt (a drafter whose state is
@@ -189,8 +191,14 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
         "hybrid_dynamic_tree": ours(lambda: HybridDrafter(eagle), tree),
         "recycling_tree": fresh(TokenRecyclingDrafter, recycling_tree),
         "suffix_chain": fresh(suffix, 16),
+        # the calibrated length: a chain of the profiled row's widths (1 to k+1 nodes), so the same padding fits
+        f"suffix_chain_k{chain_k}": fresh(suffix, chain_k, padded=bool(pads)),
         "suffix_tree": fresh(suffix, DynamicTree(depth=4, topk=4, total=16)),
         f"hybrid_suffix_eagle_k{chain_k}": fresh(lambda: HybridDrafter(eagle, lookup=suffix(), lookup_k=8), chain_k),
+        # prompt lookup first (the row's own latest match), the corpus's most frequent continuation where it finds
+        # nothing: the suffix chain alone prefers corpus continuations where the row's own text was right
+        f"hybrid_ngram_suffix_k{chain_k}": fresh(lambda: HybridDrafter(suffix(), lookup_k=chain_k), chain_k,
+                                                 padded=bool(pads)),
     }
     if compile:
         greedy[f"eagle_chain_k{chain_k}_compiled"] = ours(eagle, chain_k, step="compiled")
