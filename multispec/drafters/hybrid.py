@@ -27,7 +27,7 @@ class HybridDrafter(Drafter):
     `lookup`: the model-free drafter asked first; default prompt lookup (`NGramDrafter` matching at
     least `min_ngram`, at most `max_ngram` tokens); a `SuffixDecodingDrafter` also fits.
     `model` must support skipped steps (`supports_skipped_steps`: `EagleDrafter`, `ModelDrafter`,
-    `TokenRecyclingDrafter`): on a lookup step it drafts nothing (`skip(roots)`) and catches up on the
+    `TokenRecyclingDrafter`, `SuffixDecodingDrafter`): on a lookup step it drafts nothing (`skip(roots)`) and catches up on the
     committed tokens at its next draft.
     """
 

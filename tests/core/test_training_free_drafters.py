@@ -131,6 +131,8 @@ def _drafters():
         "suffix-tree-corpus": (lambda: SuffixDecodingDrafter(corpus=corpus), DynamicTree(depth=4, topk=4, total=16)),
         "hybrid-suffix-recycling": (lambda: HybridDrafter(TokenRecyclingDrafter(), lookup=SuffixDecodingDrafter()),
                                     StaticTree.full([3, 2, 1])),
+        # prompt lookup first, the corpus suffix chain where it finds nothing (bench text's hybrid_ngram_suffix)
+        "hybrid-ngram-suffix-corpus": (lambda: HybridDrafter(SuffixDecodingDrafter(corpus=corpus), lookup_k=6), 6),
     }
 
 
