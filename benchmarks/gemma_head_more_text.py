@@ -43,7 +43,8 @@ def tokens_a_step(head_folder: Path | None) -> dict:
         per_prompt = [speculative_generate(pair.target, make(), ids, max_new_tokens=128, tree=K, eos_token_id=[],
                                            pad_token_id=0).stats.mean_accepted_length
                       for _, ids in prompts(pair.tokenizer, True, "validation")]
-        out[name] = {"per_prompt": [round(x, 3) for x in per_prompt], "mean": round(sum(per_prompt) / len(per_prompt), 3)}
+        out[name] = {"per_prompt": [round(x, 3) for x in per_prompt],
+                     "mean": round(sum(per_prompt) / len(per_prompt), 3)}
     shutil.rmtree(folder)
     return out
 

@@ -27,8 +27,8 @@ class HybridDrafter(Drafter):
     `lookup`: the model-free drafter asked first; default prompt lookup (`NGramDrafter` matching at
     least `min_ngram`, at most `max_ngram` tokens); a `SuffixDecodingDrafter` also fits.
     `model` must support skipped steps (`supports_skipped_steps`: `EagleDrafter`, `ModelDrafter`,
-    `TokenRecyclingDrafter`, `SuffixDecodingDrafter`): on a lookup step it drafts nothing (`skip(roots)`) and catches up on the
-    committed tokens at its next draft.
+    `TokenRecyclingDrafter`, `SuffixDecodingDrafter`): on a lookup step it drafts nothing (`skip(roots)`) and
+    catches up on the committed tokens at its next draft.
     """
 
     def __init__(self, model: "Drafter | torch.nn.Module", lookup_k: int = 5, min_ngram: int = 2, max_ngram: int = 4,

@@ -146,11 +146,16 @@ def test_training_free_drafters_are_lossless_and_accepted(byte_pair, name, batch
     drafter = make()
     ids, mask = source_prompts((400, 260, 330)[:batch])
     want = greedy_rows_alone(byte_pair.target, ids, mask, 40)
+    steps = [0, 0]  # a hybrid's lookup and model steps over both generations
     for _ in range(2):  # the second generation starts from what the first left (hot start / history)
         out = speculative_generate(byte_pair.target, drafter, ids, mask, max_new_tokens=40, tree=tree,
                                    eos_token_id=[], pad_token_id=0)
         assert torch.equal(out.sequences[:, -40:], want)
+        if isinstance(drafter, HybridDrafter):
+            steps = [steps[0] + drafter.lookup_steps, steps[1] + drafter.model_steps]
     assert out.stats.mean_accepted_length >= 1.5, out.stats
+    if name.startswith("hybrid-ngram"):  # both parts drafted, and verification kept the output
+        assert steps[0] > 0 and steps[1] > 0, steps
 
 
 @pytest.mark.parametrize("name", ["recycling-static", "suffix-chain"])
