@@ -26,7 +26,7 @@ from collections import defaultdict
 
 import torch
 
-from multispec import DynamicTree, NGramDrafter, speculative_generate, zoo
+from multispec import DynamicTree, NGramDrafter, SamplingConfig, StoppingConfig, speculative_generate, zoo
 from multispec.bench.machine import describe, save_results
 from multispec.draft_length import StepProfile, VerifyCost, choose_chain_length, describe_choice
 from multispec.bench.recorder import Recorder, format_table, repeat, results
@@ -61,12 +61,12 @@ def main() -> None:
     runs = defaultdict(list)  # (chain_k, mode) -> the stats of every run (warm-up included): the step profiles
     for mode, kw in (("greedy", {}), ("sampling", dict(do_sample=True, temperature=0.8))):
         g = torch.Generator().manual_seed(0)
-        sample = dict(kw, generator=g) if kw else {}
+        sample = dict(sampling=SamplingConfig(**kw), generator=g) if kw else {}
 
         def ours(drafter, spec, sample=sample, mode=mode):
             def run(ids):
                 out = speculative_generate(target, drafter, ids, max_new_tokens=n, tree=spec,
-                                           eos_token_id=[], pad_token_id=0, **sample)
+                                           **sample, stopping=StoppingConfig.never())
                 if isinstance(spec, int):
                     runs[spec, mode].append(out.stats)
                 return out

@@ -19,7 +19,7 @@ import json
 
 import torch
 
-from multispec import NGramDrafter, speculative_generate, zoo
+from multispec import NGramDrafter, StoppingConfig, speculative_generate, zoo
 from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import Fresh, Recorder, format_table, repeat, results
 from multispec.bench.text import prompts
@@ -43,19 +43,19 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     pair = zoo.load(args.pair)
     target, n = pair.target, args.max_new_tokens
-    no_eos = dict(eos_token_id=[], pad_token_id=0)
     inputs = [ids for _, ids in prompts(pair.tokenizer, quick=not args.full, split="validation")]
 
     def recycling(tree):
         def one_round():
             drafter = TokenRecyclingDrafter()
-            return lambda ids: speculative_generate(target, drafter, ids, max_new_tokens=n, tree=tree, **no_eos)
+            return lambda ids: speculative_generate(target, drafter, ids, max_new_tokens=n, tree=tree,
+                                                    stopping=StoppingConfig.never())
         return Fresh(one_round)
 
     methods = {"plain": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False, eos_token_id=None,
                                                     pad_token_id=0),
                "no_draft": lambda ids: speculative_generate(target, NGramDrafter(), ids, max_new_tokens=n, tree=0,
-                                                            **no_eos)}
+                                                            stopping=StoppingConfig.never())}
     methods |= {f"recycling_{text}": recycling(tree) for text, tree in trees.items()}
     table = Recorder(methods, "plain", also_against=["no_draft"]).run(
         repeat(inputs, args.rounds), warmup=inputs[:1], desc="greedy")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from multispec import HybridDrafter, speculative_generate, zoo
+from multispec import HybridDrafter, StoppingConfig, speculative_generate, zoo
 from multispec.bench.machine import machine_info, save_results
 from multispec.bench.text import prompts
 from multispec.zoo.gemma import load_gemma
@@ -40,8 +40,8 @@ def tokens_a_step(head_folder: Path | None) -> dict:
     rows = {f"eagle_chain_k{K}": lambda: pair.drafter, f"hybrid_chain_k{K}": lambda: HybridDrafter(pair.drafter)}
     out = {}
     for name, make in rows.items():
-        per_prompt = [speculative_generate(pair.target, make(), ids, max_new_tokens=128, tree=K, eos_token_id=[],
-                                           pad_token_id=0).stats.mean_accepted_length
+        per_prompt = [speculative_generate(pair.target, make(), ids, max_new_tokens=128, tree=K,
+                                           stopping=StoppingConfig.never()).stats.mean_accepted_length
                       for _, ids in prompts(pair.tokenizer, True, "validation")]
         out[name] = {"per_prompt": [round(x, 3) for x in per_prompt],
                      "mean": round(sum(per_prompt) / len(per_prompt), 3)}

@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from multispec import NGramDrafter, speculative_generate, zoo
+from multispec import NGramDrafter, StoppingConfig, speculative_generate, zoo
 from multispec.bench.recorder import Recorder, format_table, outputs_identical, repeat, results, sequences
 from multispec.bench.text import classify, prompts
 from multispec.drafters.eagle import EagleDrafter
@@ -251,11 +251,10 @@ def time_pairs(quick: bool, rounds: int, static: bool = True, compiled: bool = T
     for name, (model, drafters, tok, adapter) in _cuda_pairs(names).items():
         k = CHAIN_K.get(name, 4)
         inputs = [ids.to(CUDA) for _, ids in prompts(tok, quick=True)]
-        no_eos = dict(eos_token_id=[], pad_token_id=0)
 
         def spec(drafter, tree):
             return _synced(lambda ids: speculative_generate(adapter(model), drafter, ids, max_new_tokens=n,
-                                                            tree=tree, **no_eos))
+                                                            tree=tree, stopping=StoppingConfig.never()))
 
         methods = {"plain": _synced(lambda ids: model.generate(ids, attention_mask=torch.ones_like(ids),
                                                                max_new_tokens=n, do_sample=False,
@@ -279,12 +278,13 @@ def time_pairs(quick: bool, rounds: int, static: bool = True, compiled: bool = T
                                        cuda_graphs=True)
                 methods[f"eagle_chain_k{k}_static_{label}"] = _synced(
                     lambda ids, t_s=t_s, d_s=d_s: speculative_generate(t_s, d_s, ids, max_new_tokens=n, tree=k,
-                                                                       **no_eos))
+                                                                       stopping=StoppingConfig.never()))
             # control: the graph step with no drafts (one token a step), so the table shows how much of the
             # static rows' speedup is the graphs (plain `generate` runs eagerly) rather than speculation
             t_0, _ = static_pair(model, NGramDrafter(), capacity=capacity, node_budget=budget, cuda_graphs=True)
             methods["no_draft_static_graphs"] = _synced(
-                lambda ids: speculative_generate(t_0, NGramDrafter(), ids, max_new_tokens=n, tree=0, **no_eos))
+                lambda ids: speculative_generate(t_0, NGramDrafter(), ids, max_new_tokens=n, tree=0,
+                                                 stopping=StoppingConfig.never()))
         compare = lambda ref, out, ids, m=model: classify(m, sequences(ref), sequences(out))  # noqa: E731
         against = [m for m in ("ar_adapter", "no_draft_static_graphs") if m in methods]
         tables[name] = Recorder(methods, "plain", compare=compare, also_against=against).run(

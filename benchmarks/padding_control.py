@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from multispec import NGramDrafter, speculative_generate, zoo
+from multispec import EngineConfig, NGramDrafter, SamplingConfig, StoppingConfig, speculative_generate, zoo
 from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import Fresh, Recorder, format_table, repeat, results
 from multispec.bench.text import prompts
@@ -50,13 +50,13 @@ def main() -> None:
     print(("padding (given): " if args.pad_widths else "padding: ") + padding)
     tables = {}
     for mode, kw in (("greedy", {}), ("sampling", dict(do_sample=True, temperature=0.8))):
-        sample = dict(kw, generator=torch.Generator().manual_seed(0)) if kw else {}
+        sample = dict(sampling=SamplingConfig(**kw), generator=torch.Generator().manual_seed(0)) if kw else {}
         hf = {"temperature": 0.8, "top_k": 0} if kw else {}
 
         def ours(spec, pad, sample=sample, make=NGramDrafter):
-            return lambda ids: speculative_generate(target, make(), ids, max_new_tokens=n, tree=spec,
-                                                    eos_token_id=[], pad_token_id=0, pad_widths=pad or None,
-                                                    **sample)
+            return lambda ids: speculative_generate(target, make(), ids, max_new_tokens=n, tree=spec, **sample,
+                                                    stopping=StoppingConfig.never(),
+                                                    engine=EngineConfig(pad_widths=pad or None))
 
         if args.drafter == "ngram":
             rows = {f"ngram_chain_k{k}": ours(k, None), f"ngram_chain_k{k}_padded": ours(k, pads)}

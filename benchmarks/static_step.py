@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from multispec import speculative_generate, zoo
+from multispec import StoppingConfig, speculative_generate, zoo
 from multispec.bench.machine import save_results
 from multispec.bench.recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences
 from multispec.bench.text import classify, prompts
@@ -32,7 +32,6 @@ def run(device: str = "cpu", rounds: int = 3, max_new_tokens: int = 128, chain_k
     eagle = EagleDrafter(pair.drafter.head.to(dev), target)  # the engine keeps the device it was built on
     inputs = [ids.to(dev) for _, ids in prompts(pair.tokenizer, quick=True)]
     n = max_new_tokens
-    no_eos = dict(eos_token_id=[], pad_token_id=0)
     capacity = capacity_for(max(ids.shape[1] for ids in inputs), n, node_budget)
 
     def synced(fn):
@@ -47,12 +46,14 @@ def run(device: str = "cpu", rounds: int = 3, max_new_tokens: int = 128, chain_k
         "plain": synced(lambda ids: target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
                                                     do_sample=False, eos_token_id=None, pad_token_id=0)),
         f"eagle_chain_k{chain_k}_eager": synced(lambda ids: speculative_generate(target, eagle, ids, max_new_tokens=n,
-                                                                                  tree=chain_k, **no_eos)),
+                                                                                 tree=chain_k,
+                                                                                 stopping=StoppingConfig.never())),
     }
     for label, comp in (("static", False), ("static_compiled", True)):
         t_s, d_s = static_pair(target, eagle, capacity=capacity, node_budget=node_budget, compile=comp)
         methods[f"eagle_chain_k{chain_k}_{label}"] = synced(
-            lambda ids, t_s=t_s, d_s=d_s: speculative_generate(t_s, d_s, ids, max_new_tokens=n, tree=chain_k, **no_eos))
+            lambda ids, t_s=t_s, d_s=d_s: speculative_generate(t_s, d_s, ids, max_new_tokens=n, tree=chain_k,
+                                                               stopping=StoppingConfig.never()))
     compare = lambda ref, out, ids: classify(target, sequences(ref), sequences(out))  # noqa: E731
     table = Recorder(methods, "plain", compare=compare, also_against=[f"eagle_chain_k{chain_k}_eager"]).run(
         repeat(inputs, rounds), desc=f"static step ({device})")

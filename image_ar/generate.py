@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec import NGramDrafter, speculative_generate
+from multispec import EngineConfig, GuidedTarget, NGramDrafter, speculative_generate
 from multispec.metrics import SpeculativeStats
 from multispec.sampling import SamplingConfig, classifier_free_guidance
 
@@ -87,10 +87,11 @@ def generate_images(target, labels, *, drafter=None, rule=None, tree=None, guida
     plain = drafter is None
     trace = _Trace(len(labels))
     start = time.perf_counter()
-    out = speculative_generate(target, NGramDrafter() if plain else drafter, prompt, torch.ones_like(prompt),
-                               max_new_tokens=n, do_sample=do_sample, temperature=temperature, top_k=top_k,
-                               top_p=top_p, tree=0 if plain else tree, rule=rule, generator=generator,
-                               guidance_scale=guidance_scale, progress=progress, on_step=trace)
+    sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+    guided = target if guidance_scale is None else GuidedTarget(target, guidance_scale)
+    out = speculative_generate(guided, NGramDrafter() if plain else drafter, prompt, torch.ones_like(prompt),
+                               max_new_tokens=n, tree=0 if plain else tree, rule=rule, sampling=sampling,
+                               engine=EngineConfig(progress=progress), generator=generator, on_step=trace)
     seconds = time.perf_counter() - start
     codes = out.sequences[:, prompt.shape[1]:]
     if codes.shape[1] != n:

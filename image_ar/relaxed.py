@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import torch
 
 from multispec.rules import AcceptanceRule, Verdict, check_logits, full_tree_tokens
+from multispec.targets import Features
+from multispec.tree import DraftTree
 from multispec.kernels.common import argmax_ref, sample_ref
 from multispec.kernels.dispatch import backend_for
 from multispec.sampling import SamplingConfig, exponential, nan_safe_argmax, uniform
@@ -125,7 +127,8 @@ class Relaxed(AcceptanceRule):
         return neighbour_mass(base, x, self.neighbours, budget, backend=self.backend)
 
     # ---- the rule ----------------------------------------------------------------------------------------
-    def accept(self, draft, target_logits, sampling: SamplingConfig, generator=None) -> RelaxedVerdict:
+    def accept(self, draft: DraftTree, target_logits: torch.Tensor, sampling: SamplingConfig,
+               generator: torch.Generator | None = None, features: Features | None = None) -> RelaxedVerdict:
         check_logits(draft, target_logits)
         b, t, v = target_logits.shape
         if self.neighbours.shape[0] != v:

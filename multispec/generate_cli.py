@@ -29,8 +29,10 @@ import torch
 
 from . import zoo
 from .cli_types import parse_tree, positive_int
+from .config import StoppingConfig
 from .drafters import EagleDrafter, EagleHead, ModelDrafter, NGramDrafter, SuffixDecodingDrafter
 from .generate import speculative_generate
+from .sampling import SamplingConfig
 from .tree import DynamicTree
 
 
@@ -78,6 +80,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="write texts and figures as JSON")
     for mode in GENERATE_MODES.values():
         mode.add_arguments(p.add_argument_group(f"{mode.name} pairs ({', '.join(mode.pairs)})"))
+
+
+def sampling_config(args: argparse.Namespace) -> SamplingConfig:
+    """--sample / --temperature as the `SamplingConfig` every generation of the command shares."""
+    return SamplingConfig(do_sample=bool(args.sample), temperature=args.temperature if args.sample else 1.0)
 
 
 def tree_option(text: str | None):
@@ -249,12 +256,13 @@ def generate_one(target, drafter, decode: Callable[[list[int]], str], inputs: di
     if not args.no_stream:
         sys.stdout.write(shown)  # the continuation streams after it
         sys.stdout.flush()
-    sampling = dict(do_sample=True, temperature=args.temperature,
-                    generator=torch.Generator().manual_seed(args.seed)) if args.sample else {}
     pad = pad if pad is not None else (eos if eos is not None else 0)
+    generator = torch.Generator().manual_seed(args.seed) if args.sample else None
     t0 = time.perf_counter()
-    out = speculative_generate(target, drafter, max_new_tokens=args.max_new_tokens, tree=tree, eos_token_id=eos,
-                               pad_token_id=pad, on_step=stream, **sampling, **inputs)
+    out = speculative_generate(target, drafter, max_new_tokens=args.max_new_tokens, tree=tree, on_step=stream,
+                               sampling=sampling_config(args),
+                               stopping=StoppingConfig(eos_token_id=eos, pad_token_id=pad), generator=generator,
+                               **inputs)
     seconds = time.perf_counter() - t0
     new = out.sequences[0, ids.shape[1]: ids.shape[1] + out.num_new_tokens[0]].tolist()
     text = decode(new)

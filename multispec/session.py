@@ -3,7 +3,7 @@ caller can append text, generate up to a stop, score a candidate span, and roll 
 the context again (step-level reasoning speculation lives on this). `speculative_generate` is one
 `append` and one `generate`.
 
-    session = Session(target, drafter, tree=4)
+    session = Session(target, drafter, tree=4, sampling=SamplingConfig(do_sample=True))
     session.append(prompt_ids)                       # prefill
     step = session.generate(64, stop=[[271]])        # up to a "\n\n" token
     mark = session.checkpoint()
@@ -18,75 +18,24 @@ text is final); rows that stop together, or a single row, stay and can continue.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+from .config import EngineConfig, StoppingConfig, check_max_new_tokens, checked, stop_sequences
 from .drafters import Drafter, as_drafter
+from .host import deferred_checks
 from .metrics import SpeculativeStats, StepStats
 from .prompt import Prompt
 from .rules import AcceptanceRule, Verdict, resolve_rule
-from .host import deferred_checks
 from .sampling import SamplingConfig, check_logits_finite
 from .step_read import StepClock, read_step
-from .targets import GuidedTarget, Target, as_target
+from .targets import Target, as_target
 from .targets.base import Features
 from .tree import DraftTree, TreeSpec, as_tree_spec
-
-
-def eos_ids(eos_token_id: int | Sequence[int] | torch.Tensor | None) -> tuple[int, ...]:
-    """EOS ids in the order given (the first is `generate`'s default pad id), without repeats."""
-    if eos_token_id is None:
-        return ()
-    if isinstance(eos_token_id, int):
-        return (eos_token_id,)
-    if isinstance(eos_token_id, torch.Tensor):
-        eos_token_id = eos_token_id.flatten().tolist()
-    return tuple(dict.fromkeys(int(x) for x in eos_token_id))
-
-
-def _default_ids(target: Target) -> tuple[tuple[int, ...], int | None]:
-    """The target's own generation-config EOS and pad ids (what `generate` would use; an adapter may say
-    its rows never stop, e.g. Janus's fixed-length image generation)."""
-    config = getattr(getattr(target, "model", None), "generation_config", None)
-    eos = eos_ids(getattr(config, "eos_token_id", None)) if config is not None else ()
-    if getattr(target, "stop_token_ids", None) is not None:
-        eos = tuple(target.stop_token_ids)
-    pad = getattr(config, "pad_token_id", None) if config is not None else None
-    return eos, pad
-
-
-def _stops(stop: Sequence[int | Sequence[int]] | None) -> list[tuple[int, ...]]:
-    out = []
-    for s in stop or ():
-        seq = (s,) if isinstance(s, int) else tuple(int(t) for t in s)
-        if not seq:
-            raise ValueError("stop: an empty stop sequence would stop at once")
-        out.append(seq)
-    return out
-
-
-def check_pad_widths(pad_widths: Mapping[int, int] | None) -> dict[int, int] | None:
-    """`pad_widths[M]`: verify a step of M nodes (root included) as this many (>= M; padding nodes are
-    invalid), e.g. `VerifyCost.padding()`."""
-    if pad_widths is None:
-        return None
-    if not isinstance(pad_widths, Mapping):
-        raise TypeError(f"pad_widths: expected a mapping of widths, got {type(pad_widths).__name__}")
-    bad = {m: w for m, w in pad_widths.items() if not (isinstance(m, int) and isinstance(w, int) and 1 <= m <= w)}
-    if bad:
-        raise ValueError(f"pad_widths: each entry must map a width M >= 1 to a width >= M, got {bad}")
-    return dict(pad_widths)
-
-
-def check_max_new_tokens(max_new_tokens: int) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-        raise TypeError(f"max_new_tokens: expected an int, got {type(max_new_tokens).__name__}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens: must be >= 0, got {max_new_tokens}")
 
 
 def _sync(device: torch.device) -> None:
@@ -132,25 +81,16 @@ class Session:
 
     def __init__(self, target, drafter="ngram", *, tree: TreeSpec | int | None = None,
                  rule: AcceptanceRule | str | None = None, sampling: SamplingConfig | None = None,
-                 do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
-                 top_p: float | None = None, generator: torch.Generator | None = None,
-                 eos_token_id: int | Sequence[int] | None = None, pad_token_id: int | None = None,
-                 guidance_scale: float | None = None, rollback: bool = True,
-                 pad_widths: Mapping[int, int] | None = None):
-        """Arguments as `speculative_generate`'s (which see); nothing runs until the first `append`.
-        `rollback=False` skips keeping what a rollback needs (the target features a feature-level drafter
-        read so far): for one-shot generation."""
-        if sampling is None:
-            sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
-        elif not isinstance(sampling, SamplingConfig):
-            raise TypeError(f"sampling: expected a SamplingConfig, got {type(sampling).__name__}")
+                 stopping: StoppingConfig | None = None, engine: EngineConfig | None = None,
+                 generator: torch.Generator | None = None, rollback: bool = True):
+        """Arguments as `speculative_generate`'s (which see; the static engines of `engine.step` are built by
+        `speculative_generate`, or passed in as the target and drafter); nothing runs until the first
+        `append`. `rollback=False` skips keeping what a rollback needs (the target features a feature-level
+        drafter read so far): for one-shot generation."""
+        self.sampling = checked(sampling, SamplingConfig, "sampling")
+        self.stopping = checked(stopping, StoppingConfig, "stopping")
+        self.engine = checked(engine, EngineConfig, "engine")
         self.target: Target = as_target(target)
-        if guidance_scale is not None:
-            if getattr(self.target, "unconditional_prompt", None) is None:
-                raise ValueError(
-                    f"guidance_scale: {self._describe(self.target)} builds no unconditional prompt of its own; "
-                    "wrap it in multispec.targets.GuidedTarget(model, scale, unconditional=...)")
-            self.target = GuidedTarget(self.target, guidance_scale)
         self.drafter: Drafter = as_drafter(drafter)
         self.target.check_request(self.drafter.feature_request)
         if self.drafter.vocab_size is not None and self.drafter.vocab_size != self.target.vocab_size:
@@ -158,32 +98,27 @@ class Session:
                 f"drafter: vocabulary size {self.drafter.vocab_size} does not match the target's "
                 f"{self.target.vocab_size}; a draft model must share the target's tokenizer and output vocabulary")
         self.spec = as_tree_spec(tree)
-        self.pad_widths = check_pad_widths(pad_widths)
-        self.sampling = sampling
-        self.rule = resolve_rule(rule, sampling.do_sample)
+        self.rule = resolve_rule(rule, self.sampling.do_sample)
         self.rule.check_target(self.target)
         self.target.check_request(self.rule.feature_request, who="rule")
         # what each verification pass returns: the drafter's features and the rule's (a judge's hidden states)
         self._score_request = self.drafter.feature_request | self.rule.feature_request
-        self._rule_reads_features = not self.rule.feature_request.empty
         self.generator = generator
-        default_eos, default_pad = _default_ids(self.target)
-        self.eos = eos_ids(eos_token_id) if eos_token_id is not None else default_eos
-        if pad_token_id is None:  # as `generate`: the config's pad id, else the first EOS id
-            pad_token_id = default_pad if default_pad is not None else (self.eos[0] if self.eos else 0)
-        self.pad_token_id = pad_token_id
+        default_eos, default_pad = self.target.generation_defaults()
+        stop = self.stopping
+        self.eos = stop.eos_token_id if stop.eos_token_id is not None else default_eos
+        pad = stop.pad_token_id
+        if pad is None:  # as `generate`: the config's pad id, else the first EOS id
+            pad = default_pad if default_pad is not None else (self.eos[0] if self.eos else 0)
+        self.pad_token_id = pad
         self.stats = SpeculativeStats()
         self.tokens: list[list[int]] = []  # per original row: its real tokens so far (the root last)
         self.active: list[int] = []  # original rows still in the caches, in batch order
-        self.roots: torch.Tensor | None = None
+        self.roots: torch.Tensor | None = None  # [active rows] each row's last committed token
         self._prompt: Prompt | None = None
         self.can_rollback = bool(rollback)
         self._features: list[list[Features]] = []  # per row, when the drafter reads target features
-        self._who = f"target ({type(getattr(self.target, 'model', self.target)).__name__})"
-
-    @staticmethod
-    def _describe(target: Target) -> str:
-        return f"target ({type(getattr(target, 'model', target)).__name__})"
+        self._who = f"target ({type(self.target.user_model).__name__})"
 
     # ---- properties ------------------------------------------------------------------------------------
     @property
@@ -197,15 +132,16 @@ class Session:
             raise RuntimeError(f"{what}: every row has left the session")
 
     def _check_room(self, extra: int) -> None:
-        max_pos = getattr(getattr(getattr(self.target, "model", None), "config", None), "max_position_embeddings", None)
+        max_pos = self.target.max_positions
         longest = max(len(self.tokens[r]) for r in self.active) if self.active else 0
-        if isinstance(max_pos, int) and longest + extra + self.spec.max_nodes > max_pos:
+        if max_pos is not None and longest + extra + self.spec.max_nodes > max_pos:
             raise ValueError(f"max_new_tokens: context ({longest}) + new tokens ({extra}) + draft nodes "
                              f"({self.spec.max_nodes}) exceed the target's max_position_embeddings ({max_pos})")
 
     # ---- append -------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def append(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def append(self, input_ids: torch.Tensor,  # [B, L] the prompt (left-padded); later [active rows, n]
+               attention_mask: torch.Tensor | None = None,  # [B, L], the first call only
                **model_inputs) -> SpanScore | None:
         """The first call prefills a (left-padded) prompt with the model's inputs (`pixel_values`, ...); later
         calls append the same number of tokens [rows, n] to every active row (text written elsewhere),
@@ -219,9 +155,11 @@ class Session:
             name = "attention_mask" if attention_mask is not None else sorted(model_inputs)[0]
             raise ValueError(f"{name}: only the first append (the prompt) takes it")
         tokens = input_ids[None] if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 1 else input_ids
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[0] != len(self.active):
+        if not isinstance(tokens, torch.Tensor):
+            raise TypeError(f"input_ids: expected a torch.Tensor, got {type(tokens).__name__}")
+        if tokens.dim() != 2 or tokens.shape[0] != len(self.active):
             raise ValueError(f"input_ids: expected [{len(self.active)}, n] tokens (one row per active row), got "
-                             f"{getattr(tokens, 'shape', type(tokens).__name__)}")
+                             f"{tuple(tokens.shape)}")
         if tokens.shape[1] == 0:
             empty = tokens.new_zeros(tokens.shape, dtype=torch.float32)
             return SpanScore(empty, empty.clone())
@@ -247,7 +185,7 @@ class Session:
             raise ValueError(f"input_ids: token ids must lie in [0, {vocab})")
 
     def _prefill(self, prompt: Prompt) -> None:
-        self._check_ids(prompt.input_ids, getattr(self.target, "prompt_vocab_size", None))
+        self._check_ids(prompt.input_ids, self.target.prompt_vocab_size)
         self.target.check_prompt(prompt)
         t0 = time.perf_counter()
         request = self.drafter.feature_request
@@ -269,20 +207,21 @@ class Session:
     # ---- generate -----------------------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, max_new_tokens: int, stop: Sequence[int | Sequence[int]] | None = None,
-                 progress: bool = False,
                  on_step: Callable[[DraftTree, Verdict, list[int]], None] | None = None) -> dict[int, list[int]]:
-        """Generate up to `max_new_tokens` per active row, stopping a row after an EOS id or after any of the
-        `stop` sequences (token ids, or lists of ids for multi-token delimiters). Returns each row's new
-        tokens by original row index (the stop included)."""
+        """Generate up to `max_new_tokens` per active row, stopping a row after an EOS id or after any stop
+        sequence: the session's (`stopping.stop`) and this call's `stop` (token ids, or lists of ids for
+        multi-token delimiters). `on_step(draft, verdict, rows)` is called after each verification. Returns
+        each row's new tokens by original row index (the stop included)."""
         check_max_new_tokens(max_new_tokens)
         self._require_started("generate")
-        stops = _stops(stop) + [(e,) for e in self.eos]
+        stops = [*self.stopping.stop, *stop_sequences(stop), *((e,) for e in self.eos)]
         self._check_room(max_new_tokens)
         new: dict[int, list[int]] = {row: [] for row in self.active}
         if max_new_tokens == 0:
             return new
         device = self.target.device
-        bar = tqdm(total=max_new_tokens * len(self.active), disable=not progress, desc="speculative", unit="tok")
+        bar = tqdm(total=max_new_tokens * len(self.active), disable=not self.engine.progress, desc="speculative",
+                   unit="tok")
         clock = StepClock(device)
         steps: list[StepStats] = []
         while True:
@@ -290,17 +229,15 @@ class Session:
             # the step reads the device once (`read_step`); checks that would read it wait for that read
             with deferred_checks() as checks:
                 draft = self.drafter.propose(self.roots, self.spec, self.sampling, self.generator).trimmed()
-                if self.pad_widths:  # verified nodes = the root + the draft's
-                    draft = draft.padded(self.pad_widths.get(draft.num_nodes + 1, draft.num_nodes + 1) - 1)
+                pad_widths = self.engine.pad_widths
+                if pad_widths:  # verified nodes = the root + the draft's
+                    draft = draft.padded(pad_widths.get(draft.num_nodes + 1, draft.num_nodes + 1) - 1)
                 clock.mark()
                 full = torch.cat([self.roots[:, None], draft.tokens.to(device)], dim=1)
                 scored = self.target.score(full, draft.full_parents(), draft.full_valid(), self._score_request)
                 check_logits_finite(scored.logits, self._who)
-                if self._rule_reads_features:
-                    verdict = self.rule.accept(draft, scored.logits, self.sampling, self.generator,
-                                               features=scored.features)
-                else:
-                    verdict = self.rule.accept(draft, scored.logits, self.sampling, self.generator)
+                verdict = self.rule.accept(draft, scored.logits, self.sampling, self.generator,
+                                           features=scored.features)
             clock.mark()
             read = read_step(draft, verdict, checks, device)
             if on_step is not None:
@@ -346,7 +283,7 @@ class Session:
         is then set: the engines commit without reading the device)."""
         if self.drafter.observes_target:  # the drafter learns from the target's verdict on every node
             self.drafter.observe(full, scored.logits, draft.full_valid())
-        if verdict.host_counts is not None and getattr(self.target, "accepts_host_counts", False):
+        if verdict.host_counts is not None and self.target.accepts_host_counts:
             self.target.commit(verdict.path, counts=verdict.host_counts)
         else:
             self.target.commit(verdict.path)
@@ -380,7 +317,7 @@ class Session:
 
     # ---- score --------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def score(self, tokens: torch.Tensor) -> SpanScore:
+    def score(self, tokens: torch.Tensor) -> SpanScore:  # tokens: [active rows, m] int64
         """The target's log-probabilities of a candidate span [rows, m] after each row's text, and its logits
         after the span, in one pass; nothing is committed."""
         self._require_started("score")
@@ -438,11 +375,10 @@ class Session:
             mask[i, width - len(t):] = 1
         inputs = {}
         first = self._prompt
-        per_token = getattr(self.target, "per_token_inputs", frozenset())
-        appended = getattr(self.target, "appended_token_type", 0)  # a prefix LM's generated text: suffix
+        per_token, appended = self.target.per_token_inputs, self.target.appended_token_type
         for name, value in first.inputs.items():
-            if name in per_token:  # one value per token (e.g. mm_token_type_ids): text appended is type 0,
-                # or the target's `appended_token_type`
+            if name in per_token:  # one value per token (e.g. mm_token_type_ids): appended text's type is the
+                # target's `appended_token_type` (0; a prefix LM's generated suffix: 1)
                 laid = torch.full((len(rows), width), appended, dtype=value.dtype, device="cpu")
                 for i, r in enumerate(self.active):
                     real = value[r][first.attention_mask[r].bool()].cpu()

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from multispec import speculative_generate
+from multispec import StoppingConfig, speculative_generate
 from multispec.bench.recorder import Recorder, partition
 from multispec.bench.shards import Shards
 from multispec.drafters import ModelDrafter
@@ -179,8 +179,8 @@ def solve(method: str, models: Models, s: Settings, question: str) -> dict:
         tally = JudgeStats()
         ids = torch.tensor([prompt], device=models.base.device)
         out = speculative_generate(models.base, ModelDrafter(models.drafter_model), ids,
-                                   max_new_tokens=s.max_new_tokens, tree=s.k, rule=rule, eos_token_id=eos,
-                                   on_step=tally)
+                                   max_new_tokens=s.max_new_tokens, tree=s.k, rule=rule, on_step=tally,
+                                   stopping=StoppingConfig(eos_token_id=eos))
         new = out.sequences[0, len(prompt):].tolist()
         new = new[: new.index(eos) + 1] if eos in new else new
         st = out.stats

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from multispec import Prompt, Session
+from multispec import Prompt, Session, StoppingConfig
 from multispec.drafters import ModelDrafter
 from multispec.rules import Judge, judge_inputs
 from multispec.targets import as_target
@@ -45,7 +45,8 @@ def divergences(base, small, prompt: list[int], k: int, max_new_tokens: int, eos
     run's output (the base's own greedy text; with `rule`, judge decoding's text, whose approved divergent
     tokens are listed too)."""
     found: list[Divergence] = []
-    session = Session(base, ModelDrafter(small), tree=k, rule=rule, eos_token_id=eos, rollback=False)
+    session = Session(base, ModelDrafter(small), tree=k, rule=rule, rollback=False,
+                      stopping=StoppingConfig(eos_token_id=eos))
     session.append(torch.tensor([prompt]))
 
     def record(draft, verdict, rows):

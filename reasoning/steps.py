@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from multispec import Prompt, SamplingConfig, Session
-from multispec.session import SpanScore, eos_ids
+from multispec import Prompt, SamplingConfig, Session, StoppingConfig
+from multispec.config import checked, eos_ids
 from multispec.sampling import check_logits_finite
+from multispec.session import SpanScore
 from multispec.targets import as_target
 from multispec.tree import DraftTree
 
@@ -33,11 +34,12 @@ class Writer:
     tokens_written: int = 0  # tokens this model generated (not appended)
 
     @staticmethod
-    def open(model, drafter=None, tree=None, eos_token_id: int | Sequence[int] | None = None,
-             **sampling) -> "Writer":
+    def open(model, drafter=None, tree=None, *, eos_token_id: int | Sequence[int] | None = None,
+             sampling: SamplingConfig | None = None, generator: torch.Generator | None = None) -> "Writer":
+        """`eos_token_id` None: the model's generation config's; `sampling` None: greedy."""
         if drafter is None:
-            return PlainWriter(model, eos_token_id, **sampling)
-        return SessionWriter(model, drafter, tree, eos_token_id, **sampling)
+            return PlainWriter(model, eos_token_id, sampling, generator)
+        return SessionWriter(model, drafter, tree, eos_token_id, sampling, generator)
 
     def start(self, prompt: list[int]) -> None: ...
 
@@ -64,8 +66,10 @@ class Writer:
 class SessionWriter(Writer):
     """A writer on a `multispec.Session` with `drafter` (token-level speculation, lossless)."""
 
-    def __init__(self, model, drafter, tree=None, eos_token_id: int | Sequence[int] | None = None, **sampling):
-        self.session = Session(model, drafter, tree=tree, eos_token_id=eos_token_id, **sampling)
+    def __init__(self, model, drafter, tree=None, eos_token_id: int | Sequence[int] | None = None,
+                 sampling: SamplingConfig | None = None, generator: torch.Generator | None = None):
+        self.session = Session(model, drafter, tree=tree, sampling=sampling, generator=generator,
+                               stopping=StoppingConfig(eos_token_id=eos_token_id))
         self.eos = frozenset(self.session.eos)
         self.tokens_written = 0
 
@@ -100,18 +104,17 @@ class PlainWriter(Writer):
     """One token per forward on the model's target adapter: what a `Session` with a zero-length draft does,
     without the draft, verdict and statistics bookkeeping of every step."""
 
-    def __init__(self, model, eos_token_id: int | Sequence[int] | None = None, generator=None, **sampling):
+    def __init__(self, model, eos_token_id: int | Sequence[int] | None = None,
+                 sampling: SamplingConfig | None = None, generator: torch.Generator | None = None):
         self.target = as_target(model)
-        self.sampling = SamplingConfig(**sampling)
+        self.sampling = checked(sampling, SamplingConfig, "sampling")
         self.generator = generator
-        if eos_token_id is None:
-            config = getattr(getattr(self.target, "model", None), "generation_config", None)
-            eos_token_id = getattr(config, "eos_token_id", None)
-        self.eos = frozenset(eos_ids(eos_token_id))
+        self.eos = frozenset(eos_ids(eos_token_id) if eos_token_id is not None
+                             else self.target.generation_defaults()[0])
         self.tokens: list[int] = []
         self.root: torch.Tensor | None = None
         self.tokens_written = 0
-        self._who = f"model ({type(getattr(self.target, 'model', self.target)).__name__})"
+        self._who = f"model ({type(self.target.user_model).__name__})"
 
     def start(self, prompt: list[int]) -> None:
         if not prompt:

@@ -21,11 +21,11 @@ from __future__ import annotations
 import torch
 from transformers import Zamba2ForCausalLM
 
-from multispec import (DynamicTree, HybridDrafter, ModelDrafter, NGramDrafter, StaticTree, SuffixDecodingDrafter,
-                       TokenRecyclingDrafter, speculative_generate, zoo)
+from multispec import (DynamicTree, HybridDrafter, ModelDrafter, NGramDrafter, SamplingConfig, StaticTree,
+                       StoppingConfig, SuffixDecodingDrafter, TokenRecyclingDrafter, speculative_generate, zoo)
 from multispec.bench.machine import describe, save_results
-from multispec.bench.recorder import (LEGEND, Fresh, Recorder, format_table, outputs_identical, repeat, results,
-                                      sequences)
+from multispec.bench.recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences
+from multispec.bench.rows import Row, leading, method_table
 from multispec.bench.text import classify, prompts
 from multispec.drafters.recycling import cpu_tree
 from multispec.testing import make_perturbed_copy
@@ -95,6 +95,49 @@ def _assisted_refusal(model, draft_model, ids) -> str | None:
     return None
 
 
+def rows(pair_name: str, model, drafter, chain_k: int, tree: DynamicTree, corpus) -> list[Row]:
+    """Every speculative row, once (`sampled`: in the sampling table too)."""
+    ssm_draft = _ssm_draft(pair_name)
+    return [
+        Row("ar_adapter", NGramDrafter, 0, sampled=True),  # a zero-length draft: one token per step
+        *([Row(f"chain_replay_k{chain_k}", drafter, chain_k, options={"replay": True})]
+          if _target(model, replay=True) is not None else []),
+        Row(f"chain_k{chain_k}", drafter, chain_k, sampled=True),
+        Row("stree_static", drafter, StaticTree.full([3, 2, 1, 1])),
+        Row("stree_dynamic", drafter, tree, sampled=True),
+        # a free drafter for contrast: prompt lookup costs no forward, so it shows the target-side overhead alone
+        Row("ngram_chain_k5", NGramDrafter, 5),
+        # a state-space draft model (the zoo's 2-layer byte Mamba-2, same vocabulary) instead of the Llama
+        *([Row(f"ssm_draft_chain_k{chain_k}", ssm_draft, chain_k), Row("ssm_draft_stree_dynamic", ssm_draft, tree)]
+          if ssm_draft is not None else []),
+        # the training-free tree drafters (one instance per row and round)
+        Row("recycling_tree", TokenRecyclingDrafter, cpu_tree(), fresh=True),
+        Row("suffix_tree", lambda: SuffixDecodingDrafter(corpus=corpus), DynamicTree(depth=4, topk=4, total=16),
+            fresh=True),
+        # prompt lookup when the text repeats itself, the draft model's tree otherwise
+        Row(f"hybrid_chain_k{chain_k}", lambda: HybridDrafter(drafter), chain_k, fresh=True),
+        Row("hybrid_stree_dynamic", lambda: HybridDrafter(drafter), tree, fresh=True, sampled=True),
+    ]
+
+
+def baselines(model, draft_model, ids, n: int, temperature: float | None = None) -> tuple[dict, str | None]:
+    """The model's own `generate` (greedy, or sampling at `temperature`), and in the greedy table
+    `transformers`' assisted generation where it runs on the pair; with the refusal it gave (None: it ran)."""
+    decode = dict(do_sample=False) if temperature is None else dict(do_sample=True, temperature=temperature, top_k=0)
+
+    def plain(ids, **extra):
+        return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, eos_token_id=None,
+                              pad_token_id=0, **decode, **extra)
+
+    if temperature is not None:
+        return {"plain": plain}, None
+    assisted = _assisted_refusal(model, draft_model, ids) if draft_model is not None else "no draft model"
+    methods = {"plain": plain}
+    if assisted is None:  # a transformers version that supports it: measure it like the rest
+        methods["transformers_assisted"] = lambda ids: plain(ids, assistant_model=draft_model)
+    return methods, assisted
+
+
 def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | None = None,
         max_new_tokens: int | None = None, temperature: float = 1.0, threads: int | None = None,
         chain_k: int = 4, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
@@ -105,58 +148,23 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     pair = _random_pair(pair_name) if pair_name in RANDOM_PAIRS else zoo.load(pair_name, weights=weights)
     model, drafter, tok = pair.target, pair.drafter, pair.tokenizer
     tree = tree or DynamicTree(depth=5, topk=3, total=14)
-    static = StaticTree.full([3, 2, 1, 1])
     n = max_new_tokens or (48 if quick else 128)
     ps = prompts(tok, quick)
-    no_eos = dict(eos_token_id=[], pad_token_id=0)
-    corpus = _byte_corpus(corpus_chars)
+    all_rows = rows(pair_name, model, drafter, chain_k, tree, _byte_corpus(corpus_chars))
 
-    def spec(tree_spec, replay=False, draft=drafter, **kw):
-        return lambda ids: speculative_generate(_target(model, replay), draft, ids, max_new_tokens=n,
-                                                tree=tree_spec, **no_eos, **kw)
+    def generate(sampling: SamplingConfig, generator=None):
+        def one(ids, draft, spec, options):
+            return speculative_generate(_target(model, options.get("replay", False)), draft, ids, max_new_tokens=n,
+                                        tree=spec, sampling=sampling, stopping=StoppingConfig.never(),
+                                        generator=generator)
+        return one
 
-    def fresh(make_draft, tree_spec, **kw):
-        """A drafter that learns across the prompts of a round (as across a user's requests) and starts over
-        at the next round: in a repeated round it would otherwise draft its own earlier output back."""
-        return Fresh(lambda: spec(tree_spec, draft=make_draft(), **kw))
-
-    greedy = {"plain": lambda ids: model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
-                                                  do_sample=False, eos_token_id=None, pad_token_id=0)}
-    greedy["ar_adapter"] = spec(0, draft=NGramDrafter())  # a zero-length draft: one token per step
-    draft_model = getattr(getattr(drafter, "lm", None), "model", None)
-    assisted = _assisted_refusal(model, draft_model, ps[0][1]) if draft_model is not None else "no draft model"
-    if assisted is None:  # a transformers version that supports it: measure it like the rest
-        greedy["transformers_assisted"] = lambda ids: model.generate(
-            ids, attention_mask=torch.ones_like(ids), assistant_model=draft_model, max_new_tokens=n,
-            do_sample=False, eos_token_id=None, pad_token_id=0)
-    if _target(model, replay=True) is not None:
-        greedy[f"chain_replay_k{chain_k}"] = spec(chain_k, replay=True)
-    greedy[f"chain_k{chain_k}"] = spec(chain_k)
-    greedy["stree_static"] = spec(static)
-    greedy["stree_dynamic"] = spec(tree)
-    # a free drafter for contrast: prompt lookup costs no forward, so it shows the target-side overhead alone
-    greedy["ngram_chain_k5"] = spec(5, draft=NGramDrafter())
-    # a state-space draft model (the zoo's 2-layer byte Mamba-2, same vocabulary) instead of the Llama
-    ssm_draft = _ssm_draft(pair_name)
-    if ssm_draft is not None:
-        greedy[f"ssm_draft_chain_k{chain_k}"] = spec(chain_k, draft=ssm_draft)
-        greedy["ssm_draft_stree_dynamic"] = spec(tree, draft=ssm_draft)
-    # the training-free tree drafters (one instance per row and round)
-    greedy["recycling_tree"] = fresh(TokenRecyclingDrafter, cpu_tree())
-    greedy["suffix_tree"] = fresh(lambda: SuffixDecodingDrafter(corpus=corpus), DynamicTree(depth=4, topk=4, total=16))
-    # prompt lookup when the text repeats itself, the draft model's tree otherwise
-    greedy[f"hybrid_chain_k{chain_k}"] = fresh(lambda: HybridDrafter(drafter), chain_k)
-    greedy["hybrid_stree_dynamic"] = fresh(lambda: HybridDrafter(drafter), tree)
-    g = torch.Generator().manual_seed(0)
-    sample = dict(do_sample=True, temperature=temperature, generator=g)
-    sampled = {"plain": lambda ids: model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
-                                                   do_sample=True, temperature=temperature, top_k=0,
-                                                   eos_token_id=None, pad_token_id=0),
-               "ar_adapter": spec(0, draft=NGramDrafter(), **sample),
-               f"chain_k{chain_k}": spec(chain_k, **sample),
-               "stree_dynamic": spec(tree, **sample),
-               "hybrid_stree_dynamic": fresh(lambda: HybridDrafter(drafter), tree, **sample)}
-
+    draft_model = getattr(getattr(drafter, "lm", None), "model", None)  # a model drafter's model, if any
+    greedy, assisted = baselines(model, draft_model, ps[0][1], n)
+    greedy = leading(greedy | method_table(all_rows, generate(SamplingConfig())), ("plain", "ar_adapter"))
+    sampled = baselines(model, None, None, n, temperature)[0] | method_table(
+        all_rows, generate(SamplingConfig(do_sample=True, temperature=temperature), torch.Generator().manual_seed(0)),
+        sampled=True)
     inputs = [ids for _, ids in ps]
     compare = lambda ref, out, ids: classify(model, sequences(ref), sequences(out))  # noqa: E731
     tables = {"greedy": Recorder(greedy, "plain", compare=compare, also_against=["ar_adapter"])

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from device_guard import EXEMPT, REPO, DeviceGuard
-from multispec import DynamicTree, HybridDrafter, Session, StaticTree, SuffixDecodingDrafter, TokenRecyclingDrafter
-from multispec import speculative_generate
+from multispec import (DynamicTree, HybridDrafter, SamplingConfig, Session, StaticTree, SuffixDecodingDrafter,
+                       TokenRecyclingDrafter, speculative_generate)
 from multispec.continuous import continuous_generate
 from multispec.drafters import ModelDrafter
 from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
@@ -179,8 +179,9 @@ def reasoning():
 
 def _text_model(m, g):
     ids, mask = m["prompts"]
-    sample = dict(do_sample=True, generator=g, max_new_tokens=4)
-    speculative_generate(m["target"], m["draft"], ids, mask, top_k=20, top_p=0.9, tree=3, **sample)
+    sample = dict(sampling=SamplingConfig(do_sample=True), generator=g, max_new_tokens=4)
+    speculative_generate(m["target"], m["draft"], ids, mask, tree=3, max_new_tokens=4, generator=g,
+                         sampling=SamplingConfig(do_sample=True, top_k=20, top_p=0.9))
     speculative_generate(m["gemma"], m["gemma_draft"], ids, mask, tree=DynamicTree(3, 2, 5), **sample)
     # transformers' own forwards, greedy on a static tree (the kernels' reference tree walk)
     speculative_generate(HFCausalLM(m["target"]), ModelDrafter(HFCausalLM(m["draft"])), ids, mask, max_new_tokens=4,
@@ -189,7 +190,7 @@ def _text_model(m, g):
 
 def _text_drafters(m, g):
     ids, mask = m["prompts"]
-    sample = dict(do_sample=True, generator=g, max_new_tokens=4)
+    sample = dict(sampling=SamplingConfig(do_sample=True), generator=g, max_new_tokens=4)
     t = m["target"]
     speculative_generate(t, EagleDrafter(m["head"], t), ids, mask, tree=DynamicTree(3, 2, 5), **sample)
     speculative_generate(t, "ngram", ids, mask, **sample)
@@ -204,7 +205,7 @@ def _text_drafters(m, g):
 
 def _text_session(m, g):
     ids, mask = m["prompts"]
-    s = Session(m["target"], m["draft"], tree=3, do_sample=True, generator=g)
+    s = Session(m["target"], m["draft"], tree=3, generator=g, sampling=SamplingConfig(do_sample=True))
     s.append(ids[:1], mask[:1])
     s.generate(4)
     mark = s.checkpoint()
@@ -216,7 +217,7 @@ def _text_session(m, g):
 
 def _vision(m, g):
     for model, head, draft, inputs in m.values():
-        sample = dict(do_sample=True, generator=g, max_new_tokens=4)
+        sample = dict(sampling=SamplingConfig(do_sample=True), generator=g, max_new_tokens=4)
         speculative_generate(model, VisionEagleDrafter(head, model), tree=DynamicTree(3, 2, 5), **sample, **inputs)
         speculative_generate(model, draft, **sample, **inputs)
 
@@ -231,7 +232,8 @@ def _image(m, g):
     generate_images(gpt, [0, 1], drafter=m["draft"], rule=Relaxed(m["table"], delta=0.2), tree=3, **sample)
     generate_images(gpt, [2, 3], drafter=EagleDrafter(m["head"], gpt), **sample)
     ids, mask = m["janus_prompts"]
-    speculative_generate(m["janus"], m["janus_draft"], ids, mask, max_new_tokens=NUM_IMAGE_TOKENS, tree=3, **sample)
+    speculative_generate(GuidedTarget(m["janus"], 2.0), m["janus_draft"], ids, mask, max_new_tokens=NUM_IMAGE_TOKENS,
+                         tree=3, sampling=SamplingConfig(do_sample=True), generator=g)
 
 
 def _continuous(m, g):
@@ -247,8 +249,8 @@ def _continuous(m, g):
 def _ssm(m, g):
     ids = torch.tensor([[5, 17, 42, 9, 77], [0, 0, 3, 4, 5]])
     for model, draft in m:  # STree: tree drafts verified with tree scans
-        speculative_generate(model, draft, ids, (ids > 0).long(), max_new_tokens=3, do_sample=True,
-                             tree=DynamicTree(2, 3, 6), generator=g)
+        speculative_generate(model, draft, ids, (ids > 0).long(), max_new_tokens=3, tree=DynamicTree(2, 3, 6),
+                             generator=g, sampling=SamplingConfig(do_sample=True))
 
 
 def _reasoning(m, g):
@@ -261,7 +263,7 @@ def _reasoning(m, g):
     SpeculativeThinking(small, base, tok, SpeculativeThinkingConfig(token_budget=6)).run(prompt)
     SpeculativeVerdict(m["experts"], m["verdict"], k=2).run("2 + 3?")
     for drafter in (None, ModelDrafter(small)):
-        writer = Writer.open(base, drafter, 3, eos_token_id=2, do_sample=True, generator=g)
+        writer = Writer.open(base, drafter, 3, eos_token_id=2, sampling=SamplingConfig(do_sample=True), generator=g)
         writer.start(prompt)
         writer.write(3)
 

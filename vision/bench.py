@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from multispec import DynamicTree, speculative_generate, zoo
+from multispec import DynamicTree, StoppingConfig, speculative_generate, zoo
 from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import LEGEND, format_table, results
 from multispec.drafters import ModelDrafter
@@ -70,7 +70,7 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
     small_vlm = ModelDrafter(assistant)
     for k in ks:
         methods[f"small_vlm_chain_k{k}"] = lambda inputs, k=k: speculative_generate(
-            model, small_vlm, max_new_tokens=n, tree=k, **stop, **inputs)
+            model, small_vlm, max_new_tokens=n, tree=k, stopping=StoppingConfig(**stop), **inputs)
     refusal = None
     if "hf_prompt_lookup" in methods:
         refusal = probe(methods["hf_prompt_lookup"], processor(items[0].image, items[0].question))

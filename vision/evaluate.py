@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec import DynamicTree, Prompt, speculative_generate
+from multispec import DynamicTree, Prompt, StoppingConfig, speculative_generate
 from multispec.bench.recorder import Recorder, generated_tokens, outputs_identical, partition, sequences
 from multispec.bench.shards import Shards
 from multispec.targets import as_target
@@ -43,6 +43,7 @@ def vqa_methods(model, drafters: dict[str, object], max_new_tokens: int, eos_tok
     tree = tree or TREE
     ks = chain_lengths(chain_k)
     stop = dict(eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+    stopping = StoppingConfig(**stop)
     methods: dict[str, Method] = {
         "plain": lambda inputs: model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, **stop)}
     if prompt_lookup:
@@ -51,7 +52,7 @@ def vqa_methods(model, drafters: dict[str, object], max_new_tokens: int, eos_tok
     for name, drafter in drafters.items():
         for label, spec in [(f"chain_k{k}", k) for k in ks] + [("dynamic_tree", tree)]:
             methods[f"{name}_{label}"] = (lambda inputs, d=drafter, s=spec: speculative_generate(
-                model, d, max_new_tokens=max_new_tokens, tree=s, **stop, **inputs))
+                model, d, max_new_tokens=max_new_tokens, tree=s, stopping=stopping, **inputs))
     return methods
 
 
@@ -69,8 +70,8 @@ def accepted_length(model, drafter, prompts: Sequence[dict[str, torch.Tensor]], 
     target forward, the bonus token included. Greedy, so it needs no timing and no repeat."""
     committed = forwards = 0
     for inputs in prompts:
-        res = speculative_generate(model, drafter, max_new_tokens=max_new_tokens, tree=tree, eos_token_id=eos_token_id,
-                                   pad_token_id=pad_token_id, **inputs)
+        res = speculative_generate(model, drafter, max_new_tokens=max_new_tokens, tree=tree, **inputs,
+                                   stopping=StoppingConfig(eos_token_id=eos_token_id, pad_token_id=pad_token_id))
         committed += res.stats.committed
         forwards += sum(s.rows for s in res.stats.steps)
     return round(committed / max(1, forwards), 3)

@@ -19,6 +19,7 @@ from ..testing import make_layer_skip_draft
 from ..drafters.recycling import cpu_tree
 from .machine import describe, save_results
 from .recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences
+from ..config import StoppingConfig
 
 
 def build_pair(quick: bool, seed: int = 0, agreement_damping: float = 0.05):
@@ -57,7 +58,7 @@ def run(quick: bool = False, max_new_tokens: int | None = None, prompts: int | N
         must not learn from an earlier round's output for the same prompt; a model is callable too, so
         test for a class)."""
         return lambda ids: speculative_generate(target, drafter() if isinstance(drafter, type) else drafter, ids,
-                                                max_new_tokens=n, tree=tree, eos_token_id=[], pad_token_id=0)
+                                                max_new_tokens=n, tree=tree, stopping=StoppingConfig.never())
 
     methods = {
         "plain": hf(),

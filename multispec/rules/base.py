@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..sampling import SamplingConfig
-from ..targets.base import NO_FEATURES, FeatureRequest
+from ..targets.base import NO_FEATURES, FeatureRequest, Features
 from ..tree import DraftTree
 
 
@@ -34,14 +34,16 @@ class AcceptanceRule:
 
     `lossless` says whether the output follows the target's law exactly; a lossy rule states its bound.
     A rule that reads the target's features at the draft nodes (a judge) sets `feature_request`; the loop
-    then scores the tree with it and passes `features=` to `accept`."""
+    scores the tree with it. Every rule's `accept` takes `features=` (the features the scoring pass returned,
+    None if nothing was asked), whether it reads them or not."""
 
     lossless: bool = False
     feature_request: FeatureRequest = NO_FEATURES
 
     def accept(self, draft: DraftTree, target_logits: torch.Tensor, sampling: SamplingConfig,
-               generator: torch.Generator | None = None) -> Verdict:
-        """The verdict on `draft` given `target_logits` [B, N + 1, V] (after the root and every node)."""
+               generator: torch.Generator | None = None, features: Features | None = None) -> Verdict:
+        """The verdict on `draft` given `target_logits` [B, N + 1, V] (after the root and every node) and the
+        target's `features` at every full-tree node [B, N + 1, ...] (those `feature_request` asked for)."""
         raise NotImplementedError(f"{type(self).__name__} must implement accept()")
 
     def check_target(self, target) -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import torch
 
 from ..kernels import chain_verify_greedy, chain_verify_random, tree_verify_greedy, tree_verify_random
-from ..sampling import exponential, nan_safe_argmax, uniform
+from ..sampling import SamplingConfig, exponential, nan_safe_argmax, uniform
+from ..targets.base import Features
+from ..tree import DraftTree
 from .base import AcceptanceRule, Verdict, chain_drafts, chain_verdict, check_logits, full_tree_tokens
 
 
@@ -16,7 +18,8 @@ class Greedy(AcceptanceRule):
 
     lossless = True
 
-    def accept(self, draft, target_logits, sampling, generator=None):
+    def accept(self, draft: DraftTree, target_logits: torch.Tensor, sampling: SamplingConfig,
+               generator: torch.Generator | None = None, features: Features | None = None) -> Verdict:
         check_logits(draft, target_logits)
         argmax = nan_safe_argmax(sampling.process(target_logits))
         if draft.is_chain:
@@ -38,7 +41,8 @@ class Exact(AcceptanceRule):
 
     lossless = True
 
-    def accept(self, draft, target_logits, sampling, generator=None):
+    def accept(self, draft: DraftTree, target_logits: torch.Tensor, sampling: SamplingConfig,
+               generator: torch.Generator | None = None, features: Features | None = None) -> Verdict:
         if not sampling.do_sample:
             return Greedy().accept(draft, target_logits, sampling, generator)
         check_logits(draft, target_logits)

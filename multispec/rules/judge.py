@@ -73,7 +73,7 @@ class Judge(AcceptanceRule):
 
     def check_target(self, target) -> None:
         if self.head is not None:
-            self.head.check_target(getattr(target, "shown_model", None) or getattr(target, "model", target))
+            self.head.check_target(target.user_model)
 
     def approvals(self, draft: DraftTree, features: Features | None,
                   target_logits: torch.Tensor | None = None) -> torch.Tensor:

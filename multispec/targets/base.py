@@ -19,12 +19,13 @@ never computes one.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ..config import eos_ids
 from ..prompt import Prompt
 
 
@@ -111,42 +112,85 @@ class TargetOutput:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-def _name(obj: Any) -> str:
-    # `shown_model`: the model a user passed, where the adapter drives a view of it (a VLM's text model)
-    shown = getattr(obj, "shown_model", None) or getattr(obj, "model", obj)
-    return f"{getattr(obj, 'name', 'target')} ({type(shown).__name__})"
-
-
 class _Committing(abc.ABC):
     """What both contracts share: keep an accepted path, drop what was fed, keep only some rows."""
 
     @abc.abstractmethod
-    def commit(self, path: torch.Tensor) -> None: ...
+    def commit(self, path: torch.Tensor) -> None:  # path: [B, D + 1] tree indices, root first, -1 padded
+        """Keep the pending nodes on `path` (the accepted root-to-node path of each row); drop the rest."""
 
     @abc.abstractmethod
-    def discard(self) -> None: ...
+    def discard(self) -> None:
+        """Drop every pending node (a scored span that is not kept)."""
 
     @abc.abstractmethod
-    def select(self, rows: torch.Tensor) -> None: ...
+    def select(self, rows: torch.Tensor) -> None:  # rows: [B'] int64 batch positions to keep, in order
+        """Keep only these batch rows (the others finished)."""
 
 
 class Target(_Committing):
-    """A model the loop verifies drafts with (see the module docstring for the lifecycle)."""
+    """A model the loop verifies drafts with (see the module docstring for the lifecycle).
+
+    Everything the session and the rules read of a target is declared here, with its default; an adapter
+    sets what differs for its model:
+
+    - `name`, `vocab_size` (the generated vocabulary), `device`;
+    - `model`: the model this adapter runs (None for a hand-written target); `shown_model`: the model the
+      user passed, where the adapter runs a view of it (a VLM's text model), else None (`user_model`);
+    - `prefill_inputs`: model inputs besides input_ids / attention_mask that `prefill` takes (pixel_values);
+      `per_token_inputs`: those with one value per prompt token (mm_token_type_ids), and
+      `appended_token_type`: their value for text appended after the prompt (a prefix LM's suffix: 1);
+    - `prompt_vocab_size`: prompt ids may come from a larger vocabulary than the generated ones (Janus: text
+      prompt, image tokens); None: the same vocabulary;
+    - `stop_token_ids`: the ids that end a row; None: the model's generation config (as `generate`), () never;
+    - `provides`: the features this adapter can return (`FeatureRequest`);
+    - `accepts_host_counts`: `commit(path, counts=...)` takes the per-row counts the session read on the
+      host, so the commit reads nothing from the device;
+    - `unconditional_prompt(prompt) -> Prompt`: the unconditional half of classifier-free guidance, for
+      adapters that know their model's convention (`GuidedTarget`'s default); None where unknown;
+    - `max_positions`: the longest sequence the model takes (None: unbounded);
+    - `generation_defaults()`: the EOS ids and pad id `generate` would use.
+    """
 
     name: str = "target"
     vocab_size: int
     device: torch.device
-    # model inputs besides input_ids / attention_mask that `prefill` takes (e.g. pixel_values)
+    model: Any = None
+    shown_model: Any = None
     prefill_inputs: frozenset[str] = frozenset()
-    # prompt ids may come from a larger vocabulary than the generated ones (Janus: text prompt, image tokens);
-    # None: the same vocabulary
-    prompt_vocab_size: int | None = None
-    # the ids that end a row; None: the model's generation config decides (as `generate`), () never stops
-    stop_token_ids: tuple[int, ...] | None = None
-    # prefill inputs with one value per prompt token (laid out like input_ids, e.g. mm_token_type_ids)
     per_token_inputs: frozenset[str] = frozenset()
-    # the features this adapter can return
+    appended_token_type: int = 0
+    prompt_vocab_size: int | None = None
+    stop_token_ids: tuple[int, ...] | None = None
     provides: FeatureRequest = NO_FEATURES
+    accepts_host_counts: bool = False
+    unconditional_prompt: Callable[[Prompt], Prompt] | None = None
+
+    @property
+    def user_model(self) -> Any:
+        """The model to name to the user (and to fingerprint): `shown_model`, else `model`, else the adapter."""
+        if self.shown_model is not None:
+            return self.shown_model
+        return self.model if self.model is not None else self
+
+    def describe(self) -> str:
+        """How errors name this target: "name (ModelClass)"."""
+        return f"{self.name} ({type(self.user_model).__name__})"
+
+    @property
+    def max_positions(self) -> int | None:
+        """The model config's `max_position_embeddings` (None: no model, or no such limit)."""
+        value = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def generation_defaults(self) -> tuple[tuple[int, ...], int | None]:
+        """The EOS ids and pad id of the model's generation config, as `generate` would use them
+        (`stop_token_ids`, when set, replaces the EOS ids)."""
+        config = getattr(self.model, "generation_config", None)
+        eos = eos_ids(config.eos_token_id) if config is not None else ()
+        if self.stop_token_ids is not None:
+            eos = tuple(self.stop_token_ids)
+        return eos, (config.pad_token_id if config is not None else None)
 
     @property
     @abc.abstractmethod
@@ -156,16 +200,20 @@ class Target(_Committing):
     def prefill(self, prompt: Prompt, request: FeatureRequest = NO_FEATURES) -> PrefillOutput: ...
 
     @abc.abstractmethod
-    def score(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None,
-              request: FeatureRequest = NO_FEATURES) -> TargetOutput: ...
+    def score(self, tokens: torch.Tensor,  # [B, T] int64: node 0 each row's root, then the draft's nodes
+              parents: torch.Tensor,  # [B, T] or [T] int64: a node's parent's index (< its own), -1 for the root
+              valid: torch.Tensor | None = None,  # [B, T] bool: real nodes (None: all)
+              request: FeatureRequest = NO_FEATURES) -> TargetOutput:
+        """The target's logits [B, T, V] after every node of the tree, in one pass; the nodes stay pending
+        until `commit` or `discard`."""
 
     def checkpoint(self) -> Any:
         """An opaque mark of the committed state, for `rollback` (no pending tree; valid until `select`)."""
-        raise TypeError(f"{_name(self)}: this adapter cannot roll back")
+        raise TypeError(f"{self.describe()}: this adapter cannot roll back")
 
     def rollback(self, state: Any) -> None:
         """Return to a `checkpoint` (everything committed since is forgotten)."""
-        raise TypeError(f"{_name(self)}: this adapter cannot roll back")
+        raise TypeError(f"{self.describe()}: this adapter cannot roll back")
 
     # ---- checks shared by every adapter -------------------------------------------------------------------
     def check_prompt(self, prompt: Prompt) -> None:
@@ -174,7 +222,7 @@ class Target(_Committing):
         unknown = sorted(set(prompt.inputs) - set(self.prefill_inputs))
         if unknown:
             takes = ", ".join(sorted(self.prefill_inputs)) or "no inputs besides input_ids and attention_mask"
-            raise TypeError(f"{unknown[0]}: {_name(self)} does not take this input (it takes: {takes})")
+            raise TypeError(f"{unknown[0]}: {self.describe()} does not take this input (it takes: {takes})")
 
     def check_request(self, request: FeatureRequest, who: str = "drafter") -> None:
         """Raise naming `who` if it asks for features this target cannot return."""
@@ -186,7 +234,7 @@ class Target(_Committing):
         if request.image_embeds and not self.provides.image_embeds:
             missing.append("image embeddings")
         if missing:
-            raise ValueError(f"{who}: asks for {' and '.join(missing)}, which {_name(self)} does not provide")
+            raise ValueError(f"{who}: asks for {' and '.join(missing)}, which {self.describe()} does not provide")
 
 
 class FeedingEngine(_Committing):

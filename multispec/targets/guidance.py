@@ -35,18 +35,25 @@ class GuidedTarget(Target, FeedingEngine):
             raise ValueError(f"guidance_scale: expected a positive number, got {scale!r}")
         self.inner = as_target(inner)
         if unconditional is None:
-            unconditional = getattr(self.inner, "unconditional_prompt", None)
+            unconditional = self.inner.unconditional_prompt
         if unconditional is None:
-            raise ValueError(f"guidance_scale: {self.inner.name} ({type(getattr(self.inner, 'model', self.inner)).__name__}) "
-                             "does not say how to build an unconditional prompt; pass unconditional=")
+            raise ValueError(f"guidance_scale: {self.inner.describe()} does not say how to build an unconditional "
+                             "prompt; pass unconditional=")
         self.scale = float(scale)
         self.unconditional = unconditional
-        self.model = getattr(self.inner, "model", None)
-        self.name, self.vocab_size, self.device = self.inner.name, self.inner.vocab_size, self.inner.device
-        self.prefill_inputs, self.per_token_inputs = self.inner.prefill_inputs, self.inner.per_token_inputs
-        self.provides = self.inner.provides
-        self.prompt_vocab_size = getattr(self.inner, "prompt_vocab_size", None)
-        self.stop_token_ids = getattr(self.inner, "stop_token_ids", None)
+        inner = self.inner  # the declared attributes of `Target`, as the inner adapter sets them
+        self.name, self.vocab_size, self.device = inner.name, inner.vocab_size, inner.device
+        self.model, self.shown_model = inner.model, inner.shown_model
+        self.prefill_inputs, self.per_token_inputs = inner.prefill_inputs, inner.per_token_inputs
+        self.appended_token_type, self.prompt_vocab_size = inner.appended_token_type, inner.prompt_vocab_size
+        self.stop_token_ids, self.provides = inner.stop_token_ids, inner.provides
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.inner.max_positions
+
+    def generation_defaults(self) -> tuple[tuple[int, ...], int | None]:
+        return self.inner.generation_defaults()
 
     @property
     def batch_size(self) -> int:

@@ -19,8 +19,8 @@ fixed tree) around the tables and the decoder pass together, so a feed is a few 
 (measured on an H100: BENCHMARKS.md, GPU). Neither number grows with the number of steps (tests check it).
 The prefill (one per generation, of the prompt's length) stays eager.
 
-Opt in with `speculative_generate(..., step="static" | "compiled")` (`static_engines`: engines built once
-per model and kept on it), per engine with `StaticLeanCausalLM(model, capacity=..., node_budget=...,
+Opt in with `speculative_generate(..., engine=EngineConfig(step="static" | "compiled"))` (`static_engines`:
+engines built once per model and kept on it), per engine with `StaticLeanCausalLM(model, capacity=..., node_budget=...,
 compile=...)`, or for a target/drafter pair with `static_pair(target, drafter, ...)` (the drafter's lean
 engine, e.g. an EAGLE head's, is swapped for a static one). On CUDA the step is captured in CUDA graphs by
 default (`cuda_graphs`), around the compiled function when `compile` is set.
@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from ..config import STEPS
 from ..host import require
 from ..tree import ancestor_mask_from_parents
 from .base import NO_FEATURES, FeatureRequest, Features, TargetOutput
@@ -452,11 +453,8 @@ def capacity_for(prompt_length: int, max_new_tokens: int, node_budget: int | Seq
     return prompt_length + max_new_tokens + draft_nodes + 2 * node_buckets(node_budget)[-1]
 
 
-STEPS = ("eager", "static", "compiled")
-
-
 def static_engines(target, drafter, step: str, prompt_length: int, max_new_tokens: int, tree_nodes: int):
-    """The `step=` switch of `speculative_generate`: (target, drafter) on static engines ("static": the
+    """`EngineConfig.step` of `speculative_generate`: (target, drafter) on static engines ("static": the
     fixed-shape step as it is, captured in CUDA graphs on CUDA; "compiled": under `torch.compile` too). The
     engines are kept on the models they run (buffers, compiled code and graphs stay for the next call) and
     rebuilt with twice the capacity when a call needs more columns. Not for concurrent use of one model."""

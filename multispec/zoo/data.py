@@ -53,7 +53,7 @@ def read_source(path: Path, max_bytes: int | None = None) -> str:
     return text if max_bytes is None else text[:max_bytes]
 
 
-def _shuffled(files: list[Path], seed: int) -> list[Path]:
+def shuffled(files: list[Path], seed: int) -> list[Path]:
     root = stdlib_root()
     return sorted(files, key=lambda p: hashlib.sha1(f"{seed}:{p.relative_to(root)}".encode()).hexdigest())
 
@@ -61,7 +61,7 @@ def _shuffled(files: list[Path], seed: int) -> list[Path]:
 def _read_files(seed: int, max_chars: int) -> list[Path]:
     """The train-split files `corpus_text("train", max_chars, seed)` reads (the last one possibly in part)."""
     out, total = [], 0
-    for p in _shuffled(stdlib_files("train"), seed):
+    for p in shuffled(stdlib_files("train"), seed):
         out.append(p)
         total += len(read_source(p))
         if total >= max_chars:
@@ -72,7 +72,7 @@ def _read_files(seed: int, max_chars: int) -> list[Path]:
 def corpus_text(split: str = "train", max_chars: int | None = None, seed: int = 0) -> str:
     """The split's files concatenated in a fixed pseudo-random order (by hashed path), up to max_chars."""
     parts, total = [], 0
-    for p in _shuffled(stdlib_files(split), seed):
+    for p in shuffled(stdlib_files(split), seed):
         text = read_source(p)
         parts.append(text)
         total += len(text)

@@ -195,7 +195,8 @@ def test_bench_text_chain_k_auto_calibrates_on_this_machine(tmp_path, capsys, mo
     # the profiled widths 1 and 4, and every width up to 2 beyond the widest (where a step may be padded to)
     assert set(s["chain_k_calibration"]["verify_ms"]) == {"1", "2", "3", "4", "5", "6"}
     assert all(int(w) > int(m) for m, w in s["chain_k_calibration"]["pad_widths"].items())
-    # only the profiled row pads (the other rows' widths were never profiled)
+    # of the rows that ran, only the profiled row pads (the other rows' widths were never profiled; the suffix
+    # chains of its length, not run here, pad too)
     calibration = s["chain_k_calibration"]
     assert calibration["padded_rows"] == (["eagle_chain_k3"] if calibration["pad_widths"] else [])
     assert set(s["chain_k_calibration"]["predicted_speedup_vs_no_draft"]) == {"3"}

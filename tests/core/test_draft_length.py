@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import multispec.draft_length as dl
-from multispec import DraftTree, DynamicTree, NGramDrafter, SamplingConfig, speculative_generate, zoo
+from multispec import (DraftTree, DynamicTree, EngineConfig, NGramDrafter, SamplingConfig, StoppingConfig,
+                       speculative_generate, zoo)
 from multispec.draft_length import (ChainChoice, StepProfile, VerifyCost, calibrate, choose_chain_length,
                                     describe_choice, needed_widths)
 from multispec.metrics import SpeculativeStats, StepStats
@@ -158,7 +159,8 @@ def test_profiles_of_real_runs_predict_the_measured_accepted_length():
     torch.manual_seed(0)
     model = make_target()
     ids = torch.randint(0, 100, (1, 12)).repeat(1, 3)  # a repeated prompt, so prompt lookup finds drafts
-    out = speculative_generate(model, NGramDrafter(), ids, max_new_tokens=24, tree=3, pad_token_id=0)
+    out = speculative_generate(model, NGramDrafter(), ids, max_new_tokens=24, tree=3,
+                               stopping=StoppingConfig(pad_token_id=0))
     cost = VerifyCost.measure(model, [1 + s.drafted for s in out.stats.steps], prefix_tokens=36, reps=1)
     p = StepProfile.from_stats(3, "greedy", [out.stats], cost)
     assert p.tokens / p.steps == pytest.approx(out.stats.mean_accepted_length)
@@ -216,8 +218,9 @@ def test_padding_keeps_greedy_output(tree):
     draft = make_perturbed_copy(target, noise=0.02)
     ids = torch.randint(3, 100, (1, 10), generator=torch.Generator().manual_seed(1))
     expected = target.generate(ids, max_new_tokens=20, do_sample=False, pad_token_id=0)
-    out = speculative_generate(target, draft, ids, max_new_tokens=20, tree=tree, pad_token_id=0,
-                               pad_widths={m: m + 3 for m in range(1, 12)})
+    out = speculative_generate(target, draft, ids, max_new_tokens=20, tree=tree,
+                               stopping=StoppingConfig(pad_token_id=0),
+                               engine=EngineConfig(pad_widths={m: m + 3 for m in range(1, 12)}))
     assert torch.equal(out.sequences, expected) and out.stats.mean_accepted_length > 1.5
 
 
@@ -231,9 +234,10 @@ def test_padding_keeps_the_sampled_distribution(tree):
     draft = make_perturbed_copy(target, noise=0.15)
     settings = dict(temperature=0.9, top_k=12)
     prompt = torch.tensor([5, 17, 42, 9, 77])
-    out = speculative_generate(target, draft, prompt.expand(8000, -1).contiguous(), max_new_tokens=2, do_sample=True,
-                               tree=tree, generator=torch.Generator().manual_seed(0), eos_token_id=[], pad_token_id=0,
-                               pad_widths={m: m + 2 for m in range(1, 10)}, **settings)
+    out = speculative_generate(target, draft, prompt.expand(8000, -1).contiguous(), max_new_tokens=2, tree=tree,
+                               generator=torch.Generator().manual_seed(0),
+                               sampling=SamplingConfig(do_sample=True, **settings), stopping=StoppingConfig.never(),
+                               engine=EngineConfig(pad_widths={m: m + 2 for m in range(1, 10)}))
     p1, p2 = first_two_token_dists(target, prompt, SamplingConfig(do_sample=True, **settings))
     assert chi_square_pvalue(out.sequences[:, -2], p1) > 1e-3
     assert chi_square_pvalue(out.sequences[:, -1], p2) > 1e-3
@@ -244,8 +248,9 @@ def test_bad_pad_widths_are_refused():
     target = make_target()
     ids = torch.randint(3, 100, (1, 6))
     with pytest.raises(ValueError, match="pad_widths"):
-        speculative_generate(target, "ngram", ids, max_new_tokens=4, pad_widths={3: 2})
+        speculative_generate(target, "ngram", ids, max_new_tokens=4, engine=EngineConfig(pad_widths={3: 2}))
     with pytest.raises(TypeError, match="pad_widths"):
-        speculative_generate(target, "ngram", ids, max_new_tokens=4, pad_widths=[4, 5])
+        speculative_generate(target, "ngram", ids, max_new_tokens=4, engine=EngineConfig(pad_widths=[4, 5]))
     with pytest.raises(ValueError, match="pad_widths: the static step"):
-        speculative_generate(target, "ngram", ids, max_new_tokens=4, pad_widths={2: 4}, step="static")
+        speculative_generate(target, "ngram", ids, max_new_tokens=4,
+                             engine=EngineConfig(pad_widths={2: 4}, step="static"))

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from multispec import DynamicTree, Features, Prompt, SamplingConfig, StaticTree, speculative_generate
+from multispec import DynamicTree, Features, Prompt, SamplingConfig, StaticTree, StoppingConfig, speculative_generate
 from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
 from multispec.drafters.eagle_train import EagleTrainConfig, EagleTrainer, chunk_tokens, top_token_map
 from multispec.testing import make_eagle_head, make_target, ragged_prompts, source_prompts
@@ -39,7 +39,7 @@ def test_eagle_greedy_matches_generate(trained, tree, batch):
     expected = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0,
                                eos_token_id=None)
     out = speculative_generate(target, EagleDrafter(head, target), ids, mask, max_new_tokens=24, tree=tree,
-                               eos_token_id=[], pad_token_id=0)
+                               stopping=StoppingConfig.never())
     assert torch.equal(out.sequences, expected)
     assert out.stats.mean_accepted_length > 1.2  # the trained head gets drafts accepted
 
@@ -106,7 +106,7 @@ def test_sliding_window_head_is_lossless_past_its_window():
                                     eos_token_id=None)
     for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
         out = speculative_generate(pair.target, pair.drafter, ids, mask, max_new_tokens=40, tree=tree,
-                                   eos_token_id=[], pad_token_id=0)
+                                   stopping=StoppingConfig.never())
         assert torch.equal(out.sequences, expected)
         assert out.stats.mean_accepted_length >= 2.0, out.stats
 
@@ -158,8 +158,8 @@ def test_hybrid_drafter_is_lossless_and_uses_both_sources(trained):
                                     eos_token_id=None)
     for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
         hybrid = HybridDrafter(pair.drafter, lookup_k=4, min_ngram=2)
-        out = speculative_generate(pair.target, hybrid, ids, mask, max_new_tokens=40, tree=tree, eos_token_id=[],
-                                   pad_token_id=0)
+        out = speculative_generate(pair.target, hybrid, ids, mask, max_new_tokens=40, tree=tree,
+                                   stopping=StoppingConfig.never())
         assert torch.equal(out.sequences, expected)
         assert hybrid.lookup_steps > 0 and hybrid.model_steps > 0
         assert out.stats.mean_accepted_length >= 2.0, out.stats

@@ -55,13 +55,15 @@ def test_unsupported_models(target):
 
 def test_bad_sampling_arguments(target):
     with pytest.raises(ValueError, match="temperature"):
-        speculative_generate(target, "ngram", torch.tensor([[1]]), do_sample=True, temperature=0.0)
+        speculative_generate(target, "ngram", torch.tensor([[1]]),
+                             sampling=SamplingConfig(do_sample=True, temperature=0.0))
     with pytest.raises(ValueError, match="top_p"):
         SamplingConfig(do_sample=True, top_p=1.5)
     with pytest.raises(ValueError, match="top_k"):
         SamplingConfig(do_sample=True, top_k=0)
     with pytest.raises(ValueError, match="rule"):
-        speculative_generate(target, "ngram", torch.tensor([[1]]), do_sample=True, rule="greedy")
+        speculative_generate(target, "ngram", torch.tensor([[1]]), rule="greedy",
+                             sampling=SamplingConfig(do_sample=True))
     with pytest.raises(ValueError, match="rule: unknown"):
         speculative_generate(target, "ngram", torch.tensor([[1]]), rule="lenient")
 

@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 
 import multispec.host as host
 import multispec.step_read as step_read
-from multispec import DynamicTree, Session, StaticTree, speculative_generate, zoo
+from multispec import DynamicTree, SamplingConfig, Session, StaticTree, StoppingConfig, speculative_generate, zoo
 from multispec.drafters.base import Drafter
 from multispec.targets.static_step import capacity_for, static_pair
 from multispec.testing import source_prompts
@@ -69,7 +69,8 @@ def byte_pair():
 
 def _generate_counting(target, drafter, ids, mask, n, **kw):
     """Reads while prefilling and while generating, and the steps taken."""
-    session = Session(target, drafter, tree=4, eos_token_id=[], pad_token_id=0, rollback=False, **kw)
+    session = Session(target, drafter, tree=4, rollback=False, stopping=StoppingConfig.never(),
+                      **kw)
     with CountReads() as prefill:
         session.append(ids, mask)
     with CountReads() as loop:
@@ -80,7 +81,8 @@ def _generate_counting(target, drafter, ids, mask, n, **kw):
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sampled"])
 def test_static_eagle_chain_reads_the_device_once_per_step(byte_pair, as_on_cuda, sample):
     ids, mask = source_prompts((40,))
-    kw = dict(do_sample=True, temperature=0.8, generator=torch.Generator().manual_seed(0)) if sample else {}
+    kw = dict(sampling=SamplingConfig(do_sample=True, temperature=0.8),
+              generator=torch.Generator().manual_seed(0)) if sample else {}
     target, drafter = static_pair(byte_pair.target, byte_pair.drafter, capacity=capacity_for(40, 48, 8),
                                   node_budget=8)
     _, loop, steps = _generate_counting(target, drafter, ids, mask, 48, **kw)
@@ -99,8 +101,9 @@ def test_static_eagle_trees_read_the_device_once_per_step(byte_pair, as_on_cuda,
     target, drafter = static_pair(byte_pair.target, byte_pair.drafter, capacity=capacity_for(40, 32, 8, 16),
                                   node_budget=8)
     # a first generation builds what is built once (the static tree's index tensors on the device)
-    speculative_generate(target, drafter, ids, mask, max_new_tokens=4, tree=tree, eos_token_id=[], pad_token_id=0)
-    session = Session(target, drafter, tree=tree, eos_token_id=[], pad_token_id=0, rollback=False)
+    speculative_generate(target, drafter, ids, mask, max_new_tokens=4, tree=tree,
+                         stopping=StoppingConfig.never())
+    session = Session(target, drafter, tree=tree, rollback=False, stopping=StoppingConfig.never())
     session.append(ids, mask)
     with CountReads() as loop:
         session.generate(32)
@@ -128,7 +131,7 @@ def test_output_is_unchanged_when_checks_are_deferred(byte_pair, as_on_cuda):
                                          pad_token_id=0, eos_token_id=None)
     target, drafter = static_pair(byte_pair.target, byte_pair.drafter, capacity=capacity_for(40, 24, 8),
                                   node_budget=8)
-    out = speculative_generate(target, drafter, ids, mask, max_new_tokens=24, eos_token_id=[], pad_token_id=0)
+    out = speculative_generate(target, drafter, ids, mask, max_new_tokens=24, stopping=StoppingConfig.never())
     assert torch.equal(out.sequences, expected)
     assert out.stats.mean_accepted_length > 1.5
 
@@ -147,7 +150,7 @@ def test_deferred_non_finite_logits_still_raise(byte_pair, as_on_cuda):
 
     target.score = poisoned
     with pytest.raises(ValueError, match=r"target .*unusable logits \(\d+ NaN"):
-        speculative_generate(target, drafter, ids, mask, max_new_tokens=8, eos_token_id=[], pad_token_id=0)
+        speculative_generate(target, drafter, ids, mask, max_new_tokens=8, stopping=StoppingConfig.never())
 
 
 class BackwardsDrafter(Drafter):
@@ -172,8 +175,8 @@ class BackwardsDrafter(Drafter):
 def test_deferred_malformed_tree_still_raises(byte_pair, as_on_cuda):
     ids, mask = source_prompts((20,))
     with pytest.raises(ValueError, match="parents: .*(must precede it|fed before it)"):
-        speculative_generate(byte_pair.target, BackwardsDrafter(), ids, mask, max_new_tokens=4, eos_token_id=[],
-                             pad_token_id=0)
+        speculative_generate(byte_pair.target, BackwardsDrafter(), ids, mask, max_new_tokens=4,
+                             stopping=StoppingConfig.never())
 
 
 def test_counter_sees_a_read():

@@ -3,7 +3,8 @@
 import torch
 
 from multispec.prompt import Prompt
-from multispec import Chain, DynamicTree, HybridDrafter, ModelDrafter, SamplingConfig, speculative_generate
+from multispec import (Chain, DynamicTree, HybridDrafter, ModelDrafter, SamplingConfig, StoppingConfig,
+                       speculative_generate)
 from multispec.ssm.testing import make_mamba2
 from multispec.testing import make_perturbed_copy, make_target, ragged_prompts
 
@@ -26,8 +27,8 @@ def test_hybrid_with_a_draft_model_is_lossless_on_attention_and_ssm_targets():
                                    eos_token_id=None)
         for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
             hybrid = HybridDrafter(draft, lookup_k=4, min_ngram=1)  # a transformers model is wrapped
-            out = speculative_generate(target, hybrid, ids, mask, max_new_tokens=30, tree=tree, eos_token_id=[],
-                                       pad_token_id=0)
+            out = speculative_generate(target, hybrid, ids, mask, max_new_tokens=30, tree=tree,
+                                       stopping=StoppingConfig.never())
             assert torch.equal(out.sequences, expected)
             assert hybrid.lookup_steps > 0 and hybrid.model_steps > 0
             assert out.stats.mean_accepted_length >= 1.8, out.stats

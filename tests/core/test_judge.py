@@ -5,7 +5,7 @@ have chosen; the judge head trains, saves and loads; bad input names itself."""
 import pytest
 import torch
 
-from multispec import DynamicTree, speculative_generate
+from multispec import DynamicTree, SamplingConfig, speculative_generate
 from multispec.drafters import ModelDrafter
 from multispec.rules import Judge, JudgeHead, JudgeStats, train_judge_head
 from multispec.testing import make_perturbed_copy, make_target
@@ -29,8 +29,8 @@ def _run(pair, rule, tree=4, do_sample=False, seed=0, on_step=None):
     target, draft = pair
     ids = torch.randint(5, 120, (3, 7), generator=torch.Generator().manual_seed(2))
     return speculative_generate(target, ModelDrafter(draft), ids, max_new_tokens=40, tree=tree, rule=rule,
-                                do_sample=do_sample, temperature=0.9, generator=torch.Generator().manual_seed(seed),
-                                on_step=on_step)
+                                generator=torch.Generator().manual_seed(seed), on_step=on_step,
+                                sampling=SamplingConfig(do_sample=do_sample, temperature=0.9))
 
 
 @pytest.mark.parametrize("tree", [4, DynamicTree(depth=3, topk=2, total=6)], ids=["chain", "tree"])
@@ -209,7 +209,6 @@ def test_a_judge_never_displaces_a_sibling_the_exact_rule_accepts():
     """Greedy: the root's argmax is 4, the first child; the judge approves only its sibling 7. Exact accepts
     4 (and its child 9 through the judge, after exact rejects it), never 7. Where the argmax is no child,
     the judge takes 7."""
-    from multispec.sampling import SamplingConfig
 
     tree, features, head = _siblings(1)
     logits = torch.full((1, 5, 12), -5.0)
@@ -229,7 +228,6 @@ def test_when_sampling_the_judge_only_takes_what_exact_rejects():
     """Target p(4) = p(5) = 0.5 after the root, drafts one-hot: exact accepts 4 with probability 0.5 and then
     rejects 7 (the residual holds only 5); the judge takes 7 in every other row, never displacing 4. The old
     rule (approved nodes forced) gave 7 in every row. 8,000 rows: 4's share within 0.5 +- 0.025 (4.5 sd)."""
-    from multispec.sampling import SamplingConfig
 
     n = 8000
     tree, features, head = _siblings(n)

@@ -4,7 +4,7 @@ attention window is the model run on the window, and bad configurations are refu
 import pytest
 import torch
 
-from multispec import DynamicTree, speculative_generate
+from multispec import DynamicTree, StoppingConfig, speculative_generate
 from multispec.drafters.model import ModelDrafter
 from multispec.targets import FeatureRequest, HFCausalLM
 from multispec.targets.lean import LeanCausalLM, lean_unsupported
@@ -84,8 +84,8 @@ def test_speculation_with_lean_draft_equals_generate(window):
     for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
         want = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, eos_token_id=None,
                                pad_token_id=0)
-        out = speculative_generate(target, draft, ids, mask, max_new_tokens=24, tree=tree, eos_token_id=[],
-                                   pad_token_id=0)
+        out = speculative_generate(target, draft, ids, mask, max_new_tokens=24, tree=tree,
+                                   stopping=StoppingConfig.never())
         assert torch.equal(out.sequences, want)
         # drafts are accepted (a short window makes the draft worse, not wrong)
         assert out.stats.mean_accepted_length >= (2.0 if window is None else 1.3), out.stats

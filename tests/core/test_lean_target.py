@@ -4,7 +4,7 @@ engine: the same numbers as `transformers`, picked automatically for Llama-famil
 import pytest
 import torch
 
-from multispec import Chain, SamplingConfig, speculative_generate, zoo
+from multispec import Chain, SamplingConfig, StoppingConfig, speculative_generate, zoo
 from multispec.drafters.eagle import EagleDrafter
 from multispec.prompt import Prompt
 from multispec.targets import FeatureRequest, HFCausalLM, as_target
@@ -85,9 +85,9 @@ def test_adaptive_chains_stop_on_the_draft_confidence_and_stay_lossless():
     want = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0,
                            eos_token_id=None)
     fixed = speculative_generate(target, make_perturbed_copy(target), ids, mask, max_new_tokens=24, tree=8,
-                                 eos_token_id=[], pad_token_id=0)
+                                 stopping=StoppingConfig.never())
     adaptive = speculative_generate(target, make_perturbed_copy(target), ids, mask, max_new_tokens=24,
-                                    tree=Chain(8, min_prob=0.5), eos_token_id=[], pad_token_id=0)
+                                    tree=Chain(8, min_prob=0.5), stopping=StoppingConfig.never())
     assert torch.equal(fixed.sequences, want) and torch.equal(adaptive.sequences, want)
     assert adaptive.stats.drafted < fixed.stats.drafted  # it stopped early where the draft was unsure
     assert adaptive.stats.acceptance_rate > fixed.stats.acceptance_rate

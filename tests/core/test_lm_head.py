@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from multispec import speculative_generate
+from multispec import StoppingConfig, speculative_generate
 from multispec.targets import lm_head
 from multispec.targets.lm_head import MAX_ROWS, MIN_VOCAB, fast_head_applies, tall_linear, tall_lm_head
 from multispec.testing import make_perturbed_copy, make_target
@@ -55,7 +55,7 @@ def _speculation_equals_generate_on_a_large_vocabulary(n: int = 24):
     target = make_target("llama", vocab=MIN_VOCAB + 7, layers=2, seed=4)
     ids = torch.randint(3, 200, (1, 6), generator=torch.Generator().manual_seed(1))
     out = speculative_generate(target, make_perturbed_copy(target), ids, max_new_tokens=n, tree=4,
-                               eos_token_id=[], pad_token_id=0)
+                               stopping=StoppingConfig.never())
     with torch.no_grad():
         want = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
                                eos_token_id=None, pad_token_id=0)

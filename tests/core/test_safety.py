@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from multispec import DynamicTree, speculative_generate
+from multispec import DynamicTree, SamplingConfig, StoppingConfig, speculative_generate
 from multispec.sampling import check_logits_finite, exponential, uniform
 from multispec.testing import make_perturbed_copy, make_target, ragged_prompts
 
@@ -31,7 +31,7 @@ def test_non_finite_target_logits_raise_naming_the_target(value, do_sample):
     ids, mask = ragged_prompts(2, seed=1)
     with pytest.raises(ValueError, match=r"target \(LlamaForCausalLM\): the model returned unusable logits"):
         speculative_generate(_poisoned(target, value), make_perturbed_copy(target), ids, mask, max_new_tokens=4,
-                             do_sample=do_sample, tree=3)
+                             tree=3, sampling=SamplingConfig(do_sample=do_sample))
 
 
 @pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampling"])
@@ -40,7 +40,7 @@ def test_non_finite_draft_logits_raise_naming_the_draft(do_sample):
     ids, mask = ragged_prompts(2, seed=1)
     with pytest.raises(ValueError, match=r"draft_model \(LlamaForCausalLM\): the model returned unusable logits"):
         speculative_generate(target, _poisoned(target, float("nan")), ids, mask, max_new_tokens=4,
-                             do_sample=do_sample, tree=DynamicTree(depth=2, topk=2, total=4))
+                             tree=DynamicTree(depth=2, topk=2, total=4), sampling=SamplingConfig(do_sample=do_sample))
 
 
 def test_finite_check_allows_masked_entries_but_not_dead_rows():
@@ -80,8 +80,8 @@ def test_cpu_generator_drives_a_cuda_model():
     target = make_target("llama", seed=1).cuda()
     ids, mask = ragged_prompts(2, seed=1)
     runs = [speculative_generate(target, make_perturbed_copy(target), ids.cuda(), mask.cuda(), max_new_tokens=8,
-                                 do_sample=True, tree=DynamicTree(depth=2, topk=2, total=4),
-                                 generator=torch.Generator().manual_seed(3)) for _ in range(2)]
+                                 tree=DynamicTree(depth=2, topk=2, total=4), generator=torch.Generator().manual_seed(3),
+                                 sampling=SamplingConfig(do_sample=True)) for _ in range(2)]
     assert torch.equal(runs[0].sequences, runs[1].sequences)
 
 
@@ -91,7 +91,8 @@ def test_default_pad_is_the_first_eos_as_generate_picks_it():
     ids = torch.tensor([[5, 17, 42]])
     eos = [19, 4]  # not sorted: generate pads with eos[0], not min(eos)
     for e in (eos, torch.tensor(eos)):
-        out = speculative_generate(target, make_perturbed_copy(target), ids, max_new_tokens=8, eos_token_id=e)
+        out = speculative_generate(target, make_perturbed_copy(target), ids, max_new_tokens=8,
+                                   stopping=StoppingConfig(eos_token_id=e))
         want = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
                                eos_token_id=e)
         if out.num_new_tokens[0] < 8:  # padded: with generate's pad id
@@ -104,7 +105,7 @@ def test_acceptance_counts_only_drafts_that_could_be_emitted():
     drafts past the cut could never have been emitted and must not count as drafted (or accepted)."""
     target = make_target("llama", seed=5)
     ids = torch.tensor([[5, 17, 42]])
-    out = speculative_generate(target, target, ids, max_new_tokens=6, tree=4, eos_token_id=[], pad_token_id=0)
+    out = speculative_generate(target, target, ids, max_new_tokens=6, tree=4, stopping=StoppingConfig.never())
     # steps: 4 drafted + bonus (5 tokens), then 1 token of room: 1 countable draft of the 4
     assert [s.drafted for s in out.stats.steps] == [4, 1] and [s.accepted for s in out.stats.steps] == [4, 1]
     assert out.stats.acceptance_rate == 1.0
@@ -112,7 +113,8 @@ def test_acceptance_counts_only_drafts_that_could_be_emitted():
                            eos_token_id=None, pad_token_id=0)[0, 3:]
     j = next(i for i in range(1, 5) if int(free[i]) not in free[:i].tolist())  # a token new at position j
     eos = int(free[j])  # ends the row at its (j + 1)-th token: deeper drafts could not be emitted
-    out = speculative_generate(target, target, ids, max_new_tokens=8, tree=4, eos_token_id=eos, pad_token_id=0)
+    out = speculative_generate(target, target, ids, max_new_tokens=8, tree=4,
+                               stopping=StoppingConfig(eos_token_id=eos, pad_token_id=0))
     assert out.num_new_tokens == [j + 1]
     assert out.stats.steps[0].drafted == min(4, j + 1) == out.stats.steps[0].accepted
     assert out.stats.acceptance_rate == 1.0
@@ -120,13 +122,14 @@ def test_acceptance_counts_only_drafts_that_could_be_emitted():
 
 SCRIPT = """
 import json, sys, torch
-from multispec import zoo, speculative_generate, DynamicTree
+from multispec import zoo, speculative_generate, DynamicTree, SamplingConfig, StoppingConfig
 from multispec.testing import source_prompts
 pair = zoo.load("stdlib-bytes")
 ids, mask = source_prompts((200, 120))
-out = speculative_generate(pair.target, pair.drafter, ids, mask, max_new_tokens=24, do_sample=True, temperature=0.8,
+out = speculative_generate(pair.target, pair.drafter, ids, mask, max_new_tokens=24,
+                           sampling=SamplingConfig(do_sample=True, temperature=0.8),
                            tree=DynamicTree(depth=3, topk=3, total=8), generator=torch.Generator().manual_seed(11),
-                           eos_token_id=[], pad_token_id=0)
+                           stopping=StoppingConfig.never())
 print(json.dumps(out.sequences[:, -24:].tolist()))
 """
 

@@ -8,7 +8,8 @@ fine-grained power; these check that real models, drafters and caches feed the r
 import pytest
 import torch
 
-from multispec import AcceptanceRule, DynamicTree, Exact, SamplingConfig, StaticTree, Verdict, speculative_generate
+from multispec import (AcceptanceRule, DynamicTree, Exact, SamplingConfig, StaticTree, StoppingConfig, Verdict,
+                       speculative_generate)
 from multispec.testing import chi_square_pvalue as _pvalue
 from multispec.testing import first_two_token_dists as _target_dists
 from multispec.testing import make_perturbed_copy, make_target
@@ -26,9 +27,9 @@ def models():
 def _draws(target, drafter, tree, rule=None, seed=0):
     prompt = torch.tensor([5, 17, 42, 9, 77])
     ids = prompt.expand(N, -1).contiguous()
-    out = speculative_generate(target, drafter, ids, max_new_tokens=2, do_sample=True, tree=tree, rule=rule,
-                               generator=torch.Generator().manual_seed(seed), eos_token_id=[], pad_token_id=0,
-                               **SETTINGS)
+    out = speculative_generate(target, drafter, ids, max_new_tokens=2, tree=tree, rule=rule,
+                               generator=torch.Generator().manual_seed(seed),
+                               sampling=SamplingConfig(do_sample=True, **SETTINGS), stopping=StoppingConfig.never())
     return prompt, out
 
 
@@ -51,7 +52,7 @@ def test_exact_rule_reproduces_target_distribution(models, tree):
 class ResidualIsTarget(AcceptanceRule):
     """The classic bug: after rejecting a sampled draft, resample from p instead of norm(max(p - q, 0))."""
 
-    def accept(self, draft, target_logits, sampling, generator=None):
+    def accept(self, draft, target_logits, sampling, generator=None, features=None):
         p = sampling.probs(target_logits)
         q = draft.draft_probs
         b, k = draft.tokens.shape
@@ -100,8 +101,9 @@ def test_sampled_tree_ranked_by_its_own_draws_fails(models, monkeypatch):
 def test_seeded_sampling_is_reproducible(models):
     target, draft = models
     ids = torch.tensor([[5, 17, 42, 9, 77]] * 3)
-    runs = [speculative_generate(target, draft, ids, max_new_tokens=10, do_sample=True, tree=3, top_p=0.9,
-                                 generator=torch.Generator().manual_seed(123), eos_token_id=[], pad_token_id=0)
+    runs = [speculative_generate(target, draft, ids, max_new_tokens=10, tree=3,
+                                 generator=torch.Generator().manual_seed(123),
+                                 sampling=SamplingConfig(do_sample=True, top_p=0.9), stopping=StoppingConfig.never())
             for _ in range(2)]
     assert torch.equal(runs[0].sequences, runs[1].sequences)
 
@@ -109,6 +111,7 @@ def test_seeded_sampling_is_reproducible(models):
 def test_exact_rule_without_sampling_is_greedy(models):
     target, draft = models
     ids = torch.tensor([[5, 17, 42, 9, 77]])
-    a = speculative_generate(target, draft, ids, max_new_tokens=10, rule=Exact(), eos_token_id=[], pad_token_id=0)
+    a = speculative_generate(target, draft, ids, max_new_tokens=10, rule=Exact(),
+                             stopping=StoppingConfig.never())
     b = target.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0, eos_token_id=None)
     assert torch.equal(a.sequences, b)

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from multispec import Session, StaticTree, speculative_generate, zoo
+from multispec import EngineConfig, SamplingConfig, Session, StaticTree, StoppingConfig, speculative_generate, zoo
 from multispec.drafters.eagle import EagleDrafter
 from multispec.drafters.model import ModelDrafter
 from multispec.targets.lean import LeanCausalLM
@@ -39,8 +39,8 @@ def byte_pair():
 
 
 def _spec(target, drafter, ids, mask, n, tree, **kw):
-    return speculative_generate(target, drafter, ids, mask, max_new_tokens=n, tree=tree, eos_token_id=[],
-                                pad_token_id=0, **kw)
+    return speculative_generate(target, drafter, ids, mask, max_new_tokens=n, tree=tree,
+                                stopping=StoppingConfig.never(), **kw)
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
@@ -113,7 +113,7 @@ def test_graphs_do_not_grow_with_steps(byte_pair):
 def test_static_sampling_equals_eager(byte_pair):
     pair, ids, mask, _ = byte_pair
     target, drafter = static_pair(pair.target, pair.drafter, capacity=256, node_budget=8)
-    kw = dict(do_sample=True, temperature=0.8, top_p=0.95)
+    kw = dict(sampling=SamplingConfig(do_sample=True, temperature=0.8, top_p=0.95))
     eager = _spec(pair.target, pair.drafter, ids, mask, 32, TREES["tree"],
                   generator=torch.Generator().manual_seed(3), **kw)
     static = _spec(target, drafter, ids, mask, 32, TREES["tree"], generator=torch.Generator().manual_seed(3), **kw)
@@ -135,8 +135,8 @@ def test_static_model_drafter_ragged_rows_that_stop():
                               eos_token_id=eos)
     for tree in TREES.values():
         target, drafter = static_pair(model, draft, capacity=64, node_budget=8)
-        out = speculative_generate(target, drafter, ids, mask, max_new_tokens=24, tree=tree, eos_token_id=eos,
-                                   pad_token_id=0)
+        out = speculative_generate(target, drafter, ids, mask, max_new_tokens=24, tree=tree,
+                                   stopping=StoppingConfig(eos_token_id=eos, pad_token_id=0))
         assert torch.equal(out.sequences, expected)
         assert target.static_calls == len(out.stats.steps) and drafter.lm.static_calls > 0
         assert min(step.rows for step in out.stats.steps) < 3  # some rows left the batch
@@ -221,19 +221,20 @@ def test_cuda_graphs_equal_eager(byte_pair, compile, tree):
 
 
 def test_step_switch_builds_static_engines_once_and_keeps_them(byte_pair):
-    """`speculative_generate(step="static")`: the same tokens as `generate`, the engines built on the first
-    call and kept on the models (a later call reuses them; a longer one rebuilds with more columns)."""
+    """`speculative_generate(engine=EngineConfig(step="static"))`: the same tokens as `generate`, the engines
+    built on the first call and kept on the models (a later call reuses them; a longer one rebuilds with more
+    columns)."""
     pair, ids, mask, expected = byte_pair
-    out = _spec(pair.target, pair.drafter, ids, mask, 32, 4, step="static")
+    out = _spec(pair.target, pair.drafter, ids, mask, 32, 4, engine=EngineConfig(step="static"))
     assert torch.equal(out.sequences, expected)
     assert out.stats.mean_accepted_length > 2
     kept = pair.target.__dict__["_multispec_static_engines"]
     (engine,) = kept.values()
     head_engine = next(iter(pair.drafter.lm.model.__dict__["_multispec_static_engines"].values()))
     assert engine.static_calls == len(out.stats.steps) and head_engine.static_calls >= len(out.stats.steps)
-    _spec(pair.target, pair.drafter, ids, mask, 16, 4, step="static")
+    _spec(pair.target, pair.drafter, ids, mask, 16, 4, engine=EngineConfig(step="static"))
     assert next(iter(kept.values())) is engine
-    _spec(pair.target, pair.drafter, ids, mask, engine.capacity, 4, step="static")
+    _spec(pair.target, pair.drafter, ids, mask, engine.capacity, 4, engine=EngineConfig(step="static"))
     assert next(iter(kept.values())).capacity > engine.capacity
     assert type(pair.drafter.lm) is LeanCausalLM  # the caller's drafter is left as it was
 
@@ -241,9 +242,10 @@ def test_step_switch_builds_static_engines_once_and_keeps_them(byte_pair):
 def test_step_switch_refuses_what_it_cannot_run(byte_pair):
     pair, ids, mask, _ = byte_pair
     with pytest.raises(ValueError, match="step: expected one of 'eager', 'static', 'compiled'"):
-        _spec(pair.target, pair.drafter, ids, mask, 4, 4, step="graphs")
+        _spec(pair.target, pair.drafter, ids, mask, 4, 4, engine=EngineConfig(step="graphs"))
     gemma = make_target("gemma3")
     with pytest.raises(ValueError, match="step: 'static' runs Llama-family .*use step='eager'"):
-        speculative_generate(gemma, "ngram", torch.tensor([[5, 6, 7]]), max_new_tokens=4, step="static")
+        speculative_generate(gemma, "ngram", torch.tensor([[5, 6, 7]]), max_new_tokens=4,
+                             engine=EngineConfig(step="static"))
     target, _ = static_engines(pair.target, pair.drafter, "compiled", ids.shape[1], 8, 4)
     assert target.compiled

@@ -1,7 +1,7 @@
 import torch
 
 from multispec.prompt import Prompt
-from multispec import Chain, NGramDrafter, SamplingConfig, speculative_generate
+from multispec import Chain, NGramDrafter, SamplingConfig, StoppingConfig, speculative_generate
 from multispec.rules import Verdict
 from multispec.testing import make_perturbed_copy, make_target, ragged_prompts
 
@@ -10,7 +10,7 @@ def test_stats_account_for_every_token():
     target = make_target("qwen2")
     ids, mask = ragged_prompts(3, seed=2)
     out = speculative_generate(target, make_perturbed_copy(target), ids, mask, max_new_tokens=17, tree=3,
-                               eos_token_id=[], pad_token_id=0)
+                               stopping=StoppingConfig.never())
     st = out.stats
     assert st.committed == 3 * 17 == sum(out.num_new_tokens)
     assert st.target_forwards == len(st.steps)

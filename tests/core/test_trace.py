@@ -1,4 +1,4 @@
-from multispec import DynamicTree, speculative_generate
+from multispec import DynamicTree, StoppingConfig, speculative_generate
 from multispec.testing import make_layer_skip_draft, make_target, ragged_prompts
 from multispec.trace import StepRecorder, render_steps_html
 
@@ -8,8 +8,7 @@ def test_recorded_steps_rebuild_the_output_along_tree_paths():
     ids, mask = ragged_prompts(3, seed=4)
     rec = StepRecorder()
     out = speculative_generate(target, make_layer_skip_draft(target), ids, mask, max_new_tokens=15,
-                               tree=DynamicTree(depth=3, topk=2, total=6), eos_token_id=[], pad_token_id=0,
-                               on_step=rec)
+                               tree=DynamicTree(depth=3, topk=2, total=6), on_step=rec, stopping=StoppingConfig.never())
     assert len(rec.steps) == out.stats.target_forwards
     for row in range(3):
         steps = rec.row(row)
@@ -31,7 +30,7 @@ def test_html_marks_accepted_rejected_and_bonus():
     target = make_target("llama")
     ids, mask = ragged_prompts(1, seed=1)
     speculative_generate(target, make_layer_skip_draft(target), ids, mask, max_new_tokens=8, tree=3,
-                         eos_token_id=[], pad_token_id=0, on_step=rec)
+                         on_step=rec, stopping=StoppingConfig.never())
     html = render_steps_html(rec.row(0), decode=lambda t: f"<{t}>")
     steps = rec.row(0)
     assert html.count('class="step"') == len(steps)

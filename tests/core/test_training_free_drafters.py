@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from multispec.prompt import Prompt
-from multispec import (DynamicTree, HybridDrafter, SamplingConfig, StaticTree, SuffixDecodingDrafter,
+from multispec import (DynamicTree, HybridDrafter, SamplingConfig, StaticTree, StoppingConfig, SuffixDecodingDrafter,
                        TokenRecyclingDrafter, speculative_generate, zoo)
 from multispec.drafters.recycling import cpu_tree, paper_tree, tree_from_text, tree_to_text
 from multispec.drafters.suffix import CorpusIndex, TextIndex, best_speculation, speculate, suffix_array
@@ -149,7 +149,7 @@ def test_training_free_drafters_are_lossless_and_accepted(byte_pair, name, batch
     steps = [0, 0]  # a hybrid's lookup and model steps over both generations
     for _ in range(2):  # the second generation starts from what the first left (hot start / history)
         out = speculative_generate(byte_pair.target, drafter, ids, mask, max_new_tokens=40, tree=tree,
-                                   eos_token_id=[], pad_token_id=0)
+                                   stopping=StoppingConfig.never())
         assert torch.equal(out.sequences[:, -40:], want)
         if isinstance(drafter, HybridDrafter):
             steps = [steps[0] + drafter.lookup_steps, steps[1] + drafter.model_steps]
@@ -167,8 +167,8 @@ def test_training_free_drafters_on_an_ssm_target(name):
     want = greedy_rows_alone(target, ids, mask, 30)
     drafter = make()
     for _ in range(2):
-        out = speculative_generate(target, drafter, ids, mask, max_new_tokens=30, tree=tree, eos_token_id=[],
-                                   pad_token_id=0)
+        out = speculative_generate(target, drafter, ids, mask, max_new_tokens=30, tree=tree,
+                                   stopping=StoppingConfig.never())
         assert torch.equal(out.sequences[:, -30:], want)
     assert out.stats.mean_accepted_length >= 1.5, out.stats
 
@@ -186,11 +186,11 @@ def test_sampling_with_training_free_drafts_reproduces_the_target(byte_pair, nam
     make, tree = _drafters()[name]
     drafter = make()
     # a first generation fills the recycling matrix with the target's candidates (a hot start)
-    speculative_generate(target, drafter, prompt[None], max_new_tokens=16, eos_token_id=[], pad_token_id=0,
-                         tree=tree)
-    out = speculative_generate(target, drafter, prompt.expand(2000, -1).contiguous(), max_new_tokens=2,
-                               do_sample=True, tree=tree, generator=torch.Generator().manual_seed(0),
-                               eos_token_id=[], pad_token_id=0, **settings)
+    speculative_generate(target, drafter, prompt[None], max_new_tokens=16, tree=tree,
+                         stopping=StoppingConfig.never())
+    out = speculative_generate(target, drafter, prompt.expand(2000, -1).contiguous(), max_new_tokens=2, tree=tree,
+                               generator=torch.Generator().manual_seed(0),
+                               sampling=SamplingConfig(do_sample=True, **settings), stopping=StoppingConfig.never())
     p1, p2 = first_two_token_dists(target, prompt, SamplingConfig(do_sample=True, **settings))
     assert chi_square_pvalue(out.sequences[:, -2], p1) > 1e-3
     assert chi_square_pvalue(out.sequences[:, -1], p2) > 1e-3

@@ -15,8 +15,8 @@ import os
 import pytest
 import torch
 
-from multispec import DynamicTree, HybridDrafter, Session, StaticTree, SuffixDecodingDrafter, TokenRecyclingDrafter
-from multispec import speculative_generate
+from multispec import (DynamicTree, HybridDrafter, SamplingConfig, Session, StaticTree, StoppingConfig,
+                       SuffixDecodingDrafter, TokenRecyclingDrafter, speculative_generate)
 from multispec.continuous import continuous_generate
 from multispec.drafters import ModelDrafter
 from multispec.drafters.eagle import EagleDrafter
@@ -78,12 +78,12 @@ def test_text_greedy_equals_generate(text, kind):
     if kind == "llama":  # an EAGLE head (untrained: few drafts accepted, but lossless all the same)
         drafters.append((EagleDrafter(text["head"], target), DynamicTree(3, 2, 6)))
     for drafter, tree in drafters:
-        out = speculative_generate(target, drafter, ids, mask, max_new_tokens=12, tree=tree, eos_token_id=[],
-                                   pad_token_id=0)
+        out = speculative_generate(target, drafter, ids, mask, max_new_tokens=12, tree=tree,
+                                   stopping=StoppingConfig.never())
         assert torch.equal(out.sequences[:, -12:].cpu(), want), (kind, type(drafter).__name__, tree)
     # prompts already on the model's device work the same
-    out = speculative_generate(target, draft, ids.to(DEVICE), mask.to(DEVICE), max_new_tokens=12, eos_token_id=[],
-                               pad_token_id=0)
+    out = speculative_generate(target, draft, ids.to(DEVICE), mask.to(DEVICE), max_new_tokens=12,
+                               stopping=StoppingConfig.never())
     assert out.sequences.device.type == DEVICE.type and torch.equal(out.sequences[:, -12:].cpu(), want)
 
 
@@ -99,14 +99,17 @@ def test_text_sampling_with_every_drafter(text, generator):
     for name, (drafter, tree) in drafters.items():
         runs = []
         for _ in range(2 if generator != "none" else 1):
-            out = speculative_generate(t, drafter(), ids, mask, max_new_tokens=6, tree=tree, do_sample=True, top_k=30,
-                                       top_p=0.95, generator=_generator(generator), eos_token_id=[], pad_token_id=0)
+            out = speculative_generate(t, drafter(), ids, mask, max_new_tokens=6, tree=tree,
+                                       generator=_generator(generator),
+                                       sampling=SamplingConfig(do_sample=True, top_k=30, top_p=0.95),
+                                       stopping=StoppingConfig.never())
             assert out.sequences.shape == (2, ids.shape[1] + 6), name
             assert int(out.sequences.max()) < 128, name
             runs.append(out.sequences.cpu())
         assert all(torch.equal(r, runs[0]) for r in runs), name  # a seeded generator reproduces the run
-    out = speculative_generate(text["gemma"], text["gemma_draft"], ids, mask, max_new_tokens=6, do_sample=True,
-                               generator=_generator(generator))
+    out = speculative_generate(text["gemma"], text["gemma_draft"], ids, mask, max_new_tokens=6,
+                               generator=_generator(generator),
+                               sampling=SamplingConfig(do_sample=True))
     assert out.sequences.shape[0] == 2
 
 
@@ -114,7 +117,7 @@ def test_text_sampling_with_every_drafter(text, generator):
 def test_session_and_guidance(text, generator):
     t, d = text["target"], text["draft"]
     ids, mask = ragged_prompts(2)
-    s = Session(t, d, tree=3, do_sample=True, generator=_generator(generator))
+    s = Session(t, d, tree=3, generator=_generator(generator), sampling=SamplingConfig(do_sample=True))
     s.append(ids[:1], mask[:1])
     s.generate(4)
     mark = s.checkpoint()
@@ -123,8 +126,9 @@ def test_session_and_guidance(text, generator):
     s.rollback(mark)
     s.generate(3, stop=[[3]])
     same = lambda prompt: prompt  # noqa: E731
-    out = speculative_generate(GuidedTarget(t, 2.0, unconditional=same), ModelDrafter(GuidedTarget(d, 2.0, unconditional=same)),
-                               ids, mask, max_new_tokens=5, do_sample=True, generator=_generator(generator))
+    out = speculative_generate(GuidedTarget(t, 2.0, unconditional=same),
+                               ModelDrafter(GuidedTarget(d, 2.0, unconditional=same)), ids, mask, max_new_tokens=5,
+                               generator=_generator(generator), sampling=SamplingConfig(do_sample=True))
     assert out.sequences.shape == (2, ids.shape[1] + 5)
 
 
@@ -148,8 +152,8 @@ def test_vlm_greedy_equals_generate(vision, kind):
         want = model.generate(**{k: v.to(DEVICE) for k, v in inputs.items()}, max_new_tokens=8, do_sample=False,
                               eos_token_id=None, pad_token_id=0)[0, -8:].cpu()
     for drafter, tree in ((draft, 3), (VisionEagleDrafter(head, model), DynamicTree(3, 2, 6))):
-        out = speculative_generate(model, drafter, max_new_tokens=8, tree=tree, eos_token_id=[], pad_token_id=0,
-                                   **inputs)
+        out = speculative_generate(model, drafter, max_new_tokens=8, tree=tree, **inputs,
+                                   stopping=StoppingConfig.never())
         assert torch.equal(out.sequences[0, -8:].cpu(), want), (kind, type(drafter).__name__)
 
 
@@ -158,8 +162,9 @@ def test_vlm_sampling(vision, generator):
     for kind, (model, head, draft) in vision.items():
         inputs = vlm_prompts(kind)
         for drafter in (draft, VisionEagleDrafter(head, model)):
-            out = speculative_generate(model, drafter, max_new_tokens=5, do_sample=True, generator=_generator(generator),
-                                       eos_token_id=[], pad_token_id=0, **inputs)
+            out = speculative_generate(model, drafter, max_new_tokens=5, sampling=SamplingConfig(do_sample=True),
+                                       stopping=StoppingConfig.never(),
+                                       generator=_generator(generator), **inputs)
             assert out.sequences.shape == (3, inputs["input_ids"].shape[1] + 5), kind
 
 
@@ -208,14 +213,14 @@ def test_janus_greedy_equals_its_generate(image):
     janus = image["janus"]
     ids, mask = janus_prompts((6,))
     draft = ModelDrafter(GuidedTarget(_on(make_perturbed_copy(janus, noise=0.05)), 3.0))
-    out = speculative_generate(janus, draft, ids, mask, max_new_tokens=NUM_IMAGE_TOKENS, tree=3, guidance_scale=3.0)
+    out = speculative_generate(GuidedTarget(janus, 3.0), draft, ids, mask, max_new_tokens=NUM_IMAGE_TOKENS, tree=3)
     with torch.no_grad():
         want = janus.generate(ids.to(DEVICE), attention_mask=mask.to(DEVICE), generation_mode="image",
                               do_sample=False, guidance_scale=3.0)
     assert torch.equal(out.sequences[0, -NUM_IMAGE_TOKENS:].cpu(), want[0].cpu())
     for generator in GENERATORS:
-        out = speculative_generate(janus, draft, ids, mask, max_new_tokens=NUM_IMAGE_TOKENS, tree=3, do_sample=True,
-                                   guidance_scale=3.0, generator=_generator(generator))
+        out = speculative_generate(GuidedTarget(janus, 3.0), draft, ids, mask, max_new_tokens=NUM_IMAGE_TOKENS, tree=3,
+                                   sampling=SamplingConfig(do_sample=True), generator=_generator(generator))
         assert out.sequences.shape == (1, ids.shape[1] + NUM_IMAGE_TOKENS)
 
 
@@ -275,17 +280,19 @@ def test_ssm_greedy_equals_generate_and_samples(ssm, kind):
     if not satisfies(installed_version("transformers"), SSM_TRANSFORMERS.minimum):
         # a GPU image with an older transformers: the SSM path must refuse clearly, naming the version
         with pytest.raises(DependencyVersionError, match=f"transformers>={SSM_TRANSFORMERS.minimum}"):
-            speculative_generate(model, draft, ids, mask, max_new_tokens=2, tree=3, eos_token_id=[], pad_token_id=0)
+            speculative_generate(model, draft, ids, mask, max_new_tokens=2, tree=3,
+                                 stopping=StoppingConfig.never())
         return
     want = greedy_rows_alone(model, ids.to(DEVICE), mask.to(DEVICE), 10).cpu()
     for tree in (3, DynamicTree(2, 3, 6)):
-        out = speculative_generate(model, draft, ids, mask, max_new_tokens=10, tree=tree, eos_token_id=[],
-                                   pad_token_id=0)
+        out = speculative_generate(model, draft, ids, mask, max_new_tokens=10, tree=tree,
+                                   stopping=StoppingConfig.never())
         assert torch.equal(out.sequences[:, -10:].cpu(), want), (kind, tree)
         assert out.stats.mean_accepted_length > 1.5, (kind, tree)  # a close draft: drafts were accepted
     for generator in GENERATORS:
         out = speculative_generate(model, draft, ids, mask, max_new_tokens=5, tree=DynamicTree(2, 3, 6),
-                                   do_sample=True, generator=_generator(generator), eos_token_id=[], pad_token_id=0)
+                                   generator=_generator(generator), sampling=SamplingConfig(do_sample=True),
+                                   stopping=StoppingConfig.never())
         assert out.sequences.shape == (2, ids.shape[1] + 5)
 
 
@@ -330,6 +337,7 @@ def test_reasoning_methods(reasoning):
     assert set(verdict.chosen) == {"base", "small"}
     for generator in GENERATORS:  # the writers the methods share, sampling
         for drafter in (None, ModelDrafter(small)):
-            writer = Writer.open(base, drafter, 3, eos_token_id=2, do_sample=True, generator=_generator(generator))
+            writer = Writer.open(base, drafter, 3, eos_token_id=2, sampling=SamplingConfig(do_sample=True),
+                                 generator=_generator(generator))
             writer.start(prompt)
             assert len(writer.write(4)) >= 1

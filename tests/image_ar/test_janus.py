@@ -28,8 +28,8 @@ def _guided_draft(model, noise=0.05):
 def test_greedy_guided_speculation_equals_janus_generate(janus, lengths):
     ids, mask = janus_prompts(lengths)
     assert isinstance(as_target(janus), JanusImageTarget)
-    out = speculative_generate(janus, _guided_draft(janus), ids, mask, max_new_tokens=NUM_IMAGE_TOKENS, tree=3,
-                               guidance_scale=SCALE)
+    out = speculative_generate(GuidedTarget(janus, SCALE), _guided_draft(janus), ids, mask,
+                               max_new_tokens=NUM_IMAGE_TOKENS, tree=3)
     new = out.sequences[:, -NUM_IMAGE_TOKENS:]
     for r in range(len(lengths)):
         alone = ids[r, mask[r].bool()][None]
@@ -65,8 +65,8 @@ def test_sampled_first_image_token_follows_the_guided_distribution():
     ids, _ = janus_prompts((6,))
     sampling = SamplingConfig(do_sample=True, temperature=1.0)
     rows = ids.expand(N, -1).contiguous()
-    out = speculative_generate(model, _guided_draft(model, noise=0.3), rows, max_new_tokens=1, do_sample=True,
-                               tree=2, guidance_scale=SCALE, generator=torch.Generator().manual_seed(0))
+    out = speculative_generate(GuidedTarget(model, SCALE), _guided_draft(model, noise=0.3), rows, max_new_tokens=1,
+                               tree=2, sampling=sampling, generator=torch.Generator().manual_seed(0))
     first = out.sequences[:, -1]
     assert out.stats.steps[0].accepted > N // 10
     assert chi_square_pvalue(first, _guided_first_token_probs(model, ids, SCALE, sampling)) > 1e-3
@@ -75,7 +75,9 @@ def test_sampled_first_image_token_follows_the_guided_distribution():
 
 def test_guidance_needs_a_model_that_builds_unconditional_prompts():
     llama = make_target("llama")
-    with pytest.raises(ValueError, match="guidance_scale: target \\(LlamaForCausalLM\\) builds no unconditional"):
+    with pytest.raises(ValueError, match="guidance_scale: target \\(LlamaForCausalLM\\) does not say how to build"):
+        GuidedTarget(llama, 2.0)
+    with pytest.raises(TypeError, match="guidance_scale: give it in the target: GuidedTarget"):
         speculative_generate(llama, "ngram", torch.tensor([[9, 10, 11]]), guidance_scale=2.0)
     with pytest.raises(ValueError, match="guidance_scale: expected a positive number"):
         GuidedTarget(make_janus(), 0.0)
@@ -95,10 +97,11 @@ def test_lantern_on_janus_neighbourhoods_from_its_vq_codebook(janus):
     for name, rule in (("exact", None), ("zero", Relaxed.from_codebook(codebook, 8, delta=0.0)),
                        ("lantern", Relaxed.from_codebook(codebook, 8, delta=0.3))):
         tvd = []
-        out = speculative_generate(janus, _guided_draft(janus, noise=0.3), ids, mask, max_new_tokens=NUM_IMAGE_TOKENS,
-                                   do_sample=True, top_k=32, tree=DynamicTree(3, 3, 6), rule=rule,
-                                   guidance_scale=SCALE, generator=torch.Generator().manual_seed(0),
-                                   on_step=lambda d, v, rows: tvd.append(float(getattr(v, "tvd", torch.zeros(1)).max())))
+        record = lambda d, v, rows: tvd.append(float(getattr(v, "tvd", torch.zeros(1)).max()))  # noqa: E731
+        out = speculative_generate(GuidedTarget(janus, SCALE), _guided_draft(janus, noise=0.3), ids, mask,
+                                   max_new_tokens=NUM_IMAGE_TOKENS, tree=DynamicTree(3, 3, 6), rule=rule,
+                                   sampling=SamplingConfig(do_sample=True, top_k=32),
+                                   generator=torch.Generator().manual_seed(0), on_step=record)
         results[name] = (out.sequences, out.stats.mean_accepted_length, max(tvd))
     assert torch.equal(results["zero"][0], results["exact"][0]) and results["zero"][2] == 0.0
     assert 0.0 < results["lantern"][2] <= 0.3 + 1e-6

@@ -182,7 +182,7 @@ class BonusNotFiltered(Exact):
     """Accepts and corrects like `Exact`, but draws the bonus token (after a fully accepted chain) from the
     temperature-scaled target without its top-k / top-p filter."""
 
-    def accept(self, draft, target_logits, sampling, generator=None):
+    def accept(self, draft, target_logits, sampling, generator=None, features=None):
         b, t, v = target_logits.shape
         p = sampling.probs(target_logits)
         p[:, -1] = dataclasses.replace(sampling, top_k=None, top_p=None).probs(target_logits[:, -1])
@@ -201,7 +201,7 @@ def test_control_bonus_token_not_filtered():
 class QFromTheWrongNode(Exact):
     """Verifies each node against the draft distribution of the node before it (an off-by-one)."""
 
-    def accept(self, draft, target_logits, sampling, generator=None):
+    def accept(self, draft, target_logits, sampling, generator=None, features=None):
         moved = dataclasses.replace(draft, draft_probs=draft.draft_probs.roll(1, dims=1))
         return super().accept(moved, target_logits, sampling, generator)
 

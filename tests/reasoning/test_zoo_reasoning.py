@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from multispec import speculative_generate
+from multispec import StoppingConfig, speculative_generate
 from multispec.drafters import ModelDrafter
 from multispec.rules import Judge
 from multispec.reasoning import (SpecReason, SpecReasonConfig, SpeculativeThinking, SpeculativeThinkingConfig, Triggers,
@@ -87,7 +87,7 @@ def test_judge_decoding(pair):
     exact_len, judge_len = [], []
     for problem in pair.test[:6]:
         ids = torch.tensor([tok.encode(problem.prompt())])
-        kw = dict(max_new_tokens=200, tree=4, eos_token_id=tok.eos_token_id)
+        kw = dict(max_new_tokens=200, tree=4, stopping=StoppingConfig(eos_token_id=tok.eos_token_id))
         exact = speculative_generate(pair.target, ModelDrafter(pair.small), ids, **kw)
         off = speculative_generate(pair.target, ModelDrafter(pair.small), ids, rule=Judge(None), **kw)
         assert torch.equal(off.sequences, exact.sequences)  # judge disabled: exact, token for token
@@ -168,7 +168,7 @@ def test_the_styled_drafters_judge_lengthens_the_accepted_runs(pair):
     exact_len, judge_len, overrides = [], [], 0
     for problem in pair.test[:6]:
         ids = torch.tensor([tok.encode(problem.prompt())])
-        kw = dict(max_new_tokens=200, tree=4, eos_token_id=tok.eos_token_id)
+        kw = dict(max_new_tokens=200, tree=4, stopping=StoppingConfig(eos_token_id=tok.eos_token_id))
         exact = speculative_generate(pair.target, ModelDrafter(pair.styled), ids, **kw)
         tally = JudgeStats()
         judged = speculative_generate(pair.target, ModelDrafter(pair.styled), ids,

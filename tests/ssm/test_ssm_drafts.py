@@ -7,7 +7,7 @@ import functools
 import pytest
 import torch
 
-from multispec import DynamicTree, ModelDrafter, SamplingConfig, StaticTree, speculative_generate, zoo
+from multispec import DynamicTree, ModelDrafter, SamplingConfig, StaticTree, StoppingConfig, speculative_generate, zoo
 from multispec.ssm import StatefulDraftEngine
 from multispec.ssm.testing import (make_bamba, make_falcon_h1, make_falcon_mamba, make_granite_hybrid, make_jamba,
                                    make_lfm2, make_mamba, make_mamba2, make_nemotron_h, make_qwen3_next,
@@ -67,8 +67,8 @@ def test_ssm_draft_for_its_own_family_is_lossless(kind, tree, batch):
     draft = make_perturbed_copy(target, noise=0.05, seed=2)
     ids, mask = ragged_prompts(batch, seed=batch + 4)
     n = 20
-    out = speculative_generate(target, draft, ids, mask, max_new_tokens=n, tree=TREES[tree], eos_token_id=[],
-                               pad_token_id=0)
+    out = speculative_generate(target, draft, ids, mask, max_new_tokens=n, tree=TREES[tree],
+                               stopping=StoppingConfig.never())
     assert torch.equal(out.sequences[:, -n:], greedy_rows_alone(target, ids, mask, n))
     assert out.stats.mean_accepted_length >= 1.8, out.stats
 
@@ -88,8 +88,8 @@ def test_ssm_and_hybrid_drafts_for_a_llama_target(tree, batch, draft_pair):
     llama, draft = _zoo("stdlib-bytes").target, _zoo(draft_pair).target
     ids, mask = source_prompts((300, 180, 240)[:batch])
     n = 32
-    out = speculative_generate(llama, draft, ids, mask, max_new_tokens=n, tree=TREES[tree], eos_token_id=[],
-                               pad_token_id=0)
+    out = speculative_generate(llama, draft, ids, mask, max_new_tokens=n, tree=TREES[tree],
+                               stopping=StoppingConfig.never())
     assert torch.equal(out.sequences[:, -n:], greedy_rows_alone(llama, ids, mask, n))
     assert out.stats.mean_accepted_length >= 2.0, out.stats
 
@@ -102,7 +102,7 @@ def test_zoo_mamba2_draft_for_the_zoo_ssm_targets(batch):
     ids, mask = source_prompts((300, 180, 240)[:batch])
     n = 32
     out = speculative_generate(pair.target, pair.drafter, ids, mask, max_new_tokens=n,
-                               tree=DynamicTree(depth=4, topk=3, total=10), eos_token_id=[], pad_token_id=0)
+                               tree=DynamicTree(depth=4, topk=3, total=10), stopping=StoppingConfig.never())
     assert torch.equal(out.sequences[:, -n:], greedy_rows_alone(pair.target, ids, mask, n))
     assert out.stats.mean_accepted_length >= 2.0, out.stats
 
@@ -117,8 +117,8 @@ def test_sampling_with_an_ssm_draft_reproduces_the_target():
     prompt = torch.tensor([5, 17, 42, 9, 77])
     settings = dict(temperature=0.9, top_k=12)
     out = speculative_generate(target, draft, prompt.expand(4000, -1).contiguous(), max_new_tokens=2,
-                               do_sample=True, tree=DynamicTree(depth=2, topk=3, total=6),
-                               generator=torch.Generator().manual_seed(0), eos_token_id=[], pad_token_id=0, **settings)
+                               tree=DynamicTree(depth=2, topk=3, total=6), generator=torch.Generator().manual_seed(0),
+                               sampling=SamplingConfig(do_sample=True, **settings), stopping=StoppingConfig.never())
     p1, p2 = first_two_token_dists(target, prompt, SamplingConfig(do_sample=True, **settings))
     assert chi_square_pvalue(out.sequences[:, -2], p1) > 1e-3
     assert chi_square_pvalue(out.sequences[:, -1], p2) > 1e-3

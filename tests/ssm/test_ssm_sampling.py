@@ -9,7 +9,7 @@ check that the SSM adapters feed the rule the right distributions."""
 import pytest
 import torch
 
-from multispec import DynamicTree, SamplingConfig, speculative_generate
+from multispec import DynamicTree, SamplingConfig, StoppingConfig, speculative_generate
 from multispec.ssm import BambaTarget, GraniteMoeHybridTarget, Mamba2Target, NemotronHTarget
 from multispec.ssm.testing import (make_bamba, make_falcon_h1, make_falcon_mamba, make_granite_hybrid, make_jamba,
                                    make_lfm2, make_mamba2, make_nemotron_h, make_qwen3_next,
@@ -25,10 +25,9 @@ def _draws(target, seed=0):
     model = target if isinstance(target, torch.nn.Module) else target.model  # a model or its adapter
     draft = make_perturbed_copy(model, noise=0.1, seed=3)  # q != p, but often accepted
     ids = PROMPT.expand(N, -1).contiguous()
-    return speculative_generate(target, draft, ids, max_new_tokens=2, do_sample=True,
-                                tree=DynamicTree(depth=2, topk=3, total=6),
-                                generator=torch.Generator().manual_seed(seed), eos_token_id=[], pad_token_id=0,
-                                **SETTINGS)
+    return speculative_generate(target, draft, ids, max_new_tokens=2, tree=DynamicTree(depth=2, topk=3, total=6),
+                                generator=torch.Generator().manual_seed(seed),
+                                sampling=SamplingConfig(do_sample=True, **SETTINGS), stopping=StoppingConfig.never())
 
 
 @pytest.mark.slow

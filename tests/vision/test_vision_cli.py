@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from multispec import speculative_generate, zoo
+from multispec import StoppingConfig, speculative_generate, zoo
 from multispec.cli import main
 from multispec.vision.cli import SHIPPED
 from multispec.vision.vqa_data import read_vqa
@@ -72,8 +72,8 @@ def test_zoo_pair_is_lossless_batched_and_its_drafters_are_accepted(pair):
     inputs = processor([i.image for i in items], [i.question for i in items])
     n = 40
     for name, drafter in drafters.items():
-        out = speculative_generate(model, drafter, max_new_tokens=n, tree=4, eos_token_id=EOS, pad_token_id=PAD,
-                                   **inputs)
+        out = speculative_generate(model, drafter, max_new_tokens=n, tree=4, **inputs,
+                                   stopping=StoppingConfig(eos_token_id=EOS, pad_token_id=PAD))
         for r, item in enumerate(items):
             alone = processor(item.image, item.question)
             with torch.no_grad():

@@ -7,7 +7,7 @@ ViSpec fusion's [I | 0] start, the SpecVLM gate, resumable training, and errors 
 import pytest
 import torch
 
-from multispec import DynamicTree, speculative_generate
+from multispec import DynamicTree, SamplingConfig, StoppingConfig, speculative_generate
 from multispec.vision import VisionDistiller, VisionDraftConfig, VisionEagleDrafter, build_draft_sequence
 from multispec.vision.compress import COMPRESSORS, ElasticCompressor, patch_grid
 from multispec.vision.distill import DistillConfig
@@ -48,8 +48,8 @@ def test_greedy_speculation_equals_generate(trained, kind, mode, batch):
     n = 16
     drafter = VisionEagleDrafter(head, model)
     for tree in (4, DynamicTree(depth=3, topk=3, total=8)):
-        out = speculative_generate(model, drafter, max_new_tokens=n, tree=tree, eos_token_id=[], pad_token_id=0,
-                                   **inputs)
+        out = speculative_generate(model, drafter, max_new_tokens=n, tree=tree, **inputs,
+                                   stopping=StoppingConfig.never())
         for r in range(batch):
             alone = row_of(inputs, r)
             with torch.no_grad():
@@ -81,8 +81,8 @@ def test_each_served_vlm_class_distils_and_drafts_losslessly(kind):
     VisionDistiller(model, head, config).fit(examples, lambda b: collate_examples(b, 0, answer_type))
     inputs = vlm_prompts(kind, before=(1, 3, 2), after=(2, 1, 3), seed=5)  # the first training prompts
     n = 16
-    out = speculative_generate(model, VisionEagleDrafter(head, model), max_new_tokens=n, tree=4, eos_token_id=[],
-                               pad_token_id=0, **inputs)
+    out = speculative_generate(model, VisionEagleDrafter(head, model), max_new_tokens=n, tree=4, **inputs,
+                               stopping=StoppingConfig.never())
     for r in range(3):
         with torch.no_grad():
             want = model.generate(**row_of(inputs, r), max_new_tokens=n, do_sample=False, eos_token_id=None,
@@ -309,8 +309,10 @@ def test_saved_head_reloads_and_drafts_the_same(tmp_path, trained):
     again = VisionEagleHead.load(tmp_path)
     assert again.vision == head.vision
     inputs = vlm_prompts("llava-siglip", seed=3)
-    a = speculative_generate(model, VisionEagleDrafter(head, model), max_new_tokens=8, eos_token_id=[], **inputs)
-    b = speculative_generate(model, VisionEagleDrafter(again, model), max_new_tokens=8, eos_token_id=[], **inputs)
+    a = speculative_generate(model, VisionEagleDrafter(head, model), max_new_tokens=8, **inputs,
+                             stopping=StoppingConfig(eos_token_id=[]))
+    b = speculative_generate(model, VisionEagleDrafter(again, model), max_new_tokens=8, **inputs,
+                             stopping=StoppingConfig(eos_token_id=[]))
     assert torch.equal(a.sequences, b.sequences) and a.stats.committed == b.stats.committed
     assert [s.accepted for s in a.stats.steps] == [s.accepted for s in b.stats.steps]
 
@@ -329,8 +331,10 @@ def test_int8_storage_halves_the_head_and_reloads_dequantized(tmp_path, trained)
         if a.is_floating_point() and a.dim() == 2:  # a matrix: within half a row's scale
             assert (a - b).abs().max() <= a.abs().amax(1).max() / 254 + 1e-3, name
     inputs = vlm_prompts("llava-siglip", seed=3)
-    out = speculative_generate(model, VisionEagleDrafter(small, model), max_new_tokens=8, eos_token_id=[], **inputs)
-    want = speculative_generate(model, VisionEagleDrafter(head, model), max_new_tokens=8, eos_token_id=[], **inputs)
+    out = speculative_generate(model, VisionEagleDrafter(small, model), max_new_tokens=8, **inputs,
+                               stopping=StoppingConfig(eos_token_id=[]))
+    want = speculative_generate(model, VisionEagleDrafter(head, model), max_new_tokens=8, **inputs,
+                                stopping=StoppingConfig(eos_token_id=[]))
     assert torch.equal(out.sequences, want.sequences)  # lossless either way
 
 
@@ -353,9 +357,9 @@ class _ReportsHotterQ(VisionEagleDrafter):
 
 def _first_two(model, drafter, inputs, seed):
     rows = {k: v.repeat(N, *([1] * (v.dim() - 1))) for k, v in inputs.items()}
-    out = speculative_generate(model, drafter, max_new_tokens=2, do_sample=True, tree=3,
-                               generator=torch.Generator().manual_seed(seed), eos_token_id=[], pad_token_id=0,
-                               **SAMPLING, **rows)
+    out = speculative_generate(model, drafter, max_new_tokens=2, tree=3, generator=torch.Generator().manual_seed(seed),
+                               **rows, sampling=SamplingConfig(do_sample=True, **SAMPLING),
+                               stopping=StoppingConfig.never())
     return out.sequences[:, -2], out.sequences[:, -1], out
 
 

@@ -7,7 +7,7 @@ distribution, and bad inputs are refused by name."""
 import pytest
 import torch
 
-from multispec import DynamicTree, Prompt, SamplingConfig, speculative_generate
+from multispec import DynamicTree, Prompt, SamplingConfig, StoppingConfig, speculative_generate
 from multispec.drafters import ModelDrafter
 from multispec.targets import FeatureRequest, as_target
 from multispec.testing import chi_square_pvalue, make_perturbed_copy, make_target
@@ -103,8 +103,8 @@ def test_greedy_speculation_equals_generate(vlm, batch):
     drafter = ModelDrafter(make_perturbed_copy(model, noise=0.05))
     assert drafter.engine == "adapter"  # the draft VLM sees the images too
     for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
-        out = speculative_generate(model, drafter, max_new_tokens=n, tree=tree, eos_token_id=[], pad_token_id=0,
-                                   **inputs)
+        out = speculative_generate(model, drafter, max_new_tokens=n, tree=tree, **inputs,
+                                   stopping=StoppingConfig.never())
         new = out.sequences[:, -n:]
         for r in range(batch):
             alone = row_of(inputs, r)
@@ -128,8 +128,8 @@ def _first_tokens(model, inputs, seed=0):
     repeat as one block per row)."""
     rows = {k: v.repeat(N, *([1] * (v.dim() - 1))) for k, v in inputs.items()}
     out = speculative_generate(model, ModelDrafter(make_perturbed_copy(model, noise=0.3)), max_new_tokens=1,
-                               do_sample=True, tree=2, generator=torch.Generator().manual_seed(seed), eos_token_id=[],
-                               pad_token_id=0, **SAMPLING, **rows)
+                               tree=2, generator=torch.Generator().manual_seed(seed), **rows,
+                               sampling=SamplingConfig(do_sample=True, **SAMPLING), stopping=StoppingConfig.never())
     return out.sequences[:, -1], out
 
 
@@ -204,8 +204,8 @@ def test_a_session_over_a_vlm_rolls_back_and_continues_exactly():
 
     model = make_vlm("qwen2-vl", seed=1)
     inputs = row_of(vlm_prompts("qwen2-vl"), 1)  # the 4x8 image: rope delta != 0
-    session = Session(model, ModelDrafter(make_perturbed_copy(model, noise=0.05)), tree=3, eos_token_id=[],
-                      pad_token_id=0)
+    session = Session(model, ModelDrafter(make_perturbed_copy(model, noise=0.05)), tree=3,
+                      stopping=StoppingConfig.never())
     session.append(**inputs)
     first = session.generate(6)[0]
     mark = session.checkpoint()

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from multispec import zoo
+from multispec import StoppingConfig, zoo
 from multispec.cli import main
 
 from multispec.vision.answer_change import answer_change, first_change, lcs_length, text_change
@@ -121,7 +121,7 @@ def test_the_shipped_word_pair_is_lossless_and_its_three_drafters_are_accepted()
             full = model.generate(**alone, max_new_tokens=n, do_sample=False, **ids)
         wants.append(full[0, alone["input_ids"].shape[1]:])
     for name, drafter in load_drafters(model, zoo.path("vqa-words-llava")).items():
-        out = speculative_generate(model, drafter, max_new_tokens=n, tree=8, **ids, **inputs)
+        out = speculative_generate(model, drafter, max_new_tokens=n, tree=8, stopping=StoppingConfig(**ids), **inputs)
         for r, want in enumerate(wants):
             assert torch.equal(out.sequences[r, inputs["input_ids"].shape[1]:][:len(want)], want), (name, r)
         assert out.stats.mean_accepted_length > 3.0, (name, out.stats)

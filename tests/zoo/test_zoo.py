@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from multispec import DynamicTree, speculative_generate, zoo
+from multispec import DynamicTree, StoppingConfig, speculative_generate, zoo
 from multispec.cli import main
 from multispec.zoo.data import HELD_OUT, TRAINED_BUDGETS, corpus_text, read_source, stdlib_files
 
@@ -62,7 +62,8 @@ def test_local_pair_is_lossless_and_accepts(pair, tree):
     prompt = read_source(stdlib_files("heldout")[0])[:400]
     ids = pair.tokenizer(prompt, return_tensors="pt")["input_ids"]
     expected = pair.target.generate(ids, max_new_tokens=64, do_sample=False, pad_token_id=0)
-    out = speculative_generate(pair.target, pair.drafter, ids, max_new_tokens=64, tree=tree, pad_token_id=0)
+    out = speculative_generate(pair.target, pair.drafter, ids, max_new_tokens=64, tree=tree,
+                               stopping=StoppingConfig(pad_token_id=0))
     assert torch.equal(out.sequences, expected)
     assert out.stats.mean_accepted_length > 1.8  # a trained pair: most steps accept drafts
     assert isinstance(pair.tokenizer.decode(out.sequences[0, ids.shape[1]:]), str)
@@ -81,7 +82,8 @@ def test_main_job_pair_is_lossless_and_accepts(tree):
     ids = pair.tokenizer(prompt, return_tensors="pt")["input_ids"]
     expected = pair.target.generate(ids, max_new_tokens=48, do_sample=False, pad_token_id=0)
     for drafter in (pair.drafter, pair.draft_model):
-        out = speculative_generate(pair.target, drafter, ids, max_new_tokens=48, tree=tree, pad_token_id=0)
+        out = speculative_generate(pair.target, drafter, ids, max_new_tokens=48, tree=tree,
+                                   stopping=StoppingConfig(pad_token_id=0))
         assert torch.equal(out.sequences, expected)
         assert out.stats.mean_accepted_length > 1.8
 
@@ -96,7 +98,7 @@ def test_ssm_pairs_are_lossless_and_accept(name):
     expected = pair.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40, do_sample=False,
                                     pad_token_id=0)
     out = speculative_generate(pair.target, pair.drafter, ids, max_new_tokens=40,
-                               tree=DynamicTree(depth=4, topk=3, total=10), pad_token_id=0)
+                               tree=DynamicTree(depth=4, topk=3, total=10), stopping=StoppingConfig(pad_token_id=0))
     assert torch.equal(out.sequences, expected)
     assert out.stats.mean_accepted_length > 1.5
 
