@@ -79,7 +79,7 @@ USER_PAIRS: dict[str, Callable] = {}
 
 
 @functools.cache
-def _load(pair: str):
+def load_pair(pair: str):
     if pair in USER_PAIRS:
         return USER_PAIRS[pair]()
     return zoo.load(pair)
@@ -91,7 +91,7 @@ def run_tab(pairs: Sequence[str], methods: Callable, pair: str, prompt: str, max
     chain_k, tree)`; returns (summary markdown, plain completion, second-to-last and last method's traces)."""
     if pair not in pairs:
         raise ValueError(f"pair: expected one of {list(pairs)}, got {pair!r}")
-    p = _load(pair)
+    p = load_pair(pair)
     tree = DynamicTree(int(depth), int(topk), int(total))
     results = compare(p.target, p.tokenizer, prompt, methods(p.target, p.drafter, int(chain_k), tree),
                       max_new_tokens=int(max_new_tokens))

@@ -287,7 +287,7 @@ def _check_labels(model: PatchAR, labels) -> torch.Tensor:
     return labels.to(model.pos.device)
 
 
-def _plain(model: PatchAR, labels: torch.Tensor, sampler: HeadSampler, n: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
+def plain_trajectories(model: PatchAR, labels: torch.Tensor, sampler: HeadSampler, n: int, generator) -> tuple[torch.Tensor, torch.Tensor]:
     """The target alone: n trajectories per row [B, n, S*D] and their readouts [B, n, D]."""
     runner = _Runner(model, labels, sampler)
     z = runner.start(None)
@@ -322,7 +322,7 @@ def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | 
     sampler = HeadSampler(target, trajectory, guidance_scale)
     t0 = time.perf_counter()
     if draft is None:
-        trajs, reads = _plain(target, labels, sampler, c.tokens, generator)
+        trajs, reads = plain_trajectories(target, labels, sampler, c.tokens, generator)
         out = ContinuousImageOutput(reads.new_zeros(0), reads, trajs, 0.0, prefilled=c.tokens)
     else:
         eagle = isinstance(draft, PatchEagle)
@@ -333,7 +333,7 @@ def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | 
         else:
             raise TypeError(f"draft: expected a PatchAR (a draft model) or a PatchEagle, got {type(draft).__name__}")
         m = min(c.tokens, max(1, math.ceil(prefill * c.tokens)))
-        trajs, reads = _plain(target, labels, sampler, m, generator)
+        trajs, reads = plain_trajectories(target, labels, sampler, m, generator)
         if m < c.tokens:
             adapter = PatchARTarget(target, labels, sampler)
             if eagle:  # the draft samples with the target's own head

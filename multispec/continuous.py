@@ -1,5 +1,5 @@
 """The continuous-token loop: speculative sampling of vectors (`continuous_generate`) on the rule and payload
-types of `multispec.rules.continuous` (re-exported here so existing imports keep working).
+types of `multispec.rules.continuous`.
 
 The loop is the core's, at a different payload: a drafter proposes a chain of k vectors per row; the target
 scores the chain in one pass and returns, per node, its conditional distribution; the rule (`DensityRatio`
@@ -104,5 +104,4 @@ def continuous_generate(target, drafter, values: torch.Tensor, max_new_tokens: i
     return ContinuousOutput(values, stats, fallbacks, tv_sum=tv_sum, judged=judged)
 
 
-__all__ = ["ContinuousDraft", "ContinuousOutput", "ContinuousTarget", "ContinuousVerdict", "DensityRatio",
-           "NodeDistributions", "continuous_generate"]
+__all__ = ["ContinuousOutput", "ContinuousTarget", "continuous_generate"]

@@ -468,16 +468,16 @@ def _sampled_rank_key(own: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     return group
 
 
-def _draw_siblings(q: torch.Tensor, k: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+def draw_siblings(q: torch.Tensor, k: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """`k` tokens per row of q [N, V] drawn *without replacement* (Gumbel-top-k: the keys' order is the
     sequential draw order) and whether each is a real draw ([N, k]; False where q had fewer than k
-    tokens). Draw j comes from `_without_earlier(q, tokens, j)`."""
+    tokens). Draw j comes from `without_earlier(q, tokens, j)`."""
     u = uniform(tuple(q.shape), generator, q.device).clamp_(min=1e-20)
     tokens = torch.topk(torch.log(q) - torch.log(-torch.log(u)), k, dim=-1).indices  # [N, k]
     return tokens, q.gather(1, tokens) > 0
 
 
-def _without_earlier(q: torch.Tensor, group: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+def without_earlier(q: torch.Tensor, group: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
     """What sibling `position` [M] of a group of draws `group` [M, k] was drawn from: q [M, V] without the
     group's earlier draws, renormalised. Recursive rejection against these (the `Exact` rule, sibling by
     sibling) is lossless for draws without replacement."""
@@ -490,7 +490,7 @@ def _without_earlier(q: torch.Tensor, group: torch.Tensor, position: torch.Tenso
 def _grow_dynamic_sampled(spec: DynamicTree, root_logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,
                           generator: torch.Generator | None) -> DraftTree:
     """The dynamic tree for speculative sampling with `sample_children`: every expanded node gets `topk`
-    children drawn from its draft distribution q without replacement (`_draw_siblings`), each kept with
+    children drawn from its draft distribution q without replacement (`draw_siblings`), each kept with
     the distribution it was drawn from, so siblings are verified by recursive rejection rather than as
     one-hot picks (which are accepted with p(x) each).
 
@@ -504,7 +504,7 @@ def _grow_dynamic_sampled(spec: DynamicTree, root_logits: torch.Tensor, feed: Fe
     k = spec.topk
     sib = torch.arange(k, device=device)
     q_root = sampling.probs(root_logits)  # [B, V]
-    tok, ok = _draw_siblings(q_root, k, generator)
+    tok, ok = draw_siblings(q_root, k, generator)
     score = torch.where(ok, torch.log(q_root.gather(1, tok)), float("-inf"))
     # the pool, in creation order: tokens, parents (pool index, -1 root), own cumulative score, the score
     # of the group the node belongs to (its parent's), whether it is a real draw, which distribution its
@@ -521,7 +521,7 @@ def _grow_dynamic_sampled(spec: DynamicTree, root_logits: torch.Tensor, feed: Fe
         par = torch.cat(pool_parents, 1).gather(1, frontier)
         alive = torch.cat(pool_ok, 1).gather(1, frontier)
         q = sampling.probs(feed(frontier, tok, par))  # [B, k, V]
-        child, ok = _draw_siblings(q.reshape(b * k, -1), k, generator)
+        child, ok = draw_siblings(q.reshape(b * k, -1), k, generator)
         child, ok = child.view(b, k, k), ok.view(b, k, k) & alive[:, :, None]
         own = torch.where(ok, torch.log(q.gather(2, child)), float("-inf"))
         child_scores = frontier_scores[:, :, None] + own
@@ -551,7 +551,7 @@ def _grow_dynamic_sampled(spec: DynamicTree, root_logits: torch.Tensor, feed: Fe
     base = base.gather(1, torch.cat(pool_dist, 1).gather(1, keep)[..., None].expand(-1, -1, base.shape[-1]))
     draws = torch.cat(pool_draws, 1).gather(1, keep[..., None].expand(-1, -1, k))
     place = torch.cat(pool_place, 1).gather(1, keep)
-    q_nodes = _without_earlier(base.reshape(b * spec.total, -1), draws.reshape(-1, k), place.reshape(-1))
+    q_nodes = without_earlier(base.reshape(b * spec.total, -1), draws.reshape(-1, k), place.reshape(-1))
     valid = torch.cat(pool_ok, 1).gather(1, keep)
     return DraftTree(tokens.gather(1, keep), mapped, valid, q_nodes.view(b, spec.total, -1), feed_ids=keep)
 

@@ -50,7 +50,7 @@ _WORD = {"+": "plus", "-": "minus", "*": "times", "/": "divided by"}
 _VERB = {"+": ("Add", "to"), "-": ("Subtract", "from"), "*": ("Multiply", "by"), "/": ("Divide", "by")}
 
 
-def _apply(a: int, op: str, b: int) -> int:
+def apply_op(a: int, op: str, b: int) -> int:
     return {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
 
 
@@ -62,7 +62,7 @@ def phrase(a: int, op: str, b: int, rng: random.Random, style: str = "mixed") ->
     to b: r" 30%) or "words" (never symbols: a writer with another habit, same random draws); "spaced", "lower"
     and "casual" phrase as "words" (their habits, two spaces, lowercase openings, and lowercase openings with no
     period after a result, are `make_problem`'s)."""
-    r = _apply(a, op, b)
+    r = apply_op(a, op, b)
     kind = rng.random()
     if style in ("words", "spaced", "lower", "casual"):
         kind = 0.45 + 0.55 * kind
@@ -116,7 +116,7 @@ def _expression(rng: random.Random) -> tuple[str, list[tuple[int, str, int]]]:
         text = f"{text} {op} {b}"
         low = op in "+-"
         ops.append((value, op, b))
-        value = _apply(value, op, b)
+        value = apply_op(value, op, b)
     return f"Compute {text}.", ops
 
 
@@ -186,11 +186,11 @@ def make_problem(rng: random.Random, check_rate: float = 0.25, style: str = "mix
             text = REFLECT_CUE + text[0].lower() + text[1:]
         steps.append(text + ".")
         if rng.random() < check_rate:
-            check = _check(a, op, b, _apply(a, op, b), rng)
+            check = _check(a, op, b, apply_op(a, op, b), rng)
             if check is not None:
                 steps.append(check)
     a, op, b = ops[-1]
-    answer = _apply(a, op, b)
+    answer = apply_op(a, op, b)
     steps.append(f"{ANSWER_PREFIX} {answer}")
     if style == "spaced":  # a writer that puts two spaces between words: right text the base never writes
         steps = [s.replace(" ", "  ") for s in steps]
@@ -224,7 +224,7 @@ def make_drill(rng: random.Random, facts: int = 14, style: str = "symbols") -> s
         else:
             b = rng.randint(2, 9)
             a = b * rng.randint(2, 12)
-        lines.append(f"{a} {op} {b} = {_apply(a, op, b)}" if style == "symbols" else phrase(a, op, b, rng, style))
+        lines.append(f"{a} {op} {b} = {apply_op(a, op, b)}" if style == "symbols" else phrase(a, op, b, rng, style))
     return "\n".join(lines)
 
 

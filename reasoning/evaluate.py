@@ -44,7 +44,7 @@ from multispec.drafters import ModelDrafter
 from multispec.rules import Judge, JudgeHead, JudgeStats
 
 from .data import Problem, format_prompt, is_correct
-from .scoring import LogLikelihoodScorer, PromptScorer, _encode
+from .scoring import LogLikelihoodScorer, PromptScorer, encode_text
 from .spec_thinking import SpeculativeThinking, SpeculativeThinkingConfig
 from .specreason import SpecReason, SpecReasonConfig
 from .speculative_verdict import LikelihoodVerdict, PromptVerdict, SpeculativeVerdict, TextExpert
@@ -114,7 +114,7 @@ def solve(method: str, models: Models, s: Settings, question: str) -> dict:
     """One problem through one method: the generated text, tokens and the method's counts (the recorder
     times the call; the token-level rows also give their `SpeculativeStats` as `stats`)."""
     tok = models.tokenizer
-    prompt = _encode(tok, models.prompt(question))
+    prompt = encode_text(tok, models.prompt(question))
     eos = getattr(tok, "eos_token_id", None)
     if method in ("base", "small"):
         writer = Writer.open(models.base if method == "base" else models.small, eos_token_id=eos)
@@ -148,8 +148,8 @@ def solve(method: str, models: Models, s: Settings, question: str) -> dict:
         else:
             verdict = LikelihoodVerdict(TextExpert(models.base, tok, models.prompt, s.max_new_tokens))
         r = SpeculativeVerdict(experts, verdict, k=min(s.verdict_k, len(experts))).run(question)
-        written = sum(len(_encode(tok, a.text)) for a in r.answers.values())  # every expert's answer
-        written += len(_encode(tok, r.text)) if method == "verdict" else 0  # and the verdict's
+        written = sum(len(encode_text(tok, a.text)) for a in r.answers.values())  # every expert's answer
+        written += len(encode_text(tok, r.text)) if method == "verdict" else 0  # and the verdict's
         return {"text": r.text, "answer": r.answer, "tokens": written,
                 "counts": {"chosen": r.chosen, "experts": {n: a.answer for n, a in r.answers.items()}}}
     if method in ("generate", "assisted"):

@@ -89,7 +89,7 @@ class PromptScorer(StepScorer):
     def plain(cls, tokenizer, method: str = "greedy", instruction: str = DEFAULT_INSTRUCTION,
               lead: str = DEFAULT_LEAD) -> "PromptScorer":
         """A plain-text judging prompt after the step: a blank line, the instruction, then `lead`."""
-        ids = _encode(tokenizer, f"\n\n{instruction}\n{lead}")
+        ids = encode_text(tokenizer, f"\n\n{instruction}\n{lead}")
         return cls(lambda: ids, cls.digit_ids(tokenizer), method)
 
     @classmethod
@@ -108,7 +108,7 @@ class PromptScorer(StepScorer):
             if not after.startswith(before):
                 raise ValueError("tokenizer: its chat template rewrites earlier turns when a turn is added (e.g. "
                                  "it strips thinking); use PromptScorer.plain or a custom suffix")
-            return _encode(tokenizer, after[len(before):])
+            return encode_text(tokenizer, after[len(before):])
 
         return cls(suffix, cls.digit_ids(tokenizer), method)
 
@@ -140,7 +140,7 @@ def _takes_special(tokenizer) -> bool:
         return False
 
 
-def _encode(tokenizer, text: str) -> list[int]:
+def encode_text(tokenizer, text: str) -> list[int]:
     if _takes_special(tokenizer):
         return list(tokenizer.encode(text, add_special_tokens=False))
     return list(tokenizer.encode(text))

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .specreason import _check_vocab
+from .specreason import check_same_vocab
 from .steps import SEPARATOR, ReasoningOutput, Step, Stops, Writer, separator_ids
 
 
@@ -106,7 +106,7 @@ class SpeculativeThinking:
 
     def __init__(self, small, large, tokenizer, config: SpeculativeThinkingConfig | None = None,
                  large_drafter=None, large_tree=None):
-        _check_vocab(small, large)
+        check_same_vocab(small, large)
         self.small, self.large, self.tokenizer = small, large, tokenizer
         self.config = config or SpeculativeThinkingConfig()
         self.large_drafter, self.large_tree = large_drafter, large_tree

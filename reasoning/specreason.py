@@ -51,7 +51,7 @@ class SpecReason:
 
     def __init__(self, small, base, tokenizer, scorer: StepScorer | str = "prompt",
                  config: SpecReasonConfig | None = None, base_drafter=None, base_tree=None, keep_agreed: bool = True):
-        _check_vocab(small, base)
+        check_same_vocab(small, base)
         self.small, self.base, self.tokenizer = small, base, tokenizer
         self.scorer = resolve_scorer(scorer, tokenizer)
         self.config = config or SpecReasonConfig()
@@ -132,7 +132,7 @@ class SpecReason:
         return kept + base.write(room - len(kept), [self.sep]), len(kept)
 
 
-def _check_vocab(small, base) -> None:
+def check_same_vocab(small, base) -> None:
     vs = getattr(getattr(small, "config", None), "vocab_size", None)
     vb = getattr(getattr(base, "config", None), "vocab_size", None)
     if vs is not None and vb is not None and vs != vb:

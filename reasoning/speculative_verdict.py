@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .data import extract_answer, format_prompt
-from .scoring import _encode
+from .scoring import encode_text
 from .steps import Writer
 from .task_data import verdict_prompt
 
@@ -51,7 +51,7 @@ class TextExpert:
         self.max_new_tokens, self.drafter, self.tree, self.answer_of = max_new_tokens, drafter, tree, answer_of
 
     def _ids(self, text: str) -> list[int]:
-        return _encode(self.tokenizer, text)
+        return encode_text(self.tokenizer, text)
 
     def answer(self, question: str, image=None) -> ExpertAnswer:
         writer = Writer.open(self.model, self.drafter, self.tree,
@@ -87,7 +87,7 @@ class VisionExpert:
         self.eos = getattr(processor, "eos_token_id", None) or getattr(getattr(processor, "tokenizer", None),
                                                                        "eos_token_id", None)
 
-    def _encode(self, text: str) -> list[int]:
+    def encode_text(self, text: str) -> list[int]:
         if hasattr(self.processor, "encode"):
             return list(self.processor.encode(text))
         return list(self.processor.tokenizer.encode(text, add_special_tokens=False))
@@ -111,7 +111,7 @@ class VisionExpert:
             raise ValueError("image: a vision expert scores answers about an image")
         device = _device(self.model)
         inputs = _on_device(self.processor(image, question), device)
-        tokens = self._encode(span)
+        tokens = self.encode_text(span)
         if not tokens:
             return 0.0
         n = inputs["input_ids"].shape[1]
@@ -206,7 +206,7 @@ class PromptVerdict:
     def decide(self, question: str, reasoning: dict[str, str], answers: dict[str, ExpertAnswer], image=None):
         writer = Writer.open(self.model, self.drafter, self.tree,
                              eos_token_id=getattr(self.tokenizer, "eos_token_id", None))
-        writer.start(_encode(self.tokenizer, self.prompt(question, reasoning, answers)))
+        writer.start(encode_text(self.tokenizer, self.prompt(question, reasoning, answers)))
         text = self.tokenizer.decode(writer.write(self.max_new_tokens))
         return extract_answer(text), text, {}
 

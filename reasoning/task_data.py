@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import re
 
-from .data import ANSWER_PREFIX, SEPARATOR, Problem, _apply, phrase
+from .data import ANSWER_PREFIX, SEPARATOR, Problem, apply_op, phrase
 
 SCORE_INSTRUCTION = "Rate the last step from 0 to 9."  # short: the scoring pass reads it after every step
 SCORE_LEAD = "Score: "
@@ -32,7 +32,7 @@ _OP_OF = {"+": "+", "-": "-", "*": "*", "x": "*", "/": "/", "plus": "+", "minus"
           "divided by": "/", "add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
 
 
-def _operation(step: str) -> tuple[str, bool, list[re.Match]] | None:
+def parse_operation(step: str) -> tuple[str, bool, list[re.Match]] | None:
     """(op, swapped, the three number matches: operands in text order, then the result) of an operation or
     check step; `swapped` when the text names the second operand first ("Subtract b from a")."""
     for pattern in _OPS:
@@ -57,7 +57,7 @@ def corrupt_step(step: str, rng: random.Random, numbers: list[int]) -> str | Non
     time, another operand (one of `numbers`, the problem's and earlier results, or a near one) with the
     arithmetic redone on it (the zoo's small models' commonest error), else a wrong result; an answer step a
     wrong number."""
-    found = _operation(step)
+    found = parse_operation(step)
     if found is None:
         nums = list(_NUM.finditer(step))
         if not nums:
@@ -72,8 +72,8 @@ def corrupt_step(step: str, rng: random.Random, numbers: list[int]) -> str | Non
         pool = [n for n in numbers if n != old] or [_near(old, rng)]
         new = rng.choice(pool) if rng.random() < 0.7 else _near(old, rng)
         a2, b2 = (new, b) if which == 0 else (a, new)
-        if b2 and (op != "/" or a2 % b2 == 0):  # (`_apply` computes a // b whatever the op)
-            r2 = _apply(a2, op, b2)
+        if b2 and (op != "/" or a2 % b2 == 0):  # (`apply_op` computes a // b whatever the op)
+            r2 = apply_op(a2, op, b2)
             if r2 >= 0 and (a2, b2) != (a, b):
                 target = (y if swapped else x) if which == 0 else (x if swapped else y)
                 return _replace(step, {target: new, res: r2})
@@ -107,7 +107,7 @@ def drill_scoring_row(rng: random.Random) -> tuple[str, int]:
     op = rng.choice("+-*+-")
     a = rng.randint(10, 60)
     b = rng.randint(2, 5) if op == "*" else rng.randint(1, min(a - 1, 40)) if op == "-" else rng.randint(1, 40)
-    r, score = _apply(a, op, b), RIGHT_SCORE
+    r, score = apply_op(a, op, b), RIGHT_SCORE
     if rng.random() < 0.5:
         r, score = _near(r, rng), rng.choice(WRONG_SCORES)
     text = f"Practice:\n{a} {op} {b} = {r}\n{SCORE_LEAD}"
@@ -135,7 +135,7 @@ def scoring_row(problem: Problem, rng: random.Random, eos: str, wrong_rate: floa
 def rephrase(step: str, rng: random.Random) -> str:
     """An operation step written in another random phrasing (`phrase`; a lead-in is dropped), other steps as
     they are: experts phrase their steps their own way."""
-    found = _operation(step)
+    found = parse_operation(step)
     if found is None or step.lower().startswith(("let me", "wait", "check")):
         return step
     op, swapped, (x, y, _) = found
@@ -155,7 +155,7 @@ def expert_solution(problem: Problem, rng: random.Random, wrong_rate: float) -> 
     if wrong is None:
         return "".join(steps)
     steps = steps[:i] + [wrong] + steps[i + 1:]
-    if i == len(steps) - 2 and _operation(wrong) is not None:  # the answer repeats the wrong result
+    if i == len(steps) - 2 and parse_operation(wrong) is not None:  # the answer repeats the wrong result
         steps[-1] = f"{ANSWER_PREFIX} {numbers_in(wrong)[-1]}\n"
     return "".join(steps)
 

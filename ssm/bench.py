@@ -36,7 +36,7 @@ from multispec.zoo.data import read_source, stdlib_files
 from .hybrid import BambaTarget, Zamba2Target
 from .mamba1 import MambaTarget
 from .mamba2 import Mamba2Target
-from .testing import _randomised
+from .testing import randomised
 from .zoo_pair import zamba2_config
 
 
@@ -61,7 +61,7 @@ def _random_pair(name: str) -> ZooPair:
     torch.manual_seed(0)
     model = Zamba2ForCausalLM(zamba2_config())
     mixers = [layer.mamba if hasattr(layer, "mamba") else layer.mamba_decoder.mamba for layer in model.model.layers]
-    target = _randomised(model, 8.0, mixers)
+    target = randomised(model, 8.0, mixers)
     return ZooPair(target, ModelDrafter(make_perturbed_copy(target, noise=0.05, seed=1)), ByteTokenizer(), name)
 
 

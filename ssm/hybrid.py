@@ -22,7 +22,7 @@ from multispec.targets.hf import cache_layer_types
 from multispec.tree import ancestor_mask_from_parents
 from multispec.versions import require
 
-from .mamba2 import _Mamba2Step, mamba2_commit_layers, mamba2_prefill_mix, mamba2_tree_mix
+from .mamba2 import Mamba2Step, mamba2_commit_layers, mamba2_prefill_mix, mamba2_tree_mix
 from .mamba1 import mamba1_tree_mix
 from .target import accepted_nodes, commit_layer_states, mamba_ssm_prefill, rms_norm
 from .kernels import tree_conv1d_dispatch
@@ -112,7 +112,7 @@ class BambaTarget(HFCausalLM):
         self.mamba_layers = [i for i, kind in enumerate(cache_layer_types(model.config)) if kind in self.state_kinds]
         self.conv: dict[int, torch.Tensor] = {}
         self.ssm: dict[int, torch.Tensor] = {}
-        self._step: dict[int, _Mamba2Step] | None = None
+        self._step: dict[int, Mamba2Step] | None = None
         self._sources: torch.Tensor | None = None  # the scored tree's conv sources, shared by all layers
 
     def _new_cache(self) -> DynamicCache:
@@ -174,7 +174,7 @@ class BambaTarget(HFCausalLM):
         hidden = inputs["inputs_embeds"] if "inputs_embeds" in inputs else embed(inputs["input_ids"])
         hidden = self._embed(hidden)
         rotary = self._rotary(hidden, positions)
-        step: dict[int, _Mamba2Step] = {}
+        step: dict[int, Mamba2Step] = {}
         tree = (rotary, masks, parents, ancestors, sources, step)
         for i, layer in enumerate(self.decoder.layers):
             hidden = self._tree_layer(i, layer, hidden, *tree)

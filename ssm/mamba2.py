@@ -17,7 +17,7 @@ from .tree_scan import chunked_ssd, tree_state
 
 
 @dataclass
-class _Mamba2Step:
+class Mamba2Step:
     xbc: torch.Tensor  # [B, T, C] pre-conv inputs
     x: torch.Tensor  # [B, T, H, P]
     dt: torch.Tensor  # [B, T, H] discretised step
@@ -81,7 +81,7 @@ def _out_proj(mixer, y: torch.Tensor, gate: torch.Tensor, dtype: torch.dtype) ->
 
 def mamba2_tree_mix(mixer, h: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor,
                     parents: torch.Tensor, ancestors: torch.Tensor,
-                    sources: torch.Tensor | None = None) -> tuple[torch.Tensor, _Mamba2Step]:
+                    sources: torch.Tensor | None = None) -> tuple[torch.Tensor, Mamba2Step]:
     """A Mamba-2 mixer (`transformers`' Mamba2Mixer, or a hybrid's, e.g. BambaMixer: same parameter names)
     over a whole tree: output [B, T, hidden] of every node as if its path were decoded alone, and what the
     commit needs. `sources`: the tree's conv sources (`tree_scan.conv_sources`), shared by all layers."""
@@ -91,7 +91,7 @@ def mamba2_tree_mix(mixer, h: torch.Tensor, conv_state: torch.Tensor, ssm_state:
                                       sources=sources)).to(h.dtype)
     x, dt, B, C = _scan_inputs(mixer, conv, dt)
     y = tree_ssd_dispatch(x, dt, k.A, B, C, mixer.D, ancestors, ssm_state)
-    return _out_proj(mixer, y, gate, h.dtype), _Mamba2Step(xbc, x, dt, B)
+    return _out_proj(mixer, y, gate, h.dtype), Mamba2Step(xbc, x, dt, B)
 
 
 def mamba2_prefill_mix(mixer, h: torch.Tensor, chunk: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -134,12 +134,12 @@ def falcon_gated_rms_norm(norm, y: torch.Tensor, gate: torch.Tensor) -> torch.Te
     return z.to(y.dtype)
 
 
-def mamba2_committed_state(mixer, step: _Mamba2Step, on_path: torch.Tensor, ssm_state: torch.Tensor) -> torch.Tensor:
+def mamba2_committed_state(mixer, step: Mamba2Step, on_path: torch.Tensor, ssm_state: torch.Tensor) -> torch.Tensor:
     """The SSM state after the accepted nodes (`on_path` [B, T]), in closed form."""
     return tree_state(step.x, step.dt, _consts(mixer).A, step.B, on_path, ssm_state)
 
 
-def mamba2_commit_layers(mixers: list, steps: list[_Mamba2Step], convs: list[torch.Tensor],
+def mamba2_commit_layers(mixers: list, steps: list[Mamba2Step], convs: list[torch.Tensor],
                          ssms: list[torch.Tensor], sources: torch.Tensor, on_path: torch.Tensor,
                          has: torch.Tensor, last: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Every layer's committed (conv, SSM) states in one batched pass: the layers' tensors are stacked

@@ -15,7 +15,7 @@ from transformers import (BambaConfig, BambaForCausalLM, FalconH1Config, FalconH
 from multispec.testing import VOCAB
 
 
-def _randomised(model: torch.nn.Module, head_scale: float, mixers: list) -> torch.nn.Module:
+def randomised(model: torch.nn.Module, head_scale: float, mixers: list) -> torch.nn.Module:
     """`model` in eval mode with its LM head scaled by `head_scale` (argmax ties become rare) and each Mamba-2
     mixer's decays drawn wider than the default init (so the state carries information across steps)."""
     with torch.no_grad():
@@ -35,7 +35,7 @@ def make_mamba2(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int 
                           head_dim=16, state_size=state, n_groups=groups, conv_kernel=4, chunk_size=16,
                           tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model = Mamba2ForCausalLM(config)
-    return _randomised(model, head_scale, [layer.mixer for layer in model.backbone.layers])
+    return randomised(model, head_scale, [layer.mixer for layer in model.backbone.layers])
 
 
 def make_mamba(seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int = 64, head_scale: float = 8.0,
@@ -71,7 +71,7 @@ def make_bamba(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int =
                          eos_token_id=2, pad_token_id=0, max_position_embeddings=1024)
     model = BambaForCausalLM(config)
     # a Mamba-2 layer has `mamba` (its `block_type`, `layer_type` before transformers 5.13)
-    return _randomised(model, head_scale, [layer.mamba for layer in model.model.layers if hasattr(layer, "mamba")])
+    return randomised(model, head_scale, [layer.mamba for layer in model.model.layers if hasattr(layer, "mamba")])
 
 
 def make_granite_hybrid(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidden: int = 64, head_scale: float = 8.0,
@@ -92,7 +92,7 @@ def make_granite_hybrid(seed: int = 0, vocab: int = VOCAB, layers: int = 4, hidd
         attention_multiplier=0.1, logits_scaling=2.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
         pad_token_id=0, max_position_embeddings=1024)
     model = GraniteMoeHybridForCausalLM(config)
-    return _randomised(model, head_scale, [layer.mamba for layer in model.model.layers if layer.mamba is not None])
+    return randomised(model, head_scale, [layer.mamba for layer in model.model.layers if layer.mamba is not None])
 
 
 def make_nemotron_h(seed: int = 0, vocab: int = VOCAB, hidden: int = 64, head_scale: float = 8.0,
@@ -107,7 +107,7 @@ def make_nemotron_h(seed: int = 0, vocab: int = VOCAB, hidden: int = 64, head_sc
         num_experts_per_tok=2, moe_intermediate_size=hidden, moe_shared_expert_intermediate_size=hidden,
         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0, max_position_embeddings=1024)
     model = NemotronHForCausalLM(config)
-    return _randomised(model, head_scale,
+    return randomised(model, head_scale,
                        [layer.mixer for layer in model.model.layers if layer.block_type == "linear_attention"])
 
 
@@ -144,7 +144,7 @@ def make_falcon_h1(seed: int = 0, vocab: int = VOCAB, layers: int = 3, hidden: i
         ssm_multipliers=[0.9, 1.1, 0.8, 1.2, 1.05], mlp_multipliers=[1.5, 0.7], tie_word_embeddings=False,
         bos_token_id=1, eos_token_id=2, pad_token_id=0, max_position_embeddings=1024)
     model = FalconH1ForCausalLM(config)
-    _randomised(model, head_scale, [layer.mamba for layer in model.model.layers])
+    randomised(model, head_scale, [layer.mamba for layer in model.model.layers])
     if rms_norm:
         with torch.no_grad():
             for layer in model.model.layers:
@@ -186,7 +186,7 @@ def make_zamba2(seed: int = 0, vocab: int = VOCAB, hidden: int = 64, head_scale:
         bos_token_id=1, eos_token_id=2, pad_token_id=0, max_position_embeddings=1024)
     model = Zamba2ForCausalLM(config)
     mixers = [layer.mamba if hasattr(layer, "mamba") else layer.mamba_decoder.mamba for layer in model.model.layers]
-    _randomised(model, head_scale, mixers)
+    randomised(model, head_scale, mixers)
     with torch.no_grad():  # adapters start near zero; make them matter
         for name, p in model.named_parameters():
             if "adapter" in name:

@@ -181,29 +181,59 @@ def test_the_cycle_check_finds_a_planted_cycle():
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_private_names_across_packages():
+def _test_sources() -> dict[str, tuple[Path, ast.Module, list[str]]]:
+    out = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        text = path.read_text()
+        out["tests." + ".".join(path.relative_to(ROOT / "tests").with_suffix("").parts)] = (
+            path, ast.parse(text, str(path)), text.splitlines())
+    return out
+
+
+def _private_imports(sources: dict) -> list[str]:
+    """Imports of another module's private names: `from m import _x`, `import m._x`, `from m._x import y`."""
     bad = []
-    for module, (path, tree, lines) in SOURCES.items():
-        mine = _top_package(module)
+    for module, (path, tree, lines) in sources.items():
         for node in ast.walk(tree):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
             for target, names in _targets(module, node):
-                if _top_package(target) == mine:
+                if target == module:
                     continue
                 private = [n for n in names if _private(n.rpartition(".")[2])]
                 private += [p for p in target.split(".") if _private(p)]
                 if private:
                     bad.append(f"{_rel(path)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
-    assert not bad, "private names imported from another package:\n" + "\n".join(bad)
+    return bad
 
 
-def test_the_old_homes_reexport_the_rules():
-    from multispec import acceptance, continuous, judge, rules
+def test_no_module_imports_another_modules_private_names():
+    """A name another module needs is public (no leading underscore); tests included."""
+    bad = _private_imports(SOURCES | _test_sources())
+    assert not bad, "private names imported from another module:\n" + "\n".join(bad)
 
-    for old in (acceptance, continuous, judge):
-        for name in old.__all__:
-            if hasattr(rules, name):
-                assert getattr(old, name) is getattr(rules, name), f"{old.__name__}.{name}"
-    assert acceptance.Exact is rules.Exact and judge.Judge is rules.Judge
-    assert continuous.DensityRatio is rules.DensityRatio
+
+def test_the_private_import_check_finds_a_planted_one():
+    planted = {"multispec.bench.text": (ROOT / "multispec/bench/text.py",
+                                        ast.parse("from ..zoo.data import _hidden\nfrom .rows import Row"),
+                                        ["from ..zoo.data import _hidden", "from .rows import Row"])}
+    assert _private_imports(planted) == ["multispec/bench/text.py:1: from ..zoo.data import _hidden"]
+
+
+def _imported_modules(sources: dict) -> set[str]:
+    found = set()
+    for module, (_, tree, _) in sources.items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found |= {t for t, _ in _targets(module, node) if t != module}
+    return found
+
+
+def test_every_package_module_is_imported_by_something():
+    """No dead file: every module of the package is imported by another module, a test, a demo or a benchmark
+    (or is a package `__init__`, `__main__`, or a modality package the entry points load)."""
+    imported = _imported_modules(SOURCES | _test_sources())
+    entry_points = {f"multispec.{m}" for m in MODALITIES}
+    dead = sorted(m for m in SOURCES if m.startswith("multispec") and m not in imported and m not in PACKAGES
+                  and not m.endswith("__main__") and m not in entry_points)
+    assert not dead, f"modules nothing imports: {dead}"

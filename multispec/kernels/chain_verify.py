@@ -161,7 +161,7 @@ def _chain_random_kernel(out_ptr, acc_ptr, draft_ptr, num_ptr, p_ptr, q_ptr, u_p
 # ---- public wrappers ----------------------------------------------------------------------------------
 
 
-def _block_v(v: int, block_v: int | None) -> int:
+def vocab_block(v: int, block_v: int | None) -> int:
     if block_v is None:
         return min(4096, triton.next_power_of_2(max(v, 16)))
     if block_v < 16 or block_v & (block_v - 1):
@@ -229,5 +229,5 @@ def chain_verify_random(draft_tokens: torch.Tensor, num_drafts: torch.Tensor, ta
         _chain_random_kernel[(b,)](
             out, acc, draft_tokens.contiguous(), num_drafts.contiguous(), target_probs.float().contiguous(), q,
             uniforms.float().contiguous(), exp_noise.float().contiguous(), is_greedy.to(torch.int8).contiguous(),
-            k, v, HAS_Q=draft_probs is not None, BLOCK_V=_block_v(v, block_v))
+            k, v, HAS_Q=draft_probs is not None, BLOCK_V=vocab_block(v, block_v))
     return out, acc

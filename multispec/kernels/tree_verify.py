@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from .checks import check_linked_tree, check_same_device, check_tensor, links_in_tree
-from .chain_verify import _block_v
+from .chain_verify import vocab_block
 from .common import argmax_ref, row_argmax, row_race, sample_ref
 from .dispatch import backend_for
 
@@ -407,5 +407,5 @@ def tree_verify_random(tokens: torch.Tensor, first_child: torch.Tensor, next_sib
         _tree_random_kernel[(b,)](out, path, acc, tokens, first_child, next_sibling, p, q,
                                   uniforms.float().contiguous(), exp_noise.float().contiguous(),
                                   is_greedy.to(torch.int8).contiguous(), ws, t, v, HAS_Q=draft_probs is not None,
-                                  BLOCK_V=_block_v(v, block_v))
+                                  BLOCK_V=vocab_block(v, block_v))
     return out, path, acc

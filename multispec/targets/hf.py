@@ -108,7 +108,7 @@ def output_vocab_size(model: PreTrainedModel) -> int:
 
 
 @dataclass
-class _Pending:
+class PendingNodes:
     """Nodes fed since the last commit, per row."""
 
     parents: torch.Tensor  # [B, P] pending index of the parent, -1 = committed prefix
@@ -266,7 +266,7 @@ class HFCausalLM(Target, FeedingEngine):
 
     def _reset_pending(self, b: int) -> None:
         z = torch.zeros(b, 0, dtype=torch.long, device=self.device)
-        self.pending = _Pending(z, z.clone(), torch.zeros(b, 0, 0, dtype=torch.bool, device=self.device))
+        self.pending = PendingNodes(z, z.clone(), torch.zeros(b, 0, 0, dtype=torch.bool, device=self.device))
 
     @property
     def batch_size(self) -> int:
@@ -335,7 +335,7 @@ class HFCausalLM(Target, FeedingEngine):
         inputs = dict(input_ids=tokens) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds.to(self.device))
         logits, features = self._score(inputs, masks, self._positions(new_pos), cache_position, request,
                                        torch.where(valid, parents, -1))
-        self.pending = _Pending(kept_parents, pos, anc)
+        self.pending = PendingNodes(kept_parents, pos, anc)
         return TargetOutput(logits, features)
 
     def _positions(self, positions: torch.Tensor) -> torch.Tensor:

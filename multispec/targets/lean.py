@@ -78,8 +78,8 @@ def _rotate_half_rows(weight: torch.Tensor, head_dim: int) -> torch.Tensor:
     return torch.cat([-w[:, half:], w[:, :half]], dim=1).reshape(weight.shape)
 
 
-class _UsedColumns:
-    """A K or V buffer attribute of `_BufferedLayer`, seen as its used columns; assigning goes through
+class UsedColumns:
+    """A K or V buffer attribute of `BufferedLayer`, seen as its used columns; assigning goes through
     `_adopt`."""
 
     def __set_name__(self, owner, name: str) -> None:
@@ -96,12 +96,12 @@ class _UsedColumns:
         setattr(layer, self.slot, buf)
 
 
-class _BufferedLayer:
+class BufferedLayer:
     """One layer's K/V in a buffer with spare columns. `keys`/`values` are views of the used columns;
     assigning a prefix view (a crop) only moves the boundary, assigning anything else replaces the buffer."""
 
-    keys = _UsedColumns()
-    values = _UsedColumns()
+    keys = UsedColumns()
+    values = UsedColumns()
 
     def __init__(self) -> None:
         self._keys: torch.Tensor | None = None
@@ -142,9 +142,9 @@ class _BufferedLayer:
         return self._keys[:, :, : n + m], self._values[:, :, : n + m]
 
 
-class _BufferedCache:
+class BufferedCache:
     def __init__(self, num_layers: int) -> None:
-        self.layers = [_BufferedLayer() for _ in range(num_layers)]
+        self.layers = [BufferedLayer() for _ in range(num_layers)]
 
 
 class LeanCausalLM(HFCausalLM):
@@ -166,9 +166,9 @@ class LeanCausalLM(HFCausalLM):
         self._packed_key: tuple | None = None
         self._rope_table: torch.Tensor | None = None
 
-    def _new_cache(self) -> _BufferedCache:
+    def _new_cache(self) -> BufferedCache:
         self._pack()  # once per generation, not per call (the check's cost: BENCHMARKS.md, "Per-call overhead")
-        return _BufferedCache(len(self.model.model.layers))
+        return BufferedCache(len(self.model.model.layers))
 
     def _pack(self) -> list:
         """Per layer (norm weights, fused qkv weight/bias, o weight/bias, fused gate-up, down): rebuilt

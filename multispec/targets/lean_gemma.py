@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from .base import FeatureRequest, Features
-from .lean import LeanCausalLM, _BufferedCache, dispatched, unsupported_class
+from .lean import LeanCausalLM, BufferedCache, dispatched, unsupported_class
 from .lm_head import tall_lm_head
 
 GEMMA_MODEL_TYPES = ("gemma3_text",)
@@ -60,9 +60,9 @@ class LeanGemma3CausalLM(LeanCausalLM):
         self._packed_key = None
         self._rope_tables: dict[str, torch.Tensor] = {}
 
-    def _new_cache(self) -> _BufferedCache:
+    def _new_cache(self) -> BufferedCache:
         self._pack()
-        return _BufferedCache(len(self.model.model.layers))
+        return BufferedCache(len(self.model.model.layers))
 
     def _pack(self) -> list:
         params = list(self.model.parameters())

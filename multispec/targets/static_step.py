@@ -45,8 +45,8 @@ from ..config import STEPS
 from ..host import require
 from ..tree import ancestor_mask_from_parents
 from .base import NO_FEATURES, FeatureRequest, Features, TargetOutput
-from .hf import _Pending
-from .lean import LeanCausalLM, _BufferedLayer, _UsedColumns, lean_unsupported
+from .hf import PendingNodes
+from .lean import LeanCausalLM, BufferedLayer, UsedColumns, lean_unsupported
 
 
 def static_step(inp: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor,
@@ -120,15 +120,15 @@ def _padded(t: torch.Tensor, n: int) -> torch.Tensor:
     return out
 
 
-class _PooledColumns(_UsedColumns):
-    """As `_UsedColumns`, but an assignment that is not a crop copies into the engine's fixed buffer."""
+class _PooledColumns(UsedColumns):
+    """As `UsedColumns`, but an assignment that is not a crop copies into the engine's fixed buffer."""
 
     def __set__(self, layer, value: torch.Tensor) -> None:
         buf, layer.used = layer.adopt(self.slot, value)
         setattr(layer, self.slot, buf)
 
 
-class _StaticLayer(_BufferedLayer):
+class _StaticLayer(BufferedLayer):
     """One layer's K/V in a buffer of the engine's fixed capacity (one buffer per batch size, reused)."""
 
     keys = _PooledColumns()
@@ -332,7 +332,7 @@ class StaticLeanCausalLM(LeanCausalLM):
             ok, kept_parents, pos, anc = ok.clone(), kept_parents.clone(), pos.clone(), anc.clone()
         # deferred to the step's host read on CUDA (multispec.host); the tables clamp a bad parent to -1 first
         require(ok, lambda: ValueError("parents: a node's parent must be fed before it"))
-        self.pending = _Pending(kept_parents, pos, anc)
+        self.pending = PendingNodes(kept_parents, pos, anc)
         features = None
         if request.hidden or request.layers:
             features = Features(keep(hidden) if request.hidden else None,

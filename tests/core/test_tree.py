@@ -140,16 +140,16 @@ def test_siblings_drawn_without_replacement():
     a sample of q and the second of E[q minus the first] (chi-square); rows of q with fewer than k tokens
     mark the missing draws."""
     from multispec.testing import chi_square_pvalue
-    from multispec.tree import _draw_siblings, _without_earlier
+    from multispec.tree import draw_siblings, without_earlier
 
     g = torch.Generator().manual_seed(0)
     n = 20000
     q = torch.softmax(torch.randn(1, 12, generator=g) * 1.5, dim=-1).expand(n, 12).contiguous()
-    tokens, ok = _draw_siblings(q, 3, g)
+    tokens, ok = draw_siblings(q, 3, g)
     assert ok.all()
     assert (tokens[:, 0] != tokens[:, 1]).all() and (tokens[:, 1] != tokens[:, 2]).all()
     assert (tokens[:, 0] != tokens[:, 2]).all()
-    q_each = [_without_earlier(q, tokens, torch.full((n,), j)) for j in range(3)]
+    q_each = [without_earlier(q, tokens, torch.full((n,), j)) for j in range(3)]
     assert torch.equal(q_each[0], q)
     for j in range(3):
         assert torch.allclose(q_each[j].sum(-1), torch.ones(n))
@@ -158,7 +158,7 @@ def test_siblings_drawn_without_replacement():
     assert chi_square_pvalue(tokens[:, 1], q_each[1].mean(0)) > 1e-3
     sparse = torch.zeros(2, 12)
     sparse[:, 3], sparse[:, 7] = 0.25, 0.75
-    _, ok = _draw_siblings(sparse, 3, g)
+    _, ok = draw_siblings(sparse, 3, g)
     assert ok[:, :2].all() and not ok[:, 2].any()
 
 

@@ -115,9 +115,9 @@ def test_twenty_concurrent_requests_across_tabs_all_answer(client):
 
 
 def _plain_completion(prompt: str, max_new_tokens: int) -> str:
-    from demos.compare import _load
+    from demos.compare import load_pair
 
-    pair = _load("stdlib-bytes")
+    pair = load_pair("stdlib-bytes")
     ids = pair.tokenizer(prompt, return_tensors="pt")["input_ids"]
     out = pair.target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=None,
                                pad_token_id=0)

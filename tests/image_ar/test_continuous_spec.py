@@ -211,7 +211,7 @@ def test_eagle_draft_reads_the_targets_features_of_the_committed_tokens(trained,
     key depends on its position's input alone): no draft feature and no rejected token was committed."""
     from multispec.continuous import continuous_generate
     from multispec.image_ar.continuous_eagle import PatchEagleDrafter
-    from multispec.image_ar.continuous_spec import PatchARTarget, _plain
+    from multispec.image_ar.continuous_spec import PatchARTarget, plain_trajectories
     from multispec.image_ar.diffusion_head import Trajectory
     from multispec.image_ar.head_sampler import HeadSampler
 
@@ -220,7 +220,7 @@ def test_eagle_draft_reads_the_targets_features_of_the_committed_tokens(trained,
     sampler = HeadSampler(trained, Trajectory.make(c.steps, c.stop), 2.0)
     g = torch.Generator().manual_seed(2)
     with torch.no_grad():
-        prefix, _ = _plain(trained, labels, sampler, 1, g)
+        prefix, _ = plain_trajectories(trained, labels, sampler, 1, g)
         adapter = PatchARTarget(trained, labels, sampler)
         drafter = PatchEagleDrafter(eagle, adapter, sampler)
         out = continuous_generate(adapter, drafter, prefix, c.tokens - 1, k=2, generator=g)

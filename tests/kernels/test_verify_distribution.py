@@ -165,7 +165,7 @@ def _fails(spec, settings, rule=None, reduced=False):
 
 @pytest.mark.slow
 def test_control_siblings_without_replacement_verified_as_independent_draws(monkeypatch):
-    monkeypatch.setattr(tree_module, "_without_earlier", lambda q, group, position: q)
+    monkeypatch.setattr(tree_module, "without_earlier", lambda q, group, position: q)
     _fails(DynamicTree(depth=3, topk=3, total=8), TOP_K)
 
 

@@ -8,16 +8,16 @@ import pytest
 
 from multispec import zoo
 from multispec.reasoning import zoo_pair
-from multispec.reasoning.data import REFLECT_CUE, SEPARATOR, _apply, make_problem, read_problems
+from multispec.reasoning.data import REFLECT_CUE, SEPARATOR, apply_op, make_problem, read_problems
 from multispec.reasoning.scoring import PromptScorer
 from multispec.reasoning.speculative_verdict import ExpertAnswer, PromptVerdict
-from multispec.reasoning.task_data import (SCORE_INSTRUCTION, SCORE_LEAD, _operation, corrupt_step, scoring_row,
+from multispec.reasoning.task_data import (SCORE_INSTRUCTION, SCORE_LEAD, parse_operation, corrupt_step, scoring_row,
                                            steps_of, verdict_row)
 from multispec.reasoning.zoo_pair import ByteTokenizer
 
 
 def _values(step):
-    op, swapped, (x, y, r) = _operation(step)
+    op, swapped, (x, y, r) = parse_operation(step)
     a, b = (int(y.group()), int(x.group())) if swapped else (int(x.group()), int(y.group()))
     return op, a, b, int(r.group())
 
@@ -30,19 +30,19 @@ def test_every_step_of_a_solution_is_right_and_every_corrupted_one_wrong():
         for step in steps_of(p):
             wrong = corrupt_step(step, rng, [3, 7, 50])
             assert wrong is not None and wrong != step
-            if _operation(step) is None:  # the answer step
+            if parse_operation(step) is None:  # the answer step
                 assert step.startswith("Answer:") and wrong.startswith("Answer:")
                 kinds["answer"] += 1
                 continue
             op, a, b, r = _values(step)
-            assert _apply(a, op, b) == r  # the reference's steps (checks included) are right
+            assert apply_op(a, op, b) == r  # the reference's steps (checks included) are right
             op2, a2, b2, r2 = _values(wrong)
             assert op2 == op and ((a2, b2) != (a, b) or r2 != r)
             if (a2, b2) != (a, b):  # another operand, the arithmetic redone on it (the small models' error)
-                assert _apply(a2, op, b2) == r2
+                assert apply_op(a2, op, b2) == r2
                 kinds["operand"] += 1
             else:
-                assert r2 != _apply(a, op, b)
+                assert r2 != apply_op(a, op, b)
                 kinds["result"] += 1
     assert min(kinds.values()) > 100
 
