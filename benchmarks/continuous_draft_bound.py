@@ -20,13 +20,14 @@ import torch
 import torch.nn.functional as F
 
 from multispec.bench.machine import describe, machine_info, save_results
-from multispec.image_ar.continuous_pair import CFG_SCALE, grid_weights, load_pair
-from multispec.image_ar.continuous_pair import optimizer as _optimizer
+from multispec.image_ar.continuous.training import grid_weights
+from multispec.image_ar.continuous.training import optimizer as _optimizer
+from multispec.image_ar.continuous.zoo_pair import CFG_SCALE, load_pair
 from multispec.image_ar.data import load_digits_dataset
-from multispec.image_ar.diffusion_head import TRAIN_STEPS, Trajectory, schedule_scheduler
-from multispec.image_ar.head_sampler import HeadSampler
-from multispec.image_ar.patch_ar import PatchAR, PatchARConfig, patchify
-from multispec.image_ar.trajectory_kernel import trajectory_log_ratio
+from multispec.image_ar.continuous.diffusion_head import TRAIN_STEPS, Trajectory, schedule_scheduler
+from multispec.image_ar.continuous.head_sampler import HeadSampler
+from multispec.image_ar.continuous.patch_ar import PatchAR, PatchARConfig, patchify
+from multispec.image_ar.continuous.trajectory_kernel import trajectory_log_ratio
 
 
 @torch.no_grad()

@@ -28,13 +28,14 @@ import torch
 
 from multispec import zoo
 from multispec.bench.machine import describe, machine_info, save_results
-from multispec.image_ar.continuous_eagle import PatchEagle, teacher_forced_acceptance, train_eagle
-from multispec.image_ar.continuous_pair import (CFG_SCALE, NAME, PatchARConfig, deepen, heldout_loss, load_model,
-                                                save_half, train_model)
-from multispec.image_ar.continuous_spec import generate_continuous
+from multispec.image_ar.continuous.drafters import PatchEagle
+from multispec.image_ar.continuous.eagle_train import teacher_forced_acceptance, train_eagle
+from multispec.image_ar.continuous.generate import generate_continuous
+from multispec.image_ar.continuous.zoo_pair import (CFG_SCALE, NAME, PatchARConfig, deepen, heldout_loss, load_model,
+                                                     save_half, train_model)
 from multispec.image_ar.data import load_digits_dataset
-from multispec.image_ar.diffusion_head import Trajectory
-from multispec.image_ar.head_sampler import HeadSampler
+from multispec.image_ar.continuous.diffusion_head import Trajectory
+from multispec.image_ar.continuous.head_sampler import HeadSampler
 
 DEEP = dict(layers=24, head_kind="lean", head_width=256, head_blocks=2)
 

@@ -26,7 +26,7 @@ from multispec.bench.text import classify, prompts
 from multispec.drafters.eagle import EagleDrafter
 from multispec.drafters.model import ModelDrafter
 from multispec.image_ar.neighbourhood import neighbour_mass
-from multispec.image_ar.trajectory_kernel import trajectory_log_ratio
+from multispec.image_ar.continuous.trajectory_kernel import trajectory_log_ratio
 from multispec.kernels import chain_verify_greedy, chain_verify_random, tree_verify_greedy, tree_verify_random
 from multispec.ssm.kernels import tree_conv1d_dispatch, tree_ssd_dispatch, tree_ssd_triton
 from multispec.ssm.tree_scan import conv_sources
@@ -231,7 +231,7 @@ def _cuda_pairs(names: tuple[str, ...] = PAIRS) -> dict:
             ssm = zoo.load("stdlib-mamba2")
             ssm_draft = zoo.load("stdlib-mamba2-ssm-draft")
             llama = zoo.load("stdlib-bytes").target.to(CUDA)
-            pairs["stdlib-mamba2"] = (ssm.target.to(CUDA), {
+            pairs["stdlib-mamba2"] = (ssm.targets.to(CUDA), {
                 "llama_draft": ModelDrafter(llama, window=DRAFT_WINDOW),
                 "ssm_draft": ModelDrafter(ssm_draft.drafter.lm.model.to(CUDA))}, ssm.tokenizer, Mamba2Target)
         except Exception as err:  # e.g. a transformers too old for the SSM path: say so, time the rest

@@ -30,7 +30,7 @@ from multispec import zoo
 from multispec.bench.machine import machine_info
 from multispec.vision.bench import bench_items
 from multispec.vision.distill import DistillConfig
-from multispec.vision.drafter import VisionEagleDrafter, VisionEagleHead
+from multispec.vision.drafters import VisionEagleDrafter, VisionEagleHead
 from multispec.vision.evaluate import CHAIN_K, TREE, accepted_length, gate_choices
 from multispec.vision.vqa_synth import generate_vqa
 from multispec.vision.zoo_pair import (ANSWERS, DRAFT_STEPS, DRAFTERS, NAME, TRAIN_SEED, drafter_config,

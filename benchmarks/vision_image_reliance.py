@@ -29,7 +29,7 @@ from multispec import Prompt, zoo
 from multispec.bench.machine import machine_info
 from multispec.targets import FeatureRequest, as_target
 from multispec.vision.bench import bench_items
-from multispec.vision.drafter import VisionEagleDrafter
+from multispec.vision.drafters import VisionEagleDrafter
 from multispec.vision.evaluate import CHAIN_K, TREE, accepted_length
 from multispec.vision.vqa_metrics import vqa_accuracy
 from multispec.vision.answer_change import answer_change

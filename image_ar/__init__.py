@@ -21,17 +21,15 @@ from multispec.zoo import register_entry
 from . import cli as _cli
 from . import generate_mode as _generate_mode
 
-from .continuous_eagle import PatchEagle, PatchEagleConfig, train_eagle
-from .continuous_pair import load_pair as _load_continuous_pair
-from .continuous_pair import zoo_entry as continuous_zoo_entry
-from .continuous_spec import ContinuousImageOutput, TrajectoryRatio, generate_continuous
+from .continuous import (ContinuousImageOutput, PatchAR, PatchARConfig, PatchEagle, PatchEagleConfig, TrajectoryRatio,
+                         generate_continuous, train_eagle)
+from .continuous import load_pair as _load_continuous_pair
+from .continuous import zoo_entry as continuous_zoo_entry
 from .generate import ImageGenerationOutput, generate_ar, generate_images
 from .gpt import ClassConditionalGPT, ImageGPTConfig
-from .janus import JanusImageTarget
 from .neighbourhood import latent_neighbours
-from .patch_ar import PatchAR, PatchARConfig
 from .relaxed import Relaxed, RelaxedVerdict
-from .target import ImageGPTTarget
+from .targets import ImageGPTTarget, JanusImageTarget
 from .vqvae import VQVAE
 from .zoo_pair import CFG_SCALE, zoo_entry
 from .zoo_pair import image_drafter as _image_drafter

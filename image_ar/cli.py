@@ -14,11 +14,12 @@ from multispec.bench.machine import machine_info
 from multispec.bench.shards import Shards, current
 from multispec.cli import parse_tree, positive_int, register_command
 
-from . import continuous_pair, zoo_pair
+from . import zoo_pair
+from .continuous import zoo_pair as continuous_pair
 from .bench import NEIGHBOURS, run
-from .bench_continuous import K
-from .bench_continuous import run as run_continuous
-from .continuous_spec import generate_continuous
+from .continuous.bench import K
+from .continuous.bench import run as run_continuous
+from .continuous.generate import generate_continuous
 from .data import DATASETS, load_digits_dataset
 from .generate import generate_images
 from .metrics import SEED_RUNS, image_scores, inception_fid, seed_spread

@@ -12,9 +12,9 @@ import torch
 from multispec.generate_cli import GenerateMode, tree_option, write_json
 
 from .bench import NEIGHBOURS
-from .continuous_pair import NAME as CONTINUOUS
-from .continuous_pair import load_pair as load_continuous_pair
-from .continuous_spec import generate_continuous
+from .continuous.generate import generate_continuous
+from .continuous.zoo_pair import NAME as CONTINUOUS
+from .continuous.zoo_pair import load_pair as load_continuous_pair
 from .generate import generate_images
 from .relaxed import Relaxed
 from .zoo_pair import CFG_SCALE, NAME, TOP_K, image_drafter

@@ -38,7 +38,7 @@ from .classifier import DigitClassifier, accuracy, train_classifier
 from .data import load_digits_dataset, shifted
 from .gpt import ClassConditionalGPT, gpt_config
 from .hub_load import from_folder
-from .target import ImageGPTTarget
+from .targets import ImageGPTTarget
 from .vqvae import VQVAE, train_vqvae
 
 NAME = "mnist-vq-gpt"

@@ -8,12 +8,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from . import generate_cli, zoo
 from .bench import core as bench_core
 from .bench import report, shards
 from .bench import text as bench_text
-from .cli_types import chain_length, name_list, parse_tree, positive_int
+from .cli_types import chain_length, int_list, name_list, parse_tree, positive_int
 from .targets import load_adapter_plugins
+from .zoo import tune
 
 # commands that modality packages add when imported (`multispec.adapters` entry points):
 # (group, name) -> (help, add_arguments(parser), run(args) -> exit code); group is "bench", "eval" or "train"
@@ -97,22 +100,45 @@ def _bench_text(args: argparse.Namespace) -> int:
     return 0
 
 
-def _zoo(args: argparse.Namespace) -> int:
-    if args.action == "list":
-        for name in zoo.names():
-            e = zoo.entry(name)
-            shipped = "shipped" if any(zoo.path(name).glob("**/*.safetensors")) else "not trained"
-            extra = f" [needs pip extra '{e.requires}']" if e.requires else ""
-            print(f"{name:20s} {shipped:12s} {e.description}{extra}")
+def _zoo_list(args: argparse.Namespace) -> int:
+    for name in zoo.names():
+        e = zoo.entry(name)
+        shipped = "shipped" if any(zoo.path(name).glob("**/*.safetensors")) else "not trained"
+        extra = f" [needs pip extra '{e.requires}']" if e.requires else ""
+        print(f"{name:20s} {shipped:12s} {e.description}{extra}")
+    return 0
+
+
+def _zoo_path(args: argparse.Namespace) -> int:
+    print(zoo.path(args.name))
+    return 0
+
+
+def _zoo_train(args: argparse.Namespace) -> int:
+    result = zoo.train(args.name, args.out)
+    print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2, default=str))
+    return 0
+
+
+def _zoo_tune(args: argparse.Namespace) -> int:
+    if args.name not in zoo.names():
+        raise ValueError(f"NAME: no zoo pair {args.name!r}; pairs: {', '.join(zoo.names())}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run = tune.TuneRun(args.name, rounds=args.rounds, max_new_tokens=args.max_new_tokens, full=args.full,
+                       json_path=args.json, write=args.write)
+    if args.what == "recycling":
+        if args.chains is not None or args.drafter is not None:
+            raise ValueError(f"{'--chains' if args.chains is not None else '--drafter'}: for --what shape only")
+        tune.tune_recycling(run, args.trees or tune.RECYCLING_TREES)
         return 0
-    if not args.name:
-        print(f"multispec zoo {args.action}: NAME is required", file=sys.stderr)
-        return 2
-    if args.action == "path":
-        print(zoo.path(args.name))
-        return 0
-    report = zoo.train(args.name, args.out)
-    print(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2, default=str))
+    trees = args.trees or tune.TREES
+    for tree in trees if trees != ["none"] else []:
+        try:
+            parse_tree(tree)  # a malformed tree fails before any timing
+        except argparse.ArgumentTypeError as err:
+            raise ValueError(f"--trees: {err}") from None
+    tune.tune_shape(run, args.chains or tune.CHAINS, [] if trees == ["none"] else trees, args.drafter or "eagle")
     return 0
 
 
@@ -153,10 +179,8 @@ def _quiet_libraries() -> None:
         warnings.filterwarnings("ignore", category=category, module=r"(transformers|torch|numpy|PIL)\b.*")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="multispec", description="Speculative generation beyond plain text.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    load_adapter_plugins()  # modality packages register their commands
+def _add_bench(sub) -> argparse._SubParsersAction:
+    """`multispec bench core|text` (the modality packages add theirs); returns the suites' subparsers."""
     bench = sub.add_parser("bench", help="speed benchmarks against plain decoding and transformers")
     suites = bench.add_subparsers(dest="suite", required=True)
     core = suites.add_parser("core", help="random-weight pair")
@@ -174,16 +198,25 @@ def main(argv: list[str] | None = None) -> int:
                       help="only these rows (plain decoding and the peers each table compares with always run); "
                            "default: every row")
     text.set_defaults(func=_bench_text)
+    return suites
+
+
+def _add_plugins(sub, suites) -> None:
+    """The commands modality packages registered, under `bench`, `eval` and `train`."""
     groups = {"bench": suites,
               "eval": sub.add_parser("eval", help="task evaluation (accuracy and speed per method)")
               .add_subparsers(dest="task", required=True),
               "train": sub.add_parser("train", help="train drafters for your own models")
               .add_subparsers(dest="what", required=True)}
-    for (group, name), (text, add_arguments, run) in sorted(PLUGIN_COMMANDS.items()):
-        command = groups[group].add_parser(name, help=text)
+    for (group, name), (help_text, add_arguments, run) in sorted(PLUGIN_COMMANDS.items()):
+        command = groups[group].add_parser(name, help=help_text)
         add_arguments(command)
         command.set_defaults(func=run)
-    every = dict(suites.choices)  # the benchmarks `bench all` runs, each through its own parser
+
+
+def _add_bench_all(suites) -> None:
+    """`multispec bench all`: every benchmark registered so far, each through its own parser."""
+    every = dict(suites.choices)
     everything = suites.add_parser("all", help="every benchmark, one JSON, BENCHMARKS.md's section and plots and "
                                    "README's summary regenerated")
     everything.add_argument("--quick", action="store_true", help="each benchmark's smaller run")
@@ -204,15 +237,50 @@ def main(argv: list[str] | None = None) -> int:
     everything.add_argument("--plots", default="benchmarks/plots", metavar="DIR",
                             help="where the PNGs go (default %(default)s)")
     everything.set_defaults(func=lambda args: _bench_all(args, every))
+
+
+def _add_generate(sub) -> None:
     generate = sub.add_parser("generate", help="generate text speculatively (a zoo pair or your checkpoint)",
                               description=generate_cli.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     generate_cli.add_arguments(generate)
     generate.set_defaults(func=generate_cli.run)
-    zoo = sub.add_parser("zoo", help="the model zoo: list, locate or retrain pairs")
-    zoo.add_argument("action", choices=["list", "path", "train"])
-    zoo.add_argument("name", nargs="?", default=None)
-    zoo.add_argument("--out", default=None, help="where `train` writes (default ~/.cache/multispec/zoo/NAME)")
-    zoo.set_defaults(func=_zoo)
+
+
+def _add_zoo(sub) -> None:
+    actions = sub.add_parser("zoo", help="the model zoo: list, locate, retrain or tune pairs").add_subparsers(
+        dest="action", required=True)
+    actions.add_parser("list", help="the pairs, whether their weights ship, what they need").set_defaults(
+        func=_zoo_list)
+    path = actions.add_parser("path", help="where a pair's files are")
+    path.add_argument("name")
+    path.set_defaults(func=_zoo_path)
+    train = actions.add_parser("train", help="retrain a pair with its own recipe (fixed seeds)")
+    train.add_argument("name")
+    train.add_argument("--out", default=None, help="where it writes (default ~/.cache/multispec/zoo/NAME)")
+    train.set_defaults(func=_zoo_train)
+    tuned = actions.add_parser("tune", help="choose a pair's draft shapes on the validation split (--write: store "
+                               "them in its draft_shape.json)", description=tune.__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    tuned.add_argument("name")
+    tuned.add_argument("--what", choices=["shape", "recycling"], default="shape",
+                       help="the chain length and dynamic tree (default), or Token Recycling's tree")
+    tuned.add_argument("--chains", type=int_list, default=None, metavar="K,K",
+                       help=f"--what shape: chain lengths to try (default {','.join(map(str, tune.CHAINS))})")
+    tuned.add_argument("--trees", nargs="+", default=None, metavar="TREE",
+                       help=f"candidate trees: D/K/N for --what shape (default {' '.join(tune.TREES)}; none: chains "
+                            f"only), rank paths for --what recycling (default {' '.join(tune.RECYCLING_TREES)})")
+    tuned.add_argument("--drafter", choices=["eagle", "ngram"], default=None,
+                       help="--what shape: whose drafts the candidates verify (default: the pair's EAGLE head)")
+    tuned.add_argument("--rounds", type=positive_int, default=3, help="timed rounds (default %(default)s)")
+    tuned.add_argument("--max-new-tokens", type=positive_int, default=128, help="per prompt (default %(default)s)")
+    tuned.add_argument("--full", action="store_true", help="every validation prompt (default: the quick set)")
+    tuned.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
+    tuned.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+    tuned.add_argument("--write", action="store_true", help="store the choice in the pair's draft_shape.json")
+    tuned.set_defaults(func=_zoo_tune)
+
+
+def _add_demo(sub) -> None:
     demo = sub.add_parser("demo", help="the Gradio demos (a tab per modality; needs the [demo] extra)")
     demo.add_argument("--host", default="127.0.0.1",
                       help="the address to serve on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
@@ -224,7 +292,24 @@ def main(argv: list[str] | None = None) -> int:
                       help="with --target: its drafter, as multispec generate takes it (default ngram)")
     demo.add_argument("--build-only", action="store_true", help="build the app and exit (a smoke test)")
     demo.set_defaults(func=_demo)
-    args = parser.parse_args(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: the core's commands and those the modality packages register on import."""
+    parser = argparse.ArgumentParser(prog="multispec", description="Speculative generation beyond plain text.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    load_adapter_plugins()  # modality packages register their commands
+    suites = _add_bench(sub)
+    _add_plugins(sub, suites)
+    _add_bench_all(suites)  # after the plugins: `all` runs every benchmark, theirs included
+    _add_generate(sub)
+    _add_zoo(sub)
+    _add_demo(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     _quiet_libraries()
     try:
         code = args.func(args)

@@ -42,3 +42,11 @@ def name_list(text: str) -> tuple[str, ...]:
     if not names or len(set(names)) != len(names):
         raise argparse.ArgumentTypeError(f"expected distinct comma-separated names, got {text!r}")
     return names
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """argparse type of a comma-separated list of positive integers (at least one, no repeats)."""
+    values = tuple(positive_int(n.strip()) for n in text.split(",") if n.strip())
+    if not values or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected distinct comma-separated positive integers, got {text!r}")
+    return values

@@ -205,7 +205,7 @@ def needed_widths(profiles: Iterable[StepProfile]) -> list[int]:
 class ChainChoice:
     """`chain_k`: the chosen length; `predicted[k][mode]`: each candidate's predicted speedup over the
     engine with no drafts (profile k = 0) on the measured machine; `score[k]`: the mean over the modes,
-    which the choice maximises (the rule `benchmarks/choose_draft_shape.py` applies to measured speedups);
+    which the choice maximises (the rule `multispec zoo tune` applies to measured speedups);
     `cost`: the measured verification cost; `pad_widths`: the padding the prediction assumed (pass it to
     `speculative_generate`), {} for none."""
 

@@ -12,14 +12,14 @@ from multispec.targets import register_draft_engine, register_target_adapter
 from multispec.zoo import register_entry
 
 from . import cli as _cli
-from .draft import StatefulDraftEngine
+from .drafters import StatefulDraftEngine
 from .hybrid import (BambaTarget, FalconH1Target, GraniteMoeHybridTarget, JambaTarget, Lfm2Target, NemotronHTarget,
                      Zamba2Target)
 from .mamba1 import FalconMambaTarget, MambaTarget, tree_selective_scan
 from .mamba2 import Mamba2Target
 from .qwen3_next import Qwen3NextTarget
 from .delta_rule import tree_gated_delta_rule
-from .target import SSMTarget
+from .targets import SSMTarget
 from .tree_scan import tree_conv1d, tree_ssd, tree_state
 from .zoo_pair import zoo_entries
 

@@ -24,7 +24,7 @@ from multispec.versions import require
 
 from .mamba2 import Mamba2Step, mamba2_commit_layers, mamba2_prefill_mix, mamba2_tree_mix
 from .mamba1 import mamba1_tree_mix
-from .target import accepted_nodes, commit_layer_states, mamba_ssm_prefill, rms_norm
+from .targets import accepted_nodes, commit_layer_states, mamba_ssm_prefill, rms_norm
 from .kernels import tree_conv1d_dispatch
 from .tree_scan import conv_sources, gather_windows
 from .versions import SSM_TRANSFORMERS

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from .kernels import tree_conv1d_dispatch
-from .target import SSMTarget
+from .targets import SSMTarget
 
 
 def tree_selective_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .kernels import tree_conv1d_dispatch, tree_ssd_dispatch
-from .target import SSMTarget, commit_layer_states, mamba_ssm_prefill, rms_norm
+from .targets import SSMTarget, commit_layer_states, mamba_ssm_prefill, rms_norm
 from .tree_scan import chunked_ssd, tree_state
 
 

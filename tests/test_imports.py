@@ -237,3 +237,17 @@ def test_every_package_module_is_imported_by_something():
     dead = sorted(m for m in SOURCES if m.startswith("multispec") and m not in imported and m not in PACKAGES
                   and not m.endswith("__main__") and m not in entry_points)
     assert not dead, f"modules nothing imports: {dead}"
+
+
+def _long_functions(sources: dict, limit: int = 80) -> list[str]:
+    return [f"{_rel(path)}:{node.lineno}: {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path, tree, _ in sources.values() for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= limit]
+
+
+def test_no_function_outside_the_tests_is_over_80_lines():
+    """A longer function is a table or a sequence of named steps waiting to be written as such."""
+    long = _long_functions(SOURCES)
+    assert not long, "functions over 80 lines:\n" + "\n".join(long)
+    planted = ast.parse("def f():\n" + "    x = 1\n" * 80)
+    assert _long_functions({"m": (ROOT / "m.py", planted, [])}) == ["m.py:1: f (81 lines)"]

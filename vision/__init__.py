@@ -20,7 +20,7 @@ from . import cli as _cli
 from . import generate_mode as _generate_mode
 from .compress import ElasticCompressor, QueryAdaptor
 from .distill import DistillConfig, VisionDistiller
-from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead, build_draft_sequence
+from .drafters import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead, build_draft_sequence
 from .targets import (Gemma3VLTarget, Idefics3Target, LlavaTarget, PaliGemmaTarget, Qwen2VLTarget, Qwen3VLTarget,
                       VisionLanguageTarget, vision_adapter_for)
 from .zoo_pair import zoo_entry

@@ -15,7 +15,7 @@ from multispec.cli import parse_tree, positive_int, register_command
 from .bench import ANSWER_KINDS, PAIRS, SPLITS, run
 from .compress import BRANCHES, COMPRESSORS
 from .distill import DistillConfig, VisionDistiller
-from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
+from .drafters import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
 from .evaluate import CHAIN_K, VQAItem, run_vqa, vqa_methods
 from .processing import HFVQAProcessor, answer_examples, collate_examples
 from .targets import vision_adapter_for

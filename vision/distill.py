@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from .drafter import VisionEagleHead, build_draft_sequence
+from .drafters import VisionEagleHead, build_draft_sequence
 
 
 @dataclass

@@ -7,7 +7,7 @@ import torch
 
 from multispec.drafters.eagle import EagleConfig
 
-from .drafter import VisionDraftConfig, VisionEagleHead
+from .drafters import VisionDraftConfig, VisionEagleHead
 from .processing import AnswerExample
 
 VOCAB = 128
@@ -26,113 +26,123 @@ _TEXT = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden
 
 
 def make_vlm(kind: str = "llava-clip", seed: int = 0, head_scale: float = 8.0) -> torch.nn.Module:
-    """A random VLM: Llava with a CLIP tower (16x16 images, 4x4 patches, CLS dropped: 16 image tokens) or a
-    SigLIP tower (no CLS: strategy "full", 16 tokens); LLaVA-NeXT / LLaVA-OneVision with any-resolution tiles
-    (`_anyres_vlm`); Qwen2-VL / Qwen2.5-VL with 4x4 patches merged 2x2; Mistral 3 (Pixtral tower of 4x4
-    patches at each image's own size, merged 2x2 by the projector; Mistral text); Idefics3 / SmolVLM (16x16
-    images, 4x4 patches, pixel shuffle by 2: 4 tokens an image; up to 2 images a row, Llama text); Gemma 3
-    (SigLIP, 16x16 images pooled to 4 tokens; Gemma 3 text with a sliding layer of window 6 and a global one);
-    PaliGemma 2 (SigLIP, 16 tokens an image; Gemma 2 text with softcaps, a sliding layer of window 6 and a
-    global one; a prefix LM).
-    The LM head is scaled so argmax ties are rare."""
-    from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,
-                              SiglipVisionConfig)
-
-    torch.manual_seed(seed)
-    if kind in ("llava-next", "llava-onevision"):
-        model = _anyres_vlm(kind)
-    elif kind.startswith("llava"):
-        tower = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=16,
-                     patch_size=4, num_channels=3)
-        siglip = kind == "llava-siglip"
-        vision = SiglipVisionConfig(**tower) if siglip else CLIPVisionConfig(**tower, projection_dim=32)
-        config = LlavaConfig(vision_config=vision, text_config=LlamaConfig(**_TEXT), image_token_id=IMAGE_TOKEN,
-                             vision_feature_select_strategy="full" if siglip else "default",
-                             vision_feature_layer=-1, projector_hidden_act="gelu", tie_word_embeddings=False)
-        model = LlavaForConditionalGeneration(config)
-    elif kind == "qwen3-vl":  # Qwen2-VL's layout, interleaved M-RoPE, deepstack from both tower layers
-        from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
-
-        rope = dict(rope_type="default", rope_theta=1e4, mrope_section=[2, 3, 3], mrope_interleaved=True)
-        vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=4,
-                      spatial_merge_size=2, temporal_patch_size=2, in_channels=3, deepstack_visual_indexes=[0, 1],
-                      num_position_embeddings=16)
-        config = Qwen3VLConfig(text_config=dict(_TEXT, head_dim=16, rope_parameters=rope), vision_config=vision,
-                               image_token_id=IMAGE_TOKEN, video_token_id=4, vision_start_token_id=5,
-                               vision_end_token_id=6, tie_word_embeddings=False)
-        model = Qwen3VLForConditionalGeneration(config)
-    elif kind in ("qwen2-vl", "qwen2.5-vl"):
-        rope = dict(rope_type="default", rope_theta=1e4, mrope_section=[2, 3, 3])  # sums to head_dim / 2
-        text = dict(_TEXT, rope_parameters=rope)
-        if kind == "qwen2-vl":
-            from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
-
-            vision = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=4,
-                          spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
-            config = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=IMAGE_TOKEN,
-                                   video_token_id=4, vision_start_token_id=5, vision_end_token_id=6,
-                                   tie_word_embeddings=False)
-            model = Qwen2VLForConditionalGeneration(config)
-        else:
-            from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
-            vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2,
-                          patch_size=4, spatial_merge_size=2, temporal_patch_size=2, in_channels=3, window_size=16,
-                          fullatt_block_indexes=[1])
-            config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=IMAGE_TOKEN,
-                                      video_token_id=4, vision_start_token_id=5, vision_end_token_id=6,
-                                      tie_word_embeddings=False)
-            model = Qwen2_5_VLForConditionalGeneration(config)
-    elif kind == "mistral3":
-        from transformers import Mistral3Config, Mistral3ForConditionalGeneration, MistralConfig, PixtralVisionConfig
-
-        vision = PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                     head_dim=16, patch_size=4, image_size=32, num_channels=3)
-        config = Mistral3Config(vision_config=vision, text_config=MistralConfig(**_TEXT, sliding_window=None),
-                                image_token_index=IMAGE_TOKEN, spatial_merge_size=2, vision_feature_layer=-1,
-                                tie_word_embeddings=False)
-        model = Mistral3ForConditionalGeneration(config)
-    elif kind in ("idefics3", "smolvlm"):
-        import transformers
-
-        prefix = "Idefics3" if kind == "idefics3" else "SmolVLM"
-        vision = getattr(transformers, f"{prefix}VisionConfig")(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=16,
-            patch_size=4)
-        config = getattr(transformers, f"{prefix}Config")(
-            vision_config=vision, text_config=LlamaConfig(**_TEXT), scale_factor=2, image_token_id=IMAGE_TOKEN,
-            tie_word_embeddings=False)
-        model = getattr(transformers, f"{prefix}ForConditionalGeneration")(config)
-    elif kind == "gemma3":
-        from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig, SiglipVisionConfig
-
-        text = Gemma3TextConfig(**_TEXT, head_dim=16, sliding_window=6, query_pre_attn_scalar=16,
-                                layer_types=["sliding_attention", "full_attention"])
-        vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                    image_size=16, patch_size=4)
-        config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
-                              image_token_index=IMAGE_TOKEN, boi_token_index=4, eoi_token_index=5,
-                              tie_word_embeddings=False)
-        model = Gemma3ForConditionalGeneration(config)
-        with torch.no_grad():  # the projection initialises to zeros (no image would matter): random, about as
-            # loud as the sqrt(hidden)-scaled text embeddings
-            model.model.multi_modal_projector.mm_input_projection_weight.normal_(0.0, 0.05)
-    elif kind == "paligemma":
-        from transformers import Gemma2Config, PaliGemmaConfig, PaliGemmaForConditionalGeneration, SiglipVisionConfig
-
-        text = Gemma2Config(**_TEXT, head_dim=16, sliding_window=6, query_pre_attn_scalar=16,
-                            layer_types=["sliding_attention", "full_attention"])
-        vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                    image_size=16, patch_size=4, projection_dim=64)
-        config = PaliGemmaConfig(text_config=text, vision_config=vision, image_token_index=IMAGE_TOKEN,
-                                 projection_dim=64, tie_word_embeddings=False)
-        model = PaliGemmaForConditionalGeneration(config)
-    else:
+    """A random VLM of `kind` (one of `VLM_KINDS`; each family's builder below says what it builds). The LM
+    head is scaled so argmax ties are rare."""
+    if kind not in _BUILDERS:
         raise ValueError(f"kind: expected one of {VLM_KINDS}, got {kind!r}")
+    torch.manual_seed(seed)
+    model = _BUILDERS[kind](kind)
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(head_scale)
     model.generation_config.pad_token_id = 0
     return model.eval()
+
+
+def _small_tower(**extra) -> dict:
+    """The vision towers' shared tiny shape: 16x16 images of 4x4 patches."""
+    return dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=16,
+                patch_size=4, **extra)
+
+
+def _llava(kind: str) -> torch.nn.Module:
+    """Llava with a CLIP tower (CLS dropped: 16 image tokens) or a SigLIP tower (no CLS: strategy "full")."""
+    from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,
+                              SiglipVisionConfig)
+
+    siglip = kind == "llava-siglip"
+    vision = SiglipVisionConfig(**_small_tower(num_channels=3)) if siglip else CLIPVisionConfig(
+        **_small_tower(num_channels=3), projection_dim=32)
+    config = LlavaConfig(vision_config=vision, text_config=LlamaConfig(**_TEXT), image_token_id=IMAGE_TOKEN,
+                         vision_feature_select_strategy="full" if siglip else "default",
+                         vision_feature_layer=-1, projector_hidden_act="gelu", tie_word_embeddings=False)
+    return LlavaForConditionalGeneration(config)
+
+
+def _qwen3_vl(kind: str) -> torch.nn.Module:
+    """Qwen3-VL: Qwen2-VL's layout, interleaved M-RoPE, deepstack from both tower layers."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    rope = dict(rope_type="default", rope_theta=1e4, mrope_section=[2, 3, 3], mrope_interleaved=True)
+    vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=4,
+                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3, deepstack_visual_indexes=[0, 1],
+                  num_position_embeddings=16)
+    config = Qwen3VLConfig(text_config=dict(_TEXT, head_dim=16, rope_parameters=rope), vision_config=vision,
+                           image_token_id=IMAGE_TOKEN, video_token_id=4, vision_start_token_id=5,
+                           vision_end_token_id=6, tie_word_embeddings=False)
+    return Qwen3VLForConditionalGeneration(config)
+
+
+def _qwen2_vl(kind: str) -> torch.nn.Module:
+    """Qwen2-VL / Qwen2.5-VL with 4x4 patches merged 2x2 (M-RoPE sections summing to head_dim / 2)."""
+    import transformers
+
+    rope = dict(rope_type="default", rope_theta=1e4, mrope_section=[2, 3, 3])
+    if kind == "qwen2-vl":
+        vision = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=4,
+                      spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+    else:
+        vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=4,
+                      spatial_merge_size=2, temporal_patch_size=2, in_channels=3, window_size=16,
+                      fullatt_block_indexes=[1])
+    prefix = "Qwen2VL" if kind == "qwen2-vl" else "Qwen2_5_VL"
+    config = getattr(transformers, f"{prefix}Config")(
+        text_config=dict(_TEXT, rope_parameters=rope), vision_config=vision, image_token_id=IMAGE_TOKEN,
+        video_token_id=4, vision_start_token_id=5, vision_end_token_id=6, tie_word_embeddings=False)
+    return getattr(transformers, f"{prefix}ForConditionalGeneration")(config)
+
+
+def _mistral3(kind: str) -> torch.nn.Module:
+    """Mistral 3: a Pixtral tower of 4x4 patches at each image's own size, merged 2x2 by the projector."""
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration, MistralConfig, PixtralVisionConfig
+
+    vision = PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                 head_dim=16, patch_size=4, image_size=32, num_channels=3)
+    config = Mistral3Config(vision_config=vision, text_config=MistralConfig(**_TEXT, sliding_window=None),
+                            image_token_index=IMAGE_TOKEN, spatial_merge_size=2, vision_feature_layer=-1,
+                            tie_word_embeddings=False)
+    return Mistral3ForConditionalGeneration(config)
+
+
+def _idefics3(kind: str) -> torch.nn.Module:
+    """Idefics3 / SmolVLM: pixel shuffle by 2 (4 tokens an image), up to 2 images a row, Llama text."""
+    import transformers
+    from transformers import LlamaConfig
+
+    prefix = "Idefics3" if kind == "idefics3" else "SmolVLM"
+    vision = getattr(transformers, f"{prefix}VisionConfig")(**_small_tower())
+    config = getattr(transformers, f"{prefix}Config")(
+        vision_config=vision, text_config=LlamaConfig(**_TEXT), scale_factor=2, image_token_id=IMAGE_TOKEN,
+        tie_word_embeddings=False)
+    return getattr(transformers, f"{prefix}ForConditionalGeneration")(config)
+
+
+def _gemma3(kind: str) -> torch.nn.Module:
+    """Gemma 3: SigLIP, images pooled to 4 tokens; Gemma 3 text with a sliding layer (window 6) and a global one."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig, SiglipVisionConfig
+
+    text = Gemma3TextConfig(**_TEXT, head_dim=16, sliding_window=6, query_pre_attn_scalar=16,
+                            layer_types=["sliding_attention", "full_attention"])
+    config = Gemma3Config(text_config=text, vision_config=SiglipVisionConfig(**_small_tower()), mm_tokens_per_image=4,
+                          image_token_index=IMAGE_TOKEN, boi_token_index=4, eoi_token_index=5,
+                          tie_word_embeddings=False)
+    model = Gemma3ForConditionalGeneration(config)
+    with torch.no_grad():  # the projection initialises to zeros (no image would matter): random, about as
+        # loud as the sqrt(hidden)-scaled text embeddings
+        model.model.multi_modal_projector.mm_input_projection_weight.normal_(0.0, 0.05)
+    return model
+
+
+def _paligemma(kind: str) -> torch.nn.Module:
+    """PaliGemma 2: SigLIP, 16 tokens an image; Gemma 2 text with softcaps, a sliding layer (window 6) and a
+    global one; a prefix LM."""
+    from transformers import Gemma2Config, PaliGemmaConfig, PaliGemmaForConditionalGeneration, SiglipVisionConfig
+
+    text = Gemma2Config(**_TEXT, head_dim=16, sliding_window=6, query_pre_attn_scalar=16,
+                        layer_types=["sliding_attention", "full_attention"])
+    vision = SiglipVisionConfig(**_small_tower(projection_dim=64))
+    config = PaliGemmaConfig(text_config=text, vision_config=vision, image_token_index=IMAGE_TOKEN,
+                             projection_dim=64, tie_word_embeddings=False)
+    return PaliGemmaForConditionalGeneration(config)
 
 
 def _anyres_vlm(kind: str) -> torch.nn.Module:
@@ -153,6 +163,12 @@ def _anyres_vlm(kind: str) -> torch.nn.Module:
     config = LlavaOnevisionConfig(vision_config=SiglipVisionConfig(**tower), text_config=Qwen2Config(**_TEXT),
                                   video_token_id=4, vision_feature_select_strategy="full", **common)
     return LlavaOnevisionForConditionalGeneration(config)
+
+
+# one builder per family (LLaVA-NeXT / OneVision: `_anyres_vlm`, any-resolution tiles)
+_BUILDERS = {"llava-clip": _llava, "llava-siglip": _llava, "llava-next": _anyres_vlm, "llava-onevision": _anyres_vlm,
+             "qwen2-vl": _qwen2_vl, "qwen2.5-vl": _qwen2_vl, "qwen3-vl": _qwen3_vl, "mistral3": _mistral3,
+             "idefics3": _idefics3, "smolvlm": _idefics3, "gemma3": _gemma3, "paligemma": _paligemma}
 
 
 def anyres_images(kind: str, sizes: list[tuple[int, int]], seed: int = 0) -> dict[str, torch.Tensor]:

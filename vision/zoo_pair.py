@@ -21,7 +21,7 @@ from multispec.drafters.eagle import EagleConfig
 from multispec.zoo import ZooEntry, ZooPair
 
 from .distill import DistillConfig, VisionDistiller
-from .drafter import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
+from .drafters import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
 from .tower import pretrain_tower
 from .vqa_synth import VQASample, generate_vqa
 from .zoo_vlm import (IMAGE, NUM_IMAGE_TOKENS, VOCAB, VLMRecipe, VQAProcessor, load_vlm, train_vlm,

@@ -22,7 +22,7 @@ from pathlib import Path
 from multispec.zoo import ZooEntry, ZooPair
 
 from .distill import DistillConfig
-from .drafter import VisionEagleDrafter, VisionEagleHead
+from .drafters import VisionEagleDrafter, VisionEagleHead
 from .word_vqa import WordVQAProcessor
 from .zoo_pair import DEFAULT_DRAFTER, finish_pair, pretrained_tower, target_answers
 from .zoo_vlm import VLMRecipe, load_vlm, train_vlm

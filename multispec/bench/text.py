@@ -188,8 +188,8 @@ def _setup(pair, pair_name: str, ps: list, max_new_tokens: int | None, chain_k, 
     choice = None
     if chain_k == "auto" or (chain_k is None and pair.step_profiles):
         if not pair.step_profiles:
-            raise ValueError(f"--chain-k auto: {pair_name} has no step profiles (benchmarks/choose_draft_shape.py "
-                             "--write-profile records them)")
+            raise ValueError(f"--chain-k auto: {pair_name} has no step profiles (`multispec zoo tune "
+                             f"{pair_name} --write` records them)")
         prefix = sum(ids.shape[1] for _, ids in ps) // len(ps) + n // 2  # a mid-generation context
         choice = calibrate(pair.target, pair.step_profiles, prefix_tokens=prefix,
                            request=pair.drafter.feature_request)

@@ -55,7 +55,7 @@ def cpu_tree() -> StaticTree:
 def tree_from_text(text: str) -> StaticTree:
     """A template written as comma-separated rank paths with dot-separated ranks: "0,1,0.0" is the
     root's top two candidates and the first one's top candidate ("cpu" is `cpu_tree()`). The form a pair's
-    `draft_shape.json` stores and `benchmarks/choose_recycling_tree.py` takes."""
+    `draft_shape.json` stores and `multispec zoo tune NAME --what recycling` takes."""
     if text == "cpu":
         return cpu_tree()
     try:

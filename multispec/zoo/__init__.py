@@ -40,7 +40,7 @@ class ZooPair:
     name: str
     draft_model: Any = None  # a small causal LM of the same tokenizer (a `ModelDrafter`, assisted generation)
     # the drafter's chain length and dynamic tree chosen for this pair on the validation split
-    # (`draft_shape.json` beside its weights, written by benchmarks/choose_draft_shape.py); None: not chosen
+    # (`draft_shape.json` beside its weights, written by `multispec zoo tune`); None: not chosen
     chain_k: int | None = None
     tree: DynamicTree | None = None
     # what each candidate chain length drafted and committed on the validation split (same file), so that a
@@ -49,7 +49,7 @@ class ZooPair:
     # the drafter those profiles ran ("eagle" or "ngram"): the row a calibrated bench pads
     profiled_drafter: str | None = None
     # Token Recycling's static tree chosen for this pair on the validation split (same file, written by
-    # benchmarks/choose_recycling_tree.py); None: not chosen (the bench uses `cpu_tree()`)
+    # `multispec zoo tune --what recycling`); None: not chosen (the bench uses `cpu_tree()`)
     recycling_tree: StaticTree | None = None
 
 

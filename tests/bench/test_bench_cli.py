@@ -207,3 +207,32 @@ def test_bench_text_chain_k_auto_calibrates_on_this_machine(tmp_path, capsys, mo
     assert "--chain-k auto: stdlib-bytes has no step profiles" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # refused by argparse
         main(["bench", "text", "--chain-k", "fast"])
+
+
+def test_zoo_tune_chooses_shapes_on_validation_and_writes_them(tmp_path, capsys, monkeypatch):
+    """`multispec zoo tune`: every candidate timed on validation prompts against plain decoding; `--write` stores
+    the choice (and the chain lengths' step profiles) in the pair's draft_shape.json, which `zoo.load` reads,
+    then Token Recycling's tree beside it. The pair's shipped file is left alone (the test writes a copy)."""
+    from multispec.zoo import tune
+
+    shipped = tune.shape_file("stdlib-bytes")
+    monkeypatch.setattr(tune, "shape_file", lambda name: tmp_path / "draft_shape.json")
+    path = tmp_path / "shape.json"
+    assert main(["zoo", "tune", "stdlib-bytes", "--chains", "2,3", "--trees", "2/2/3", "--rounds", "1",
+                 "--max-new-tokens", "8", "--json", str(path), "--write"]) == 0
+    res = json.loads(path.read_text())
+    greedy = res["tables"]["greedy"]["methods"]
+    assert {"plain", "no_draft", "chain_k2", "chain_k3", "tree_2/2/3"} <= set(greedy)
+    assert res["chosen"]["chain_k"] in (2, 3) and res["chosen"]["tree"] == "2/2/3"
+    written = json.loads((tmp_path / "draft_shape.json").read_text())
+    assert written["chain_k"] == res["chosen"]["chain_k"] and written["tree"] == "2/2/3"
+    assert {(p["chain_k"], p["mode"]) for p in written["profiles"]} >= {(2, "greedy"), (3, "sampling")}
+    assert written["chosen_by"].startswith("multispec zoo tune stdlib-bytes --what shape")
+    assert main(["zoo", "tune", "stdlib-bytes", "--what", "recycling", "--trees", "0", "0,1", "--rounds", "1",
+                 "--max-new-tokens", "8", "--write"]) == 0
+    again = json.loads((tmp_path / "draft_shape.json").read_text())
+    assert again["recycling_tree"] in ("0", "0,1") and again["chain_k"] == written["chain_k"]
+    assert "chosen on validation" in capsys.readouterr().out
+    assert not shipped.exists() or "zoo tune" not in shipped.read_text()  # the shipped file untouched
+    assert main(["zoo", "tune", "stdlib-bytes", "--trees", "2/2"]) == 2
+    assert "--trees: expected DEPTH/TOPK/TOTAL" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import torch
 
 from kernel_inputs import chain_case, tree_case
 from multispec.image_ar.neighbourhood import neighbour_mass
-from multispec.image_ar.trajectory_kernel import trajectory_log_ratio
+from multispec.image_ar.continuous.trajectory_kernel import trajectory_log_ratio
 from multispec.kernels import chain_verify_greedy, chain_verify_random, tree_verify_greedy, tree_verify_random
 from multispec.ssm.kernels import tree_conv1d_dispatch, tree_ssd_dispatch
 from multispec.ssm.tree_scan import conv_sources

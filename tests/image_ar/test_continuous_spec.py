@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from multispec.rules import ContinuousVerdict
-from multispec.image_ar.continuous_spec import TrajectoryRatio, generate_continuous
-from multispec.image_ar.patch_ar import PatchAR, PatchARConfig
+from multispec.image_ar.continuous import TrajectoryRatio, generate_continuous
+from multispec.image_ar.continuous.patch_ar import PatchAR, PatchARConfig
 from multispec.testing import energy_distance_pvalue
 
 N = 2000
@@ -176,12 +176,12 @@ def test_relaxed_rule_reports_a_bound_on_its_total_variation(pair):
     assert tv_relaxed <= relaxed.tv_per_token + 0.02, (tv_relaxed, relaxed.tv_per_token)
 
 
-# ---- the EAGLE-style draft (`continuous_eagle`): the target's head, a predicted condition ----------------
+# ---- the EAGLE-style draft (`continuous.drafters`): the target's head, a predicted condition ----------------
 
 
 @pytest.fixture(scope="module")
 def eagle(trained):
-    from multispec.image_ar.continuous_eagle import train_eagle
+    from multispec.image_ar.continuous import train_eagle
 
     g = torch.Generator().manual_seed(5)
     walks = _walks(512, g)
@@ -210,10 +210,10 @@ def test_eagle_draft_reads_the_targets_features_of_the_committed_tokens(trained,
     of the target's condition and the emitted token, as one pass over the final sequence computes them (a
     key depends on its position's input alone): no draft feature and no rejected token was committed."""
     from multispec.continuous import continuous_generate
-    from multispec.image_ar.continuous_eagle import PatchEagleDrafter
-    from multispec.image_ar.continuous_spec import PatchARTarget, plain_trajectories
-    from multispec.image_ar.diffusion_head import Trajectory
-    from multispec.image_ar.head_sampler import HeadSampler
+    from multispec.image_ar.continuous.drafters import PatchEagleDrafter
+    from multispec.image_ar.continuous.targets import PatchARTarget, plain_trajectories
+    from multispec.image_ar.continuous.diffusion_head import Trajectory
+    from multispec.image_ar.continuous.head_sampler import HeadSampler
 
     labels = torch.tensor([0, 1] * 8)
     c = trained.config
@@ -236,7 +236,7 @@ def test_eagle_draft_reads_the_targets_features_of_the_committed_tokens(trained,
 
 
 def test_eagle_draft_must_match_the_target(trained, eagle):
-    from multispec.image_ar.continuous_eagle import PatchEagle, PatchEagleConfig
+    from multispec.image_ar.continuous import PatchEagle, PatchEagleConfig
 
     wrong = PatchEagle(PatchEagleConfig(hidden=eagle.config.hidden, heads=2, token_dim=1, tokens=9))
     with pytest.raises(ValueError, match="draft: its tokens"):
@@ -254,7 +254,7 @@ def test_a_row_whose_residual_tries_all_fail_takes_a_fresh_target_draw(pair, mon
     """One try per row (`max_tries=1`): rows whose proposal is rejected fall back to a plain target draw made
     after the tries, never the rejected proposal itself (which the rejection biases toward where q/p is
     high); the fallbacks are counted."""
-    from multispec.image_ar.head_sampler import HeadSampler
+    from multispec.image_ar.continuous.head_sampler import HeadSampler
 
     target, draft = pair
     draws, calls = [], []

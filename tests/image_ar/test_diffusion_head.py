@@ -7,9 +7,9 @@ outputs; patchify / unpatchify invert each other."""
 import pytest
 import torch
 
-from multispec.image_ar.diffusion_head import Trajectory, schedule_scheduler
-from multispec.image_ar.head_sampler import HeadSampler
-from multispec.image_ar.patch_ar import PatchAR, PatchARConfig, patchify, unpatchify
+from multispec.image_ar.continuous.diffusion_head import Trajectory, schedule_scheduler
+from multispec.image_ar.continuous.head_sampler import HeadSampler
+from multispec.image_ar.continuous.patch_ar import PatchAR, PatchARConfig, patchify, unpatchify
 
 
 def tiny(layers=2, seed=0, **kw):
@@ -106,7 +106,7 @@ def test_unknown_head_kind_is_named():
 def test_deepening_keeps_the_conditions():
     """`deepen` spreads a model's layers over a deeper one whose other layers start as the identity: the
     transformer's outputs are unchanged (the head is new)."""
-    from multispec.image_ar.continuous_pair import deepen
+    from multispec.image_ar.continuous.zoo_pair import deepen
 
     base = tiny(layers=3)
     deep = deepen(base, PatchARConfig(**{**base.config.__dict__, "layers": 7, "head_kind": "lean"})).eval()

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from multispec.image_ar.trajectory_kernel import trajectory_log_ratio, trajectory_log_ratio_ref
+from multispec.image_ar.continuous.trajectory_kernel import trajectory_log_ratio, trajectory_log_ratio_ref
 
 needs_interpreter = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                        reason="Triton on CPU needs TRITON_INTERPRET=1 (set by tests/conftest.py)")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from multispec.image_ar import generate_continuous, load_continuous_pair
-from multispec.image_ar.continuous_pair import CFG_SCALE, load_pair, train_pair
+from multispec.image_ar.continuous.zoo_pair import CFG_SCALE, load_pair, train_pair
 from speed_table import check_speed_table
 
 

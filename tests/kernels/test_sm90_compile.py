@@ -103,7 +103,7 @@ def _ptrs(dtype: str, names: str) -> dict:
 CV = "multispec.kernels.chain_verify"
 TV = "multispec.kernels.tree_verify"
 NB = "multispec.image_ar.neighbourhood"
-TJ = "multispec.image_ar.trajectory_kernel"
+TJ = "multispec.image_ar.continuous.trajectory_kernel"
 SSM = "multispec.ssm.kernels"
 DR = "multispec.ssm.delta_rule"
 

@@ -242,7 +242,7 @@ def test_rows_that_stop_early_leave_the_others_exact(mamba):
 @pytest.mark.parametrize("length", [2, 3, 40, 70])
 def test_mamba2_prefill_states_equal_the_model_own(length):
     """Our prefill (conv1d + chunked SSD) leaves the states `transformers`' own forward leaves."""
-    from multispec.ssm.target import SSMTarget
+    from multispec.ssm.targets import SSMTarget
 
     model = model_of("mamba2")
     ids = torch.randint(3, 128, (2, length), generator=torch.Generator().manual_seed(length))

@@ -1,13 +1,17 @@
-"""`transformers`' `JanusForConditionalGeneration` in image-generation mode as a speculative target (and
-draft model).
+"""The image-generation targets (each also a draft model), with classifier-free guidance through the core's
+`GuidedTarget`:
 
-A text prompt (ending on the begin-of-image token) is prefilled with the text embeddings; every later
-token is an image token from the VQ codebook (`vq_config.num_embeddings` of them), embedded by
-`prepare_embeddings_for_image_generation` and scored by `model.model.generation_head`, not the text
-head. The first tree's root is the prompt's last (text) token, so it alone takes the text embedding.
-Image generation has a fixed length (`vision_config.num_image_tokens`) and no end token. Guidance is the
-core's `GuidedTarget`; `unconditional_prompt` builds the unconditional half as Janus's own `generate`
-does (every token except BOS and BOI replaced by the pad id).
+- `ImageGPTTarget`: the zoo's `ClassConditionalGPT` on the core's lean Llama forward, with the image model's
+  conventions: prompts are class tokens from the larger input vocabulary, the output vocabulary is the
+  codebook, a fixed number of tokens and no end token, and the unconditional prompt is the null class.
+- `JanusImageTarget`: `transformers`' `JanusForConditionalGeneration` in image-generation mode. A text prompt
+  (ending on the begin-of-image token) is prefilled with the text embeddings; every later token is an image
+  token from the VQ codebook (`vq_config.num_embeddings` of them), embedded by
+  `prepare_embeddings_for_image_generation` and scored by `model.model.generation_head`, not the text head.
+  The first tree's root is the prompt's last (text) token, so it alone takes the text embedding. Image
+  generation has a fixed length (`vision_config.num_image_tokens`) and no end token; `unconditional_prompt`
+  builds the unconditional half as Janus's own `generate` does (every token except BOS and BOI replaced by
+  the pad id).
 """
 
 from __future__ import annotations
@@ -20,6 +24,25 @@ from transformers import PreTrainedModel
 
 from multispec.prompt import Prompt
 from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
+from multispec.targets.lean import LeanCausalLM
+
+from .gpt import ClassConditionalGPT
+
+
+class ImageGPTTarget(LeanCausalLM):
+    """The zoo's class-conditional GPT (see the module docstring)."""
+
+    stop_token_ids = ()  # a fixed number of image tokens, no end token
+
+    def __init__(self, model: ClassConditionalGPT, name: str = "target"):
+        if not isinstance(model, ClassConditionalGPT):
+            raise TypeError(f"{name}: expected a ClassConditionalGPT, got {type(model).__name__}")
+        super().__init__(model, name)
+        self.prompt_vocab_size = int(model.config.vocab_size)
+        self.num_image_tokens = int(model.config.num_image_tokens)
+
+    def unconditional_prompt(self, prompt: Prompt) -> Prompt:
+        return Prompt(self.model.unconditional_tokens(prompt.input_ids), prompt.attention_mask, dict(prompt.inputs))
 
 
 class JanusImageTarget(HFCausalLM):

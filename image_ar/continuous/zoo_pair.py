@@ -21,14 +21,15 @@ import torch
 
 from multispec import zoo
 from multispec.zoo import ZooEntry, ZooPair
-from multispec.zoo.training import adamw_cosine, train_steps
+from multispec.zoo.training import train_steps
 
-from .classifier import DigitClassifier
-from .data import load_digits_dataset, shifted
-from .diffusion_head import TRAIN_STEPS, Trajectory, schedule_scheduler
-from .hub_load import from_folder
+from ..classifier import DigitClassifier
+from ..data import load_digits_dataset
+from ..hub_load import from_folder
+from ..zoo_pair import NAME as VQ_NAME
+from .diffusion_head import TRAIN_STEPS, schedule_scheduler
 from .patch_ar import PatchAR, PatchARConfig, patchify
-from .zoo_pair import NAME as VQ_NAME
+from .training import batches, grid_weights, optimizer
 
 NAME = "mnist-patch-diffusion"
 CFG_SCALE = 2.0  # the guidance the benchmark samples with
@@ -46,28 +47,6 @@ class ContinuousPair:
     folder: Path
 
 
-def _batches(images: torch.Tensor, labels: torch.Tensor, batch_size: int, g: torch.Generator):
-    while True:
-        idx = torch.randint(0, len(images), (batch_size,), generator=g)
-        x = shifted(images[idx], 2, g)[:, 0] * 2 - 1
-        yield x, labels[idx]
-
-
-def optimizer(model: torch.nn.Module, lr: float, steps: int):
-    """(optimiser, schedule) of the pair's models: AdamW (weight decay 0.02 on the matrices), a warmup over
-    a thirtieth of `steps`, then a half cosine to 0."""
-    return adamw_cosine(model, lr, steps, weight_decay=0.02)
-
-
-def grid_weights(config: PatchARConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """(timesteps [S - 1], w [S - 1]): the grid's transition steps and the weight w_i with which a noise-
-    prediction difference δε enters the trajectory log ratio, log p/q ~ -1/2 Σ_i w_i |δε_i|² (w_i =
-    (c0_i sqrt(1 - ᾱ_i) / sqrt(ᾱ_i))² / σ_i², c0 the posterior mean's x̂0 coefficient)."""
-    traj = Trajectory.make(config.steps, config.stop)
-    a = traj.alphas_cumprod[:-1]
-    return traj.timesteps[:-1], (traj.mean_x0 * (1 - a).sqrt() / a.sqrt()) ** 2 / traj.std ** 2
-
-
 def distillation_loss(draft: PatchAR, target: PatchAR, images: torch.Tensor, labels: torch.Tensor,
                       scale: float = CFG_SCALE, generator: torch.Generator | None = None) -> torch.Tensor:
     """How far the draft's noise predictions are from the target's on the same noisy tokens and prefixes:
@@ -77,7 +56,6 @@ def distillation_loss(draft: PatchAR, target: PatchAR, images: torch.Tensor, lab
     state distribution (forward-noised data here, draft trajectories at sampling time)."""
     c = draft.config
     x0 = patchify(images, c.patch)
-    b = len(labels)
     ac = schedule_scheduler().alphas_cumprod.to(x0.device)
     noisy = ac[c.stop].sqrt() * x0 + (1 - ac[c.stop]).sqrt() * torch.randn(x0.shape, generator=generator)
     both = torch.cat([labels, torch.full_like(labels, draft.null_class)])
@@ -136,7 +114,7 @@ def train_model(config: PatchARConfig, images, labels, *, steps: int, batch_size
     g = torch.Generator().manual_seed(seed)
     model = PatchAR(config) if init is None else init
     opt, sched = optimizer(model, lr, steps)
-    data = _batches(images, labels, batch_size, g)
+    data = batches(images, labels, batch_size, g)
 
     def step_loss(_: int) -> torch.Tensor:
         x, y = next(data)

@@ -1,7 +1,7 @@
 """The payload types of trajectory speculation: a chain of drafted denoising trajectories (`TrajectoryDraft`)
 and a model's per-node law of the next trajectory (`TrajectoryNodes`), shared by the drafters
-(`continuous_spec.PatchARDrafter`, `continuous_eagle.PatchEagleDrafter`), the target adapter and the rule
-(`continuous_spec.TrajectoryRatio`)."""
+(`drafters.PatchARDrafter`, `drafters.PatchEagleDrafter`), the target adapter and the rule
+(`trajectory_ratio.TrajectoryRatio`)."""
 
 from __future__ import annotations
 

@@ -25,17 +25,18 @@ from tqdm.auto import tqdm
 from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import results
 
-from .bench import ar_noise, noise_line, quality_cell, quality_of, rounds_note, speedup_cell, timed_speed
+from ..bench import ar_noise, noise_line, quality_cell, quality_of, rounds_note, speedup_cell, timed_speed
+from ..data import load_digits_dataset
+from ..metrics import image_scores
+from .generate import generate_continuous
+from .trajectory_ratio import TrajectoryRatio
+from .zoo_pair import CFG_SCALE, NAME, load_pair
 
 # what the columns of `markdown` mean beyond image-ar's own table, printed under it
 LEGEND = ("acceptance: the share of drafted patches accepted; mean acc. len: patches committed per target forward; "
           "FID / FID vs AR / class acc: as in bench image-ar; TV per token: the relaxed rule's estimate of each "
           "patch's total-variation distance from the target's law (0: exact); fallbacks: rejected patches redrawn "
           "from the target")
-from .continuous_pair import CFG_SCALE, NAME, load_pair
-from .continuous_spec import TrajectoryRatio, generate_continuous
-from .data import load_digits_dataset
-from .metrics import image_scores
 
 K = 4  # drafts per step
 PEER_STEPS = (4, 5, 6)

@@ -1,0 +1,112 @@
+"""`generate_continuous`: continuous speculative decoding for a diffusion-head AR model, on the core's
+continuous loop (`multispec.continuous.continuous_generate`): a draft model or a `PatchEagle` drafts chains of
+denoising trajectories, the target scores a chain in one pass, and `TrajectoryRatio` (`trajectory_ratio.py`:
+the acceptance, its residual and the lossy `relax` knob with its measured cost) decides. Without a draft, the
+target samples alone through the same runner (`targets.plain_trajectories`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from multispec.continuous import continuous_generate
+from multispec.metrics import SpeculativeStats
+
+from .diffusion_head import Trajectory
+from .drafters import PatchARDrafter, PatchEagle, PatchEagleDrafter, check_eagle
+from .head_sampler import HeadSampler
+from .patch_ar import PatchAR, check_pair, unpatchify
+from .targets import PatchARTarget, plain_trajectories
+from .trajectory_ratio import TrajectoryRatio
+
+
+@dataclass
+class ContinuousImageOutput:
+    images: torch.Tensor  # [B, 28, 28] in [0, 1]
+    tokens: torch.Tensor  # [B, L, D] the readouts (x̂0) in [-1, 1]
+    trajectories: torch.Tensor  # [B, L, S, D]
+    seconds: float
+    accepted: int = 0
+    drafted: int = 0
+    residual_fallbacks: int = 0
+    stats: SpeculativeStats | None = None
+    prefilled: int = 0
+    tv_per_token: float = 0.0  # a relaxed rule's estimated TV from the target's law per token (0: exact)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    def origins(self) -> list[str]:
+        """Batch 1: per token, who wrote it: "prefill" (the target before drafting), "draft" (an accepted
+        draft) or "target" (a correction or bonus draw)."""
+        if self.tokens.shape[0] != 1:
+            raise ValueError("origins: defined for batch 1 (rows in lockstep share their steps)")
+        out = ["prefill"] * self.prefilled
+        for step in (self.stats.steps if self.stats is not None else []):
+            out += ["draft"] * step.accepted + ["target"] * (step.committed - step.accepted)
+        return out[: self.tokens.shape[1]]
+
+
+def _check_labels(model: PatchAR, labels) -> torch.Tensor:
+    if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.dtype.is_floating_point or not len(labels):
+        raise ValueError(f"labels: expected a non-empty 1-D integer tensor of classes, got {labels!r}")
+    if labels.min() < 0 or labels.max() >= model.config.num_classes:
+        raise ValueError(f"labels: classes must lie in [0, {model.config.num_classes})")
+    return labels.to(model.pos.device)
+
+
+@torch.no_grad()
+def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | None = None, *, k: int = 4,
+                        prefill: float = 0.1, guidance_scale: float | None = 2.0, steps: int | None = None,
+                        temperature: float = 1.0, rule: TrajectoryRatio | None = None,
+                        generator: torch.Generator | None = None) -> ContinuousImageOutput:
+    """Class-conditional images from `target`: plainly (draft None) or speculatively with `draft`, a small
+    `PatchAR` (a draft model with its own head) or a `PatchEagle` (which samples with the target's head).
+
+    `prefill`: the fraction of tokens the target generates alone before drafting starts (at least one).
+    `steps`: grid points of the heads' trajectories (default: the target's config); `temperature`: MAR's
+    noise temperature (both models); `guidance_scale`: classifier-free guidance on ε (None: unguided)."""
+    labels = _check_labels(target, labels)
+    c = target.config
+    if not 0 <= prefill <= 1:
+        raise ValueError(f"prefill: expected a fraction in [0, 1], got {prefill!r}")
+    trajectory = Trajectory.make(steps if steps is not None else c.steps, c.stop, temperature)
+    sampler = HeadSampler(target, trajectory, guidance_scale)
+    t0 = time.perf_counter()
+    if draft is None:
+        trajs, reads = plain_trajectories(target, labels, sampler, c.tokens, generator)
+        out = ContinuousImageOutput(reads.new_zeros(0), reads, trajs, 0.0, prefilled=c.tokens)
+    else:
+        eagle = isinstance(draft, PatchEagle)
+        if eagle:
+            check_eagle(target, draft)
+        elif isinstance(draft, PatchAR):
+            check_pair(target, draft)
+        else:
+            raise TypeError(f"draft: expected a PatchAR (a draft model) or a PatchEagle, got {type(draft).__name__}")
+        m = min(c.tokens, max(1, math.ceil(prefill * c.tokens)))
+        trajs, reads = plain_trajectories(target, labels, sampler, m, generator)
+        if m < c.tokens:
+            adapter = PatchARTarget(target, labels, sampler)
+            if eagle:  # the draft samples with the target's own head
+                drafter = PatchEagleDrafter(draft, adapter, sampler)
+            else:
+                drafter = PatchARDrafter(draft, labels, HeadSampler(draft, trajectory, guidance_scale))
+            spec = continuous_generate(adapter, drafter, trajs, c.tokens - m, k=k, rule=rule or TrajectoryRatio(),
+                                       generator=generator)
+            trajs = spec.values
+            reads = torch.cat([reads, *adapter.readouts], 1)[:, : c.tokens]  # the last step may overshoot
+            stats = spec.stats
+            out = ContinuousImageOutput(reads.new_zeros(0), reads, trajs, 0.0, stats.accepted, stats.drafted,
+                                        spec.residual_fallbacks, stats, m, spec.tv_per_token)
+        else:
+            out = ContinuousImageOutput(reads.new_zeros(0), reads, trajs, 0.0, prefilled=m)
+    out.seconds = time.perf_counter() - t0
+    out.trajectories = out.trajectories.reshape(len(labels), c.tokens, trajectory.steps, c.token_dim)
+    out.images = (unpatchify(out.tokens.clamp(-1, 1), c.patch) + 1) / 2
+    return out
