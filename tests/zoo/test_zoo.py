@@ -25,7 +25,9 @@ def test_registry_and_cli(capsys):
     assert "stdlib-bytes" in listed and "shipped" in listed
     assert main(["zoo", "path", "stdlib-bytes"]) == 0
     assert capsys.readouterr().out.strip().endswith("stdlib-bytes")
-    assert main(["zoo", "train"]) == 2
+    with pytest.raises(SystemExit) as refused:  # argparse: NAME is required
+        main(["zoo", "train"])
+    assert refused.value.code == 2 and "name" in capsys.readouterr().err
 
 
 def test_python_dash_m_runs_the_command():
