@@ -12,7 +12,8 @@ it:
 
     choice = calibrate(target, profiles)      # VerifyCost.measure + choose_chain_length(..., pad=True)
     choice.chain_k, choice.predicted          # the length, and each candidate's predicted speedup
-    speculative_generate(target, drafter, ids, tree=choice.chain_k, pad_widths=choice.pad_widths)
+    speculative_generate(target, drafter, ids, tree=choice.chain_k,
+                         engine=EngineConfig(pad_widths=choice.pad_widths))
 
 The prediction per step is the verification forward's cost at the step's width plus the profiled machine's
 overhead (drafting, the acceptance rule, the commit), rescaled by the ratio of the two machines' one-node
@@ -133,7 +134,7 @@ class VerifyCost:
     def padding(self, margin: float = 0.05) -> dict[int, int]:
         """For each measured width M, the measured width M' > M to pad a step to where M' nodes cost at
         least `margin` less than M (the cheapest such; widths not listed are verified as they are). For
-        `speculative_generate(..., pad_widths=...)`."""
+        `EngineConfig(pad_widths=...)`."""
         out = {}
         for m, t in self.ms.items():
             wider = [(c, w) for w, c in self.ms.items() if w > m and c <= (1 - margin) * t]
@@ -206,8 +207,8 @@ class ChainChoice:
     """`chain_k`: the chosen length; `predicted[k][mode]`: each candidate's predicted speedup over the
     engine with no drafts (profile k = 0) on the measured machine; `score[k]`: the mean over the modes,
     which the choice maximises (the rule `multispec zoo tune` applies to measured speedups);
-    `cost`: the measured verification cost; `pad_widths`: the padding the prediction assumed (pass it to
-    `speculative_generate`), {} for none."""
+    `cost`: the measured verification cost; `pad_widths`: the padding the prediction assumed (pass it as
+    `EngineConfig(pad_widths=...)`), {} for none."""
 
     chain_k: int
     predicted: dict[int, dict[str, float]]

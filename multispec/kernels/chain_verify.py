@@ -179,8 +179,10 @@ def _check_chain(draft_tokens, num_drafts):
     return b, k
 
 
-def chain_verify_greedy(draft_tokens: torch.Tensor, num_drafts: torch.Tensor, target_argmax: torch.Tensor, *,
-                        backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def chain_verify_greedy(draft_tokens: torch.Tensor,  # [B, K] int
+                        num_drafts: torch.Tensor,  # [B] int: real drafts per row (a prefix of K)
+                        target_argmax: torch.Tensor,  # [B, K + 1] int: after the root and each draft
+                        *, backend: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Accept drafts while they equal the target's argmax; then append the argmax (correction/bonus).
 
     Returns (out_tokens [B, K+1] padded with -1, num_accepted [B])."""
@@ -198,9 +200,14 @@ def chain_verify_greedy(draft_tokens: torch.Tensor, num_drafts: torch.Tensor, ta
     return out, acc
 
 
-def chain_verify_random(draft_tokens: torch.Tensor, num_drafts: torch.Tensor, target_probs: torch.Tensor,
-                        draft_probs: torch.Tensor | None, uniforms: torch.Tensor, exp_noise: torch.Tensor,
-                        is_greedy: torch.Tensor, *, backend: str | None = None,
+def chain_verify_random(draft_tokens: torch.Tensor,  # [B, K] int
+                        num_drafts: torch.Tensor,  # [B] int
+                        target_probs: torch.Tensor,  # [B, K + 1, V] float
+                        draft_probs: torch.Tensor | None,  # [B, K, V] float, or None (one-hot drafts)
+                        uniforms: torch.Tensor,  # [B, K] float in [0, 1)
+                        exp_noise: torch.Tensor,  # [B, V] float, Exp(1) draws for the final race
+                        is_greedy: torch.Tensor,  # [B] bool
+                        *, backend: str | None = None,
                         block_v: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Speculative sampling over a chain (greedy rows, flagged by `is_greedy`, use argmax matching).
 

@@ -351,8 +351,11 @@ def _check_tree(tokens, first_child, next_sibling):
     return b, t
 
 
-def tree_verify_greedy(tokens: torch.Tensor, first_child: torch.Tensor, next_sibling: torch.Tensor,
-                       target_argmax: torch.Tensor, *, backend: str | None = None):
+def tree_verify_greedy(tokens: torch.Tensor,  # [B, T] int: the full tree, node 0 the root
+                       first_child: torch.Tensor,  # [B, T] int, -1: none
+                       next_sibling: torch.Tensor,  # [B, T] int, -1: none
+                       target_argmax: torch.Tensor,  # [B, T] int: after each node
+                       *, backend: str | None = None):
     """Greedy tree walk: follow the child whose token is the target's argmax after its parent.
 
     Returns (out_tokens [B, T], out_path [B, T], num_accepted [B]), padded with -1."""
@@ -372,10 +375,15 @@ def tree_verify_greedy(tokens: torch.Tensor, first_child: torch.Tensor, next_sib
     return out, path, acc
 
 
-def tree_verify_random(tokens: torch.Tensor, first_child: torch.Tensor, next_sibling: torch.Tensor,
-                       target_probs: torch.Tensor, draft_probs: torch.Tensor | None, uniforms: torch.Tensor,
-                       exp_noise: torch.Tensor, is_greedy: torch.Tensor, *, backend: str | None = None,
-                       block_v: int | None = None):
+def tree_verify_random(tokens: torch.Tensor,  # [B, T] int: the full tree, node 0 the root
+                       first_child: torch.Tensor,  # [B, T] int, -1: none
+                       next_sibling: torch.Tensor,  # [B, T] int, -1: none
+                       target_probs: torch.Tensor,  # [B, T, V] float: after each node
+                       draft_probs: torch.Tensor | None,  # [B, T, V] float: what each node was drawn from
+                       uniforms: torch.Tensor,  # [B, T] float in [0, 1)
+                       exp_noise: torch.Tensor,  # [B, V] float, Exp(1) draws
+                       is_greedy: torch.Tensor,  # [B] bool
+                       *, backend: str | None = None, block_v: int | None = None):
     """Multi-draft speculative sampling over a tree (greedy rows use the argmax walk).
 
     `draft_probs[b, i]` is the distribution node i's token was drawn from (row 0 unused; None = one-hot);
