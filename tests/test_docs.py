@@ -1,5 +1,7 @@
-"""The documentation points at things that exist: every repository path quoted in README.md and docs/*.md,
-every relative link and its anchor, BENCHMARKS.md's index and its results files; README.md stays short."""
+"""The documentation points at things that exist: every repository path quoted in README.md, docs/*.md and the
+benchmark pages (docs/benchmarks/*.md), every relative link and its anchor; BENCHMARKS.md stays a short index of
+those pages (with `multispec bench all`'s generated section); every results file under benchmarks/results/ is
+cited by some page and every one a page cites exists; README.md stays short."""
 
 import re
 from pathlib import Path
@@ -10,7 +12,11 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BENCHMARKS = ROOT / "BENCHMARKS.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-PAGES = [README, *DOCS]
+PAGES = [README, *DOCS]  # prose: no measured figures outside README's results table
+BENCH_PAGES = sorted((ROOT / "docs" / "benchmarks").glob("*.md"))  # the figures, one page per modality
+CHECKED = [*PAGES, *BENCH_PAGES]  # quoted paths, links and anchors
+RESULTS = ROOT / "benchmarks" / "results"
+RESULTS_CITED = re.compile(r"benchmarks/results/[\w.\-/]+\.\w+")
 
 FENCE = re.compile(r"^```.*?^```", flags=re.S | re.M)
 INLINE = re.compile(r"`([^`\n]+)`")
@@ -43,8 +49,9 @@ def anchors(page: Path) -> set[str]:
 
 def quoted_paths(page: Path) -> list[str]:
     """Backticked tokens that name repository paths. Skipped, each for a stated reason: URLs and `~/...`
-    (not in the repository); all-capital segments such as `D/K/N` (option placeholders). Globs and `<name>`
-    placeholders are kept and must match at least one path (see `exists`)."""
+    (not in the repository); all-capital segments such as `D/K/N` (option placeholders); a segment of digits
+    after the first, as in `6/2/11` or `tree_4/4/15` (a tree shape: depth/top-k/nodes, in benchmark rows).
+    Globs and `<name>` placeholders are kept and must match at least one path (see `exists`)."""
     found = []
     for token in INLINE.findall(prose(page.read_text())):
         token = token.strip()
@@ -53,6 +60,8 @@ def quoted_paths(page: Path) -> list[str]:
         if token.startswith(("http://", "https://", "~/")):
             continue
         if all(re.fullmatch(r"[A-Z]+", part) for part in token.strip("/").split("/")):
+            continue
+        if any(part.isdigit() for part in token.split("/")[1:]):
             continue
         found.append(token)
     return found
@@ -80,16 +89,18 @@ def test_readme_is_short():
 def test_docs_pages_exist():
     names = {p.name for p in DOCS}
     assert {"core.md", "ssm.md", "vision.md", "image_ar.md", "reasoning.md", "design.md", "cli.md"} <= names
+    bench = {p.name for p in BENCH_PAGES}
+    assert {"text.md", "vision.md", "image_ar.md", "reasoning.md", "ssm.md", "core.md", "gpu.md"} <= bench
 
 
 def test_every_quoted_path_exists():
     checked, missing = 0, []
-    for page in PAGES:
+    for page in CHECKED:
         for token in quoted_paths(page):
             checked += 1
             if not exists(token):
                 missing.append(f"{page.relative_to(ROOT)}: `{token}`")
-    assert checked >= 80, f"only {checked} quoted paths found: the path pattern no longer matches the docs"
+    assert checked >= 200, f"only {checked} quoted paths found: the path pattern no longer matches the docs"
     assert not missing, "quoted paths that do not exist:\n" + "\n".join(missing)
 
 
@@ -99,7 +110,7 @@ def test_the_readme_quotes_paths_too():
 
 def test_relative_links_and_anchors_resolve():
     checked, broken = 0, []
-    for page in [*PAGES, BENCHMARKS]:
+    for page in [*CHECKED, BENCHMARKS]:
         for target in LINK.findall(prose(page.read_text())):
             if target.startswith(("http://", "https://", "mailto:")):
                 continue
@@ -110,7 +121,7 @@ def test_relative_links_and_anchors_resolve():
                 broken.append(f"{page.relative_to(ROOT)}: ({target}): no such file")
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                 broken.append(f"{page.relative_to(ROOT)}: ({target}): no heading with that anchor")
-    assert checked >= 60, f"only {checked} links found"
+    assert checked >= 120, f"only {checked} links found"
     assert not broken, "\n".join(broken)
 
 
@@ -132,37 +143,84 @@ def benchmarks_index() -> list[str]:
     return rows[1:]  # the header row; the separator starts with "| -"
 
 
-def test_benchmarks_opens_with_an_index_whose_files_exist():
+def test_benchmarks_is_a_short_index():
+    lines = BENCHMARKS.read_text().splitlines()
+    assert len(lines) < 300, f"BENCHMARKS.md has {len(lines)} lines; keep it under 300 (figures go on the pages)"
+
+
+def test_benchmarks_opens_with_a_short_index_of_the_pages():
+    """One short row per page or study, each linking one heading that exists; every page is in it."""
     rows = [r for r in benchmarks_index() if not r.startswith("| -")]
-    assert len(rows) >= 20
-    targets = anchors(BENCHMARKS)
-    problems = []
+    assert len(rows) >= 15
+    problems, linked = [], set()
     for row in rows:
-        files = re.findall(r"`(benchmarks/results/[^`]+)`", row)
-        scripts = re.findall(r"(benchmarks/\w+\.py)", row)
-        links = re.findall(r"\]\(#([^)]+)\)", row)
-        if not files:
-            problems.append(f"no results file: {row[:80]}")
-        problems += [f"missing results file {f}" for f in files if not (ROOT / f).is_file()]
-        problems += [f"missing script {s}" for s in scripts if not (ROOT / s).is_file()]
-        if not re.search(r"`(MULTISPEC_\w+=\S+ )?(multispec |python benchmarks/)", row):
-            problems.append(f"no command: {row[:80]}")
-        if len(links) != 1 or links[0] not in targets:
-            problems.append(f"section link missing or broken: {links}")
+        if len(row) > 200:
+            problems.append(f"row over 200 characters ({len(row)}): {row[:80]}")
+        links = LINK.findall(row)
+        if len(links) != 1:
+            problems.append(f"expected one link, found {links}: {row[:80]}")
+            continue
+        path, _, anchor = links[0].partition("#")
+        dest = (ROOT / path).resolve() if path else BENCHMARKS
+        linked.add(dest)
+        if not dest.is_file() or (anchor and anchor not in anchors(dest)):
+            problems.append(f"broken link {links[0]}")
+    problems += [f"no index row links {p.relative_to(ROOT)}" for p in BENCH_PAGES if p.resolve() not in linked]
     assert not problems, "\n".join(problems)
 
 
-def test_every_results_file_and_script_benchmarks_cites_exists():
-    text = BENCHMARKS.read_text()
-    cited = set(re.findall(r"benchmarks/results/[\w.\-/]+\.json", text)) | set(re.findall(r"benchmarks/\w+\.py", text))
-    assert len(cited) >= 30
-    missing = sorted(c for c in cited if not (ROOT / c).is_file())
-    assert not missing, f"BENCHMARKS.md cites files that do not exist: {missing}"
+def citing_pages() -> list[Path]:
+    """The pages a results file may be cited by: BENCHMARKS.md, README.md and every page under docs/."""
+    return [BENCHMARKS, README, *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def test_every_results_file_is_cited_by_a_page():
+    """A results file no page cites is an orphan: cite it beside its figure, or delete it."""
+    cited = set()
+    for page in citing_pages():
+        cited |= set(RESULTS_CITED.findall(page.read_text()))
+    files = sorted(p.relative_to(ROOT).as_posix() for p in RESULTS.rglob("*") if p.is_file())
+    assert len(files) >= 50
+    orphans = [f for f in files if f not in cited]
+    assert not orphans, "results files no page cites (cite them beside their figures, or delete them):\n" + \
+        "\n".join(orphans)
+
+
+def test_every_results_file_and_script_a_page_cites_exists():
+    cited, missing = 0, []
+    for page in citing_pages():
+        text = page.read_text()
+        for c in sorted(set(RESULTS_CITED.findall(text)) | set(re.findall(r"benchmarks/\w+\.py", text))):
+            cited += 1
+            if not (ROOT / c).is_file():
+                missing.append(f"{page.relative_to(ROOT)}: {c}")
+    assert cited >= 100
+    assert not missing, "pages cite files that do not exist:\n" + "\n".join(missing)
+
+
+RESULTS_COMMENT = re.compile(r"^<!-- (benchmarks/results/[\w.\-/]+\.json): (.+?), (\d{4}-\d\d-\d\d \d\d:\d\d UTC), "
+                             r"commit ([0-9a-f]{7,40})\b.*-->$")
+
+
+@pytest.mark.parametrize("page", BENCH_PAGES, ids=lambda p: p.name)
+def test_each_benchmark_page_names_its_tables_files_commands_and_how_to_read_them(page):
+    """Every table rendered from a results JSON carries the comment naming its file (which exists), machine,
+    date and commit; a page runs at least one command and points at "How to read these figures"."""
+    text = page.read_text()
+    comments = [line for line in text.splitlines() if line.startswith("<!-- benchmarks/results/")]
+    assert comments, f"{page.name}: no table carries its results comment"
+    bad = [c[:100] for c in comments
+           if not RESULTS_COMMENT.match(c) or not (ROOT / RESULTS_COMMENT.match(c)[1]).is_file()]
+    assert not bad, f"{page.name}: results comments without an existing file, machine, date and commit:\n" + \
+        "\n".join(bad)
+    assert re.search(r"`(MULTISPEC_\w+=\S+ )?(multispec |python benchmarks/)", text), f"{page.name}: no command"
+    assert "BENCHMARKS.md#how-to-read-these-figures" in text
 
 
 @pytest.mark.parametrize("page", [*PAGES], ids=lambda p: p.name)
 def test_docs_carry_no_measured_speedups(page):
-    """Figures live in BENCHMARKS.md (and README's results table): a speedup like '2.91x' elsewhere goes stale."""
+    """Figures live in BENCHMARKS.md and docs/benchmarks/ (and README's results table): a speedup like '2.91x'
+    elsewhere goes stale."""
     text = prose(page.read_text())
     if page == README:
         text = "\n".join(line for line in text.splitlines() if not line.startswith("| "))
