@@ -16,7 +16,8 @@ from .bench import report, shards
 from .bench import text as bench_text
 from .cli_types import chain_length, int_list, name_list, parse_tree, positive_int
 from .targets import load_adapter_plugins
-from .zoo import tune
+from .training import cli as training_cli
+from .zoo import export, tune
 
 # commands that modality packages add when imported (`multispec.adapters` entry points):
 # (group, name) -> (help, add_arguments(parser), run(args) -> exit code); group is "bench", "eval" or "train"
@@ -120,6 +121,14 @@ def _zoo_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _zoo_export(args: argparse.Namespace) -> int:
+    if args.name not in zoo.names():
+        raise ValueError(f"NAME: no zoo pair {args.name!r}; pairs: {', '.join(zoo.names())}")
+    written = export.export_pair(zoo.load(args.name), args.dir)
+    print(json.dumps(written, indent=2))
+    return 0
+
+
 def _zoo_tune(args: argparse.Namespace) -> int:
     if args.name not in zoo.names():
         raise ValueError(f"NAME: no zoo pair {args.name!r}; pairs: {', '.join(zoo.names())}")
@@ -208,6 +217,11 @@ def _add_plugins(sub, suites) -> None:
               .add_subparsers(dest="task", required=True),
               "train": sub.add_parser("train", help="train drafters for your own models")
               .add_subparsers(dest="what", required=True)}
+    draft = groups["train"].add_parser("draft", help="train a drafter (EAGLE, EAGLE-3, a draft model) for your own "
+                                       "target", description=training_cli.DESCRIPTION,
+                                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    training_cli.add_arguments(draft)
+    draft.set_defaults(func=training_cli.run)
     for (group, name), (help_text, add_arguments, run) in sorted(PLUGIN_COMMANDS.items()):
         command = groups[group].add_parser(name, help=help_text)
         add_arguments(command)
@@ -258,6 +272,11 @@ def _add_zoo(sub) -> None:
     train.add_argument("name")
     train.add_argument("--out", default=None, help="where it writes (default ~/.cache/multispec/zoo/NAME)")
     train.set_defaults(func=_zoo_train)
+    exported = actions.add_parser("export", help="write a text pair's target and drafters as checkpoint folders "
+                                  "(--target / --draft and transformers' Auto classes load them, tokenizer included)")
+    exported.add_argument("name")
+    exported.add_argument("dir", help="the folder to write (target/, eagle/, draft/)")
+    exported.set_defaults(func=_zoo_export)
     tuned = actions.add_parser("tune", help="choose a pair's draft shapes on the validation split (--write: store "
                                "them in its draft_shape.json)", description=tune.__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -131,6 +131,10 @@ class EagleHead(nn.Module):
         return head.to(dtype).eval()
 
 
+# what the drafter reads of its own head at every fed node: the output feature, which the next depth reads
+HEAD_OUTPUT = FeatureRequest(hidden=True)
+
+
 class EagleDrafter(Drafter):
     """Drafts chains or trees with an `EagleHead` over a target's features."""
 
@@ -157,16 +161,24 @@ class EagleDrafter(Drafter):
         self.lm = (LeanCausalLM(head.decoder, name="eagle_head", window=window)
                    if lean_unsupported(head.decoder) is None else HFCausalLM(head.decoder, name="eagle_head"))
         self.device = self.lm.device
+        self.hidden_size = head.config.hidden_size
 
     @torch.no_grad()
     def _embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """The head's input at each entry: the token's embedding fused with the feature before it."""
         return self.head.fuse(self.embed(tokens.to(self.embed.weight.device)).to(self.device), features.to(self.device))
 
     @torch.no_grad()
-    def start(self, prompt: Prompt, features: Features | None = None) -> None:
+    def _target_features(self, features: Features | None, when: str) -> torch.Tensor:
+        """The feature the head reads where the target computed one [B, N, H]: its final hidden state."""
         if features is None or features.hidden is None:
-            raise ValueError("features: the EAGLE drafter needs the target's prefill hidden states")
-        input_ids, attention_mask, features = prompt.input_ids, prompt.attention_mask, features.hidden
+            raise ValueError(f"features: the EAGLE drafter needs the target's hidden states {when}")
+        return features.hidden
+
+    @torch.no_grad()
+    def start(self, prompt: Prompt, features: Features | None = None) -> None:
+        features = self._target_features(features, "at the prefill")
+        input_ids, attention_mask = prompt.input_ids, prompt.attention_mask
         b, length = input_ids.shape
         # draft entry j pairs token x_{j+1} with the target feature f_j; the root x_{L-1} pairs with f_{L-2}
         feats = torch.zeros(b, length - 1, features.shape[-1], device=self.device, dtype=features.dtype)
@@ -181,7 +193,7 @@ class EagleDrafter(Drafter):
             self._pending_features = feats[:, -1:]  # the root's (possibly zero) feature
         else:  # a one-token prompt: nothing to pair yet; the root gets a zero feature
             self.lm.start(input_ids[:, :0].new_zeros(b, 1), attention_mask.new_zeros(b, 1) + 1)
-            self._pending_features = torch.zeros(b, 1, self.head.config.hidden_size, device=self.device)
+            self._pending_features = torch.zeros(b, 1, self.hidden_size, device=self.device)
         self._pending_tokens = input_ids[:, -1:].to(self.device)
         self._pending_counts = [1] * b  # real entries of `_pending_tokens` per row, on the host (None: unknown)
         self._proposed = False
@@ -198,7 +210,7 @@ class EagleDrafter(Drafter):
         valid = idx < counts[:, None]
         safe = tokens.clamp(min=0)
         out = lm.feed(safe, (idx - 1).expand(b, width).contiguous(), valid, inputs_embeds=self._embeds(safe, feats),
-                      request=self.feature_request)
+                      request=HEAD_OUTPUT)
         logits, hidden = out.logits, out.features.hidden
         rows = torch.arange(b, device=device)
         last = counts - 1
@@ -215,7 +227,7 @@ class EagleDrafter(Drafter):
             new = lm.num_pending + torch.arange(ids.shape[1], device=device).expand_as(ids)
             fed.scatter_(1, ids, new)
             out = lm.feed(toks, parent_pending, inputs_embeds=self._embeds(toks, parent_feat),
-                          request=self.feature_request)
+                          request=HEAD_OUTPUT)
             node_hidden.append(out.features.hidden)
             return out.logits
 
@@ -226,9 +238,7 @@ class EagleDrafter(Drafter):
 
     @torch.no_grad()
     def commit(self, draft: DraftTree, verdict: Verdict, features: Features | None = None) -> None:
-        if features is None or features.hidden is None:
-            raise ValueError("features: the EAGLE drafter needs the target's hidden states at every tree node")
-        features = features.hidden
+        features = self._target_features(features, "at every tree node")
         device = self.device
         path = verdict.path.to(device)
         keep = path >= 0

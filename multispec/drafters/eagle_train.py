@@ -101,13 +101,16 @@ class EagleTrainer:
     def head_inputs(self, next_tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         return self.head.fuse(self.target.get_input_embeddings()(next_tokens).detach(), features)
 
-    def losses(self, ids: torch.Tensor, feats: torch.Tensor) -> dict[str, torch.Tensor]:
+    def losses(self, ids: torch.Tensor, feats: torch.Tensor, noise: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The losses of token chunks `ids` [B, S] with the target's features `feats` [B, S, H]; `noise`
+        [B, S - 1, H]: the standard normal draws that perturb the input features (default: drawn here)."""
         cfg = self.config
         feats = feats.float()
         inp = feats[:, :-1]
         if cfg.feature_noise:
             rms = inp.pow(2).mean().sqrt()
-            inp = inp + torch.randn_like(inp) * cfg.feature_noise * rms
+            noise = torch.randn_like(inp) if noise is None else noise.to(inp)
+            inp = inp + noise * cfg.feature_noise * rms
         logits, pred = self.head(self.head_inputs(ids[:, 1:], inp))
         want_feat = feats[:, 1:]
         want_p = torch.softmax(self.teacher_logits(want_feat), -1)

@@ -1,0 +1,83 @@
+"""What a feature-level drafter learns from, read off the target exactly as the drafter will read it when
+drafting (the same hooks as `HFCausalLM`): the final normed hidden state, the residual streams entering given
+layers, and the target's next-token distribution restricted to a draft vocabulary."""
+
+from __future__ import annotations
+
+import torch
+
+from ..targets.base import FeatureRequest, Features
+
+
+@torch.no_grad()
+def capture(target, ids: torch.Tensor, request: FeatureRequest) -> Features:
+    """The target's `request`ed features [B, S, ...] at every position of `ids` [B, S] (its decoder alone runs:
+    no logits)."""
+    decoder = target.get_decoder()
+    captured: dict = {}
+    hooks = []
+    if request.hidden:
+        hooks.append(decoder.register_forward_hook(lambda _m, _a, out: captured.__setitem__(
+            "hidden", out[0] if isinstance(out, tuple) else out.last_hidden_state)))
+    for i in request.layers:
+        module = decoder.layers[i] if i < len(decoder.layers) else decoder.norm
+        hooks.append(module.register_forward_pre_hook(
+            lambda _m, args, kw, i=i: captured.__setitem__(i, args[0] if args else kw["hidden_states"]),
+            with_kwargs=True))
+    try:
+        decoder(input_ids=ids.to(next(target.parameters()).device))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return Features(captured.get("hidden"), {i: captured[i] for i in request.layers})
+
+
+class Teacher:
+    """The target's next-token logits over a draft vocabulary `d2t` (draft index -> target id), computed from
+    its final hidden state, and whether its own top token lies inside that vocabulary."""
+
+    def __init__(self, target, d2t: torch.Tensor, chunk: int = 512):
+        head = target.get_output_embeddings()
+        self.weight = head.weight.detach()
+        self.bias = None if getattr(head, "bias", None) is None else head.bias.detach()
+        self.softcap = getattr(target.config.get_text_config(), "final_logit_softcapping", None)
+        self.d2t = d2t.to(self.weight.device)
+        self.full = len(d2t) == self.weight.shape[0]
+        self.chunk = chunk
+
+    def _logits(self, hidden: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+        w = self.weight if rows is None else self.weight[rows]
+        logits = hidden.float() @ w.float().T
+        if self.bias is not None:
+            logits = logits + (self.bias if rows is None else self.bias[rows]).float()
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+    @torch.no_grad()
+    def __call__(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits over the draft vocabulary [B, S, Vd], in_vocab [B, S] bool) for final hidden states [B, S, H];
+        the full vocabulary's top token is found in chunks of positions (its logits never all at once)."""
+        hidden = hidden.to(self.weight.device)
+        draft = self._logits(hidden, self.d2t)
+        if self.full:
+            return draft, torch.ones(draft.shape[:-1], dtype=torch.bool, device=draft.device)
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        best = torch.cat([self._logits(flat[i: i + self.chunk], None).argmax(-1)
+                          for i in range(0, len(flat), self.chunk)]).view(hidden.shape[:-1])
+        member = torch.zeros(self.weight.shape[0], dtype=torch.bool, device=draft.device)
+        member[self.d2t] = True
+        return draft, member[best]
+
+
+def top_tokens(sequences: list[list[int]], size: int, vocab_size: int) -> torch.Tensor:
+    """The `size` most frequent ids of the training text (ties by id), sorted: a draft vocabulary."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for seq in sequences:
+        counts += torch.bincount(torch.tensor(seq, dtype=torch.long), minlength=vocab_size)[:vocab_size]
+    size = min(size, vocab_size)
+    order = torch.sort(counts, descending=True, stable=True).indices[:size]
+    return torch.sort(order).values
+
+
+__all__ = ["Teacher", "capture", "top_tokens"]
