@@ -48,7 +48,7 @@ def zoo_thinking(budget: int):
 
 
 # The paper-form rows the zoo's base cannot run: it was not taught SpecReason's 0-9 scoring prompt nor the
-# verdict prompt (teaching it failed: benchmarks/reasoning_teach_prompts.py); its rows are the likelihood ones,
+# verdict prompt (teaching it failed: benchmarks/studies/reasoning_teach_prompts.py); its rows are the likelihood ones,
 # named as what they are
 NOT_ON_ZOO = ("specreason", "verdict")
 # `judge_floor_matched` comes along with `judge` when a control floor is set (Settings.control_min_prob)

@@ -37,7 +37,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    "chosen on the zoo pair's validation split; 0: no floor)")
     p.add_argument("--control-min-prob", type=float, default=None, metavar="RHO",
                    help="also run judge_floor_matched: the approve-all control at its own floor RHO, chosen on the "
-                   "validation split where its accuracy matches the judge's (benchmarks/reasoning_judge_floors.py)")
+                   "validation split where its accuracy matches the judge's (benchmarks/studies/reasoning_judge_floors.py)")
     p.add_argument("--drafter", choices=DRAFTERS, default="small",
                    help="the zoo pair's drafter and judge for the token-level rows (exact, judge, assisted): the "
                    "small model (default) or the styled drafter, which phrases steps its own way")

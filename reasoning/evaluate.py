@@ -86,13 +86,13 @@ class Models:
 class Settings:
     # SpecReason (`specreason`): the base scores each step 0-9 when prompted (the paper's scorer) and a step
     # scoring under `threshold` (the reference's 7) is written again; `score_prompt` (instruction, lead) is the
-    # judging prompt (None: the reference's; benchmarks/reasoning_teach_prompts.py tries a short one)
+    # judging prompt (None: the reference's; benchmarks/studies/reasoning_teach_prompts.py tries a short one)
     threshold: float = 7.0
     scorer: object = "prompt"
     score_prompt: tuple[str, str] | None = None
     # `specreason_likelihood`: the step-level lenient rule in SpecReason's place (accept a step when every token
     # has p / p_max >= threshold / 9); 3 was chosen on the zoo pair's validation split
-    # (benchmarks/reasoning_thresholds.py)
+    # (benchmarks/studies/reasoning_thresholds.py)
     likelihood_threshold: float = 3.0
     # `verdict`: the base reads the chosen experts' reasoning and writes the answer (`PromptVerdict`); compact: a
     # plain layout (`task_data.verdict_prompt`), else the reference's
@@ -101,10 +101,10 @@ class Settings:
     k: int = 4  # drafts per token-level step (exact, judge, and the base's own steps in SpecReason)
     judge_threshold: float = 0.5
     # the judge's floor on the base's own probability of an approved token (Judge.min_target_prob): 0.2 was chosen on
-    # the validation split (benchmarks/reasoning_styled_drafter.py); without it the head's approvals cost accuracy
+    # the validation split (benchmarks/studies/reasoning_styled_drafter.py); without it the head's approvals cost accuracy
     judge_min_prob: float = 0.2
     # the approve-all control's own floor (`judge_floor_matched`), chosen on the validation split where its accuracy
-    # matches the judge's (benchmarks/reasoning_judge_floors.py); None: that row is not run
+    # matches the judge's (benchmarks/studies/reasoning_judge_floors.py); None: that row is not run
     control_min_prob: float | None = None
     verdict_k: int = 2
     thinking: object = None  # a SpeculativeThinkingConfig (default: the reference's knobs, this token budget)
@@ -210,7 +210,7 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
     `progress`: show progress bars; `shards`: this process's part of a data-parallel run (`multispec.bench.shards`:
     each process solves its share of every round, and every process returns the table of all problems);
     `controls=False`: a judge row without its controls (for a sweep that runs them itself, as
-    benchmarks/reasoning_judge_floors.py does)."""
+    benchmarks/studies/reasoning_judge_floors.py does)."""
     s = settings or Settings()
     _check(models, methods)
     if "judge" in methods and controls:  # a judge's figure is reported beside its controls, never alone

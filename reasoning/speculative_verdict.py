@@ -176,7 +176,7 @@ class PromptVerdict:
     """An instruction-tuned verdict model: the question, each expert's reasoning and proposed answer, then the
     instruction to answer in \\boxed{} (the reference's layout); the answer is the last \\boxed{} it writes.
     `chat=True` wraps the text in the tokenizer's chat template. `compact=True`: a shorter plain layout (the one
-    benchmarks/reasoning_teach_prompts.py tried to teach the zoo's base; `task_data.verdict_prompt`: the question, "Expert i:" and each solution, an instruction,
+    benchmarks/studies/reasoning_teach_prompts.py tried to teach the zoo's base; `task_data.verdict_prompt`: the question, "Expert i:" and each solution, an instruction,
     "Solution:"), after which it writes a solution ending "Answer: N"."""
 
     INSTRUCTION = ("Given the question and the reasoning from multiple models, please give the final answer "

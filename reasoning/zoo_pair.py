@@ -106,7 +106,7 @@ BASE_WORDS_AGAIN = replace(BASE_WORDS, seed=4)
 BASE_STAGES = (("base-pretrain", BASE, "base"), ("base-practice", BASE_PRACTICE, "base, practice in every phrasing"),
                ("base-words", BASE_WORDS, "base, practice in words"),
                ("base", BASE_WORDS_AGAIN, "base, practice in words (2)"))
-# Tried, not shipped (benchmarks/reasoning_teach_prompts.py; BENCHMARKS.md, Teaching the base the methods'
+# Tried, not shipped (benchmarks/studies/reasoning_teach_prompts.py; BENCHMARKS.md, Teaching the base the methods'
 # prompts): stages continuing the shipped base that teach it the step-level methods' prompts (`task_data`):
 # scoring a step 0-9 (SpecReason's scorer) and the right solution after two experts' (Speculative Verdict's
 # verdict). `TEACH_TASKS`: of all rows 35% drills, 20% scoring, 12% verdicts, 33% problems; then `TEACH_SCORES`:
@@ -126,7 +126,7 @@ SMALL = Recipe(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=384, step
 # A drafter with another writing habit (never "a + b = r"): its steps differ from the base's choice while
 # being right, the case judge verification is for. `STYLED` (shipped) has the 2-layer expert's size, what the
 # zoo's budget leaves room for; `STYLED_WIDE`, the small model's size, was the drafter of the earlier runs of
-# benchmarks/reasoning_styled_drafter.py.
+# benchmarks/studies/reasoning_styled_drafter.py.
 STYLED = Recipe(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=192, steps=3000, batch_size=16, lr=4e-3,
                 seed=3, style="words")
 # The checking writer: "words" phrasing, and a check step after every operation ("Let me check: 60 / 5 = 12. Yes.").
@@ -145,7 +145,7 @@ STYLED_CHECKING_LOWER = replace(STYLED, checks=1.0, style="lower")
 # steps) whose right text differs from the base's in ways no floor sees: "words" phrasing, lowercase openings and no
 # period after a result (`casual`); most of its divergences are then harmless, as a strong drafter's are.
 STYLED_CASUAL = replace(SMALL, steps=1500, lr=1e-3, seed=3, style="casual")
-# tried (benchmarks/reasoning_judge_floors.py --train-styled); a variant's drafter starts from the pair's model
+# tried (benchmarks/studies/reasoning_judge_floors.py --train-styled); a variant's drafter starts from the pair's model
 # named in `STYLED_INIT`, else from scratch
 STYLED_VARIANTS = {"checking": STYLED_CHECKING, "spaced": STYLED_SPACED, "checking-lower": STYLED_CHECKING_LOWER,
                    "casual": STYLED_CASUAL}

@@ -190,7 +190,7 @@ def test_every_results_file_and_script_a_page_cites_exists():
     cited, missing = 0, []
     for page in citing_pages():
         text = page.read_text()
-        for c in sorted(set(RESULTS_CITED.findall(text)) | set(re.findall(r"benchmarks/\w+\.py", text))):
+        for c in sorted(set(RESULTS_CITED.findall(text)) | set(re.findall(r"benchmarks/(?:\w+/)?\w+\.py", text))):
             cited += 1
             if not (ROOT / c).is_file():
                 missing.append(f"{page.relative_to(ROOT)}: {c}")

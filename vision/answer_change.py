@@ -1,5 +1,5 @@
 """How much of an answer another image changes, token by token: the measures behind the image-reliance
-studies (`benchmarks/vision_answer_reliance.py` on the data, `benchmarks/vision_image_reliance.py` on a model).
+studies (`benchmarks/studies/vision_answer_reliance.py` on the data, `benchmarks/studies/vision_image_reliance.py` on a model).
 """
 
 from __future__ import annotations

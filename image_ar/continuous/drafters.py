@@ -4,10 +4,10 @@ with the target's own head (trained by `eagle_train.train_eagle`).
 
 Why: the acceptance of a draft trajectory is set by how far the draft's transition means are from the
 target's, and most of that gap sits in the last, low-noise transitions, where a small draft head cannot
-follow a large one (`benchmarks/continuous_draft_bound.py`). A draft that shares the target's head differs
+follow a large one (`benchmarks/studies/continuous_draft_bound.py`). A draft that shares the target's head differs
 only in the condition it feeds it, and a draft layer that reads the target's features predicts that
 condition closely. The head is then part of the draft's cost, so it can pay only where the head is cheap
-next to the target's transformer (MAR's proportions); `benchmarks/continuous_eagle.py` measures both.
+next to the target's transformer (MAR's proportions); `benchmarks/studies/continuous_eagle.py` measures both.
 
 `PatchEagle` is one causal layer over fused (target feature, token) pairs: the pair at draft position j
 is (z_{j-1}, x_{j-1}), the condition of token j - 1 and that token, and its output predicts z_j. Inside a

@@ -84,7 +84,7 @@ def deepen(base: PatchAR, config: PatchARConfig, seed: int = 0) -> PatchAR:
     """A `config` model (more layers, any head) carrying `base`'s transformer: base layer i goes to layer
     round(i (L - 1) / (l - 1)); every other layer's output projections start at zero, so the deepened
     transformer computes exactly `base`'s conditions z. The head is new (initialised by `config`). Used by
-    `benchmarks/continuous_eagle.py` to build a target with MAR's proportions from the shipped one."""
+    `benchmarks/studies/continuous_eagle.py` to build a target with MAR's proportions from the shipped one."""
     b = base.config
     if config.hidden != b.hidden or config.heads != b.heads or config.layers < b.layers:
         raise ValueError(f"config: deepening keeps hidden ({b.hidden}) and heads ({b.heads}) and adds layers "

@@ -3,7 +3,7 @@
 
 `stdlib-bytes`' target costs little more than its EAGLE head's forward, so speculation has little to save
 there; this target costs ten head forwards or more (BENCHMARKS.md, "Text: stdlib-bytes-large pair";
-`benchmarks/cost_ratio.py`), the regime speculative decoding is for. On 2 CPU cores a forward this small is
+`benchmarks/probes/cost_ratio.py`), the regime speculative decoding is for. On 2 CPU cores a forward this small is
 mostly per-operation overhead, so its cost follows the number of layers rather than their width: the target is
 deep (20 layers) and narrow (hidden 256, MLP 448; 11M parameters). It is shipped in int8
 (`multispec.zoo.int8`) to stay inside the zoo's budget; the head is trained on the dequantized target, the

@@ -18,6 +18,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..drafters.eagle import EagleDrafter
+from .bytes_lm import ByteTokenizer
 
 BYTE_CHARS_FIRST = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
     list(range(ord("®"), ord("ÿ") + 1))
@@ -48,8 +49,6 @@ def byte_tokenizer():
 
 def exportable_tokenizer(tokenizer):
     """The pair's tokenizer as one `save_pretrained` writes: the byte tokenizer for byte-level pairs."""
-    from .bytes_lm import ByteTokenizer
-
     if isinstance(tokenizer, ByteTokenizer):
         return byte_tokenizer()
     if hasattr(tokenizer, "save_pretrained"):

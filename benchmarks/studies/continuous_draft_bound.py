@@ -8,7 +8,7 @@ Teacher-forced acceptance α = E[min(1, p(τ)/q(τ))] of one draft trajectory pe
   predictions (both guidance halves at uniform t, the guided prediction at the grid's steps weighted as
   in the acceptance log ratio).
 
-    python benchmarks/continuous_draft_bound.py [--width 64 --blocks 1] [--steps 1500] [--json PATH]
+    python benchmarks/studies/continuous_draft_bound.py [--width 64 --blocks 1] [--steps 1500] [--json PATH]
 """
 
 from __future__ import annotations

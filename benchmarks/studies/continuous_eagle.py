@@ -10,9 +10,9 @@ On a `PatchAR` pair folder (default: the shipped `mnist-patch-diffusion`) it mea
 - speed at batch 1, methods interleaved image by image: plain AR, the EAGLE draft at each `--k`, the small
   draft at k = 2 and 4 (exact rule throughout): images/s, speedup, acceptance, step split.
 
-    python benchmarks/continuous_eagle.py [--pair DIR] [--eagle DIR | --steps 6000 --eagle-layers 1] [--save-eagle DIR]
+    python benchmarks/studies/continuous_eagle.py [--pair DIR] [--eagle DIR | --steps 6000 --eagle-layers 1] [--save-eagle DIR]
         [--k 2,3,4] [--timing-images 10] [--threads 2] [--json PATH]
-    python benchmarks/continuous_eagle.py --deepen DIR ...   # first build the deepened target of `deepen`
+    python benchmarks/studies/continuous_eagle.py --deepen DIR ...   # first build the deepened target of `deepen`
         (24 layers, lean head, 2,000 steps; ~30 min) into DIR and measure on it
 """
 

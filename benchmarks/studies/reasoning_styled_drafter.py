@@ -11,7 +11,7 @@ on them. Stages already in `--out` are not redone; a base model already in `--ou
 is the one labelled, judged and evaluated, otherwise the zoo's is copied there. `--drafter small` runs the same
 sweep with the zoo's own small model as drafter instead.
 
-    python benchmarks/reasoning_styled_drafter.py --out /tmp/styled [--problems 100] [--context] [--width W]
+    python benchmarks/studies/reasoning_styled_drafter.py --out /tmp/styled [--problems 100] [--context] [--width W]
         [--on-policy T] [--k 4,16] [--drafter styled|styled-wide|small] [--min-probs 0,0.3] [--split validation|test] [--json benchmarks/results/reasoning_styled_drafter.json]
 """
 

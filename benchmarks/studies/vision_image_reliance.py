@@ -1,8 +1,8 @@
 """How much the zoo VLM and its shipped drafters depend on the image (the question behind the ViSpec /
 SpecVLM comparison: a compressor can only help a drafter that needs the image).
 
-    python benchmarks/vision_image_reliance.py [--questions 16] [--json PATH]
-    python benchmarks/vision_image_reliance.py --processor words --pair DIR --target-only   # the word pair
+    python benchmarks/studies/vision_image_reliance.py [--questions 16] [--json PATH]
+    python benchmarks/studies/vision_image_reliance.py --processor words --pair DIR --target-only   # the word pair
 
 Two measurements on the held-out bench questions, greedy, no timing:
 - target: how often the answer changes when the question is asked about another image of the same kind

@@ -1,7 +1,7 @@
 """How many EAGLE-head forwards one target forward costs on this machine: the ratio the zoo's pairs are built to
 (a target >= 10x its draft), measured two ways in interleaved rounds.
 
-    python benchmarks/cost_ratio.py [--pair stdlib-bytes-large] [--weights DIR] [--rounds 5] [--json PATH]
+    python benchmarks/probes/cost_ratio.py [--pair stdlib-bytes-large] [--weights DIR] [--rounds 5] [--json PATH]
 
 - `transformers`: one forward of the target for one token after the prompt (its own cache), against one forward of
   the head for one token (fc over the token's embedding and a feature, its decoder layer, its LM head);

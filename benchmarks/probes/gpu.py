@@ -1,8 +1,8 @@
 """The project on a GPU: every Triton kernel against its PyTorch reference, the tree-scan tile sweep, and the
 zoo pairs' decoding speed on CUDA.
 
-    python benchmarks/gpu.py --json benchmarks/results/gpu_h100.json [--quick] [--no-e2e] [--no-sweep]
-    python benchmarks/tables.py benchmarks/results/gpu_h100.json     # the tables for BENCHMARKS.md
+    python benchmarks/probes/gpu.py --json benchmarks/results/gpu_h100.json [--quick] [--no-e2e] [--no-sweep]
+    python benchmarks/tools/tables.py benchmarks/results/gpu_h100.json     # the tables for BENCHMARKS.md
 
 Kernels: `triton.testing.do_bench` (median ms over its repetitions) of the kernel and of the reference on the
 same inputs, at the sizes of a real model (the tree scan and conv at Mamba-2 2.7B / 8B-like widths), each
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", default=",".join(PAIRS), help=f"comma-separated, of {', '.join(PAIRS)}")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("benchmarks/gpu.py needs a CUDA GPU", file=sys.stderr)
+        print("benchmarks/probes/gpu.py needs a CUDA GPU", file=sys.stderr)
         return 2
     names = tuple(p for p in args.pairs.split(",") if p)
     unknown = sorted(set(names) - set(PAIRS))

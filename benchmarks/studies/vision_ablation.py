@@ -3,7 +3,7 @@ compressor choice (the SpecVLM drafter with its gate forced to one branch at inf
 queries, with and without the global image vector, with and without online distillation (teacher
 distributions on the target's own answers vs. hard labels on the data's reference answers).
 
-    python benchmarks/vision_ablation.py --out DIR [--pair DIR] [--steps 400] [--answers 2000] [--json PATH]
+    python benchmarks/studies/vision_ablation.py --out DIR [--pair DIR] [--steps 400] [--answers 2000] [--json PATH]
         [--variants LIST] [--skip-pair]
 
 The training-budget sweep retrains the pair's own three recipes with fewer steps, e.g. `--steps 100

@@ -1,7 +1,7 @@
 """What bounds speculation on this machine: the target's cost to verify M tree nodes at once (relative to
 one token), the LM-head GEMM alone, and the drafter's cost per step, on a zoo pair.
 
-    python benchmarks/verify_cost.py [--pair gemma3-270m-eagle] [--prompt-tokens 400] [--reps 3] [--json PATH]
+    python benchmarks/probes/verify_cost.py [--pair gemma3-270m-eagle] [--prompt-tokens 400] [--reps 3] [--json PATH]
 
 Speculation pays when mean_accepted_length * t(1) > t(M) + t(draft); this prints t(M) / t(1).
 """

@@ -5,7 +5,7 @@ the base alone, whether its score tells a right step from the same step made wro
 greedy score, both kinds of step), SpecReason with that scorer, and the verdict with the zoo's experts beside each
 expert alone.
 
-    python benchmarks/reasoning_teach_prompts.py --out DIR [--problems 40] [--stages teach-tasks,teach-scores]
+    python benchmarks/studies/reasoning_teach_prompts.py --out DIR [--problems 40] [--stages teach-tasks,teach-scores]
         [--scores-only] [--json benchmarks/results/reasoning_teach_prompts.json]
 """
 

@@ -1,6 +1,6 @@
 """Markdown tables from the stored results JSON (so BENCHMARKS.md and the README quote the files exactly).
 
-    python benchmarks/tables.py benchmarks/results/ssm_stdlib-mamba2.json [more.json ...]
+    python benchmarks/tools/tables.py benchmarks/results/ssm_stdlib-mamba2.json [more.json ...]
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def render(path: Path) -> str:
     if data.get("schema") == SCHEMA:  # every bench since the one recorder
         if machine.get("gpu"):
             lines[0] = lines[0].replace(f"{machine.get('cpu')},", f"{machine['gpu']} ({machine.get('cpu')}),")
-        if "kernels" in data:  # benchmarks/gpu.py
+        if "kernels" in data:  # benchmarks/probes/gpu.py
             lines += ["", "| kernel | size | Triton ms | reference ms | Triton speedup | equal |",
                       "| --- | --- | --- | --- | --- | --- |"]
             lines += [f"| {r['kernel']} | {r['size']} | {r['triton_ms']:.4f} | {r['reference_ms']:.4f} | "

@@ -4,7 +4,7 @@ the tokens a step of its EAGLE chain and of the lookup-else-EAGLE hybrid (k = 7)
 beside the shipped head's (greedy, so no timing: the same outputs, fewer or more steps). Training is skipped
 when `--out` already holds a head (about 45 minutes on 2 CPU cores for 3x, 4 epochs).
 
-    python benchmarks/gemma_head_more_text.py --out DIR [--text-multiple 3] [--epochs 4] [--json PATH]
+    python benchmarks/studies/gemma_head_more_text.py --out DIR [--text-multiple 3] [--epochs 4] [--json PATH]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Do separate processes print the same tokens for the same seed? Runs the same seeded speculative sampling
 (and greedy) generation on a zoo pair in several fresh Python processes and compares their outputs.
 
-    python benchmarks/reproducibility.py [--pair gemma3-270m-eagle] [--processes 2] [--json PATH]
+    python benchmarks/probes/reproducibility.py [--pair gemma3-270m-eagle] [--processes 2] [--json PATH]
 
 Before the LM-head layout stopped being chosen by timing (multispec.targets.lm_head), a near-tie between
 two tokens could go either way from one process to the next on large-vocabulary targets.

@@ -1,7 +1,7 @@
 """Where the vectorised tree walk (`tree_verify_random_batched`, all rows in lockstep) overtakes the per-row
 reference walk on the CPU: the crossover that `multispec.kernels.tree_verify.BATCHED_FROM` encodes.
 
-    python benchmarks/verify_walk.py [--nodes 24] [--vocab 256] [--reps 50] [--json PATH]
+    python benchmarks/probes/verify_walk.py [--nodes 24] [--vocab 256] [--reps 50] [--json PATH]
 """
 
 from __future__ import annotations

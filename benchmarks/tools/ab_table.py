@@ -3,8 +3,8 @@ rounds on both sides, whether the two agree (each side's median inside the other
 the greedy rows, whether the accepted lengths are equal (the same tokens decoded the same way: a change that
 only moved code must leave them as they were).
 
-    python benchmarks/ab_table.py BEFORE.json AFTER.json [TABLE ...]          (default: every table)
-    python benchmarks/ab_table.py --before B1.json B2.json --after A1.json A2.json [--tables greedy]
+    python benchmarks/tools/ab_table.py BEFORE.json AFTER.json [TABLE ...]          (default: every table)
+    python benchmarks/tools/ab_table.py --before B1.json B2.json --after A1.json A2.json [--tables greedy]
 
 With several runs a side (interleaved: before, after, before, after, ...), their rounds are pooled: the median
 and [min-max] over every round of that side.

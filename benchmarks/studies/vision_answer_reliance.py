@@ -1,7 +1,7 @@
 """How much of an answer the image decides, measured on the data before any model is trained (the first step of
 the word-level VLM pair: a drafter can only gain from the image where the image decides the tokens it guesses).
 
-    python benchmarks/vision_answer_reliance.py [--samples 2000] [--json PATH]
+    python benchmarks/studies/vision_answer_reliance.py [--samples 2000] [--json PATH]
 
 For each question of the procedural VQA data (`multispec.vision.vqa_synth`), another image of the same kind
 asked the same question gives another reference answer. Per tokenizer (bytes: the `vqa-llava` pair; words:

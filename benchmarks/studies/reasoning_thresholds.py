@@ -2,7 +2,7 @@
 `specreason_likelihood`) and the judge's, chosen on the validation split (`validation_split`, never the test
 split): accuracy, latency and acceptance of each setting beside the base model alone.
 
-    python benchmarks/reasoning_thresholds.py [--problems 60] [--json benchmarks/results/reasoning_thresholds.json]
+    python benchmarks/studies/reasoning_thresholds.py [--problems 60] [--json benchmarks/results/reasoning_thresholds.json]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ head in FOLDER meets (threshold `--on-policy-threshold`, no floor; 400 labelling
 sweeps NEW. The on-policy judge in BENCHMARKS.md: `--train-styled casual`, then `--on-policy judge-styled-context
 --on-policy-threshold 0.9 --out-judge judge-styled-context-dagger`.
 
-    python benchmarks/reasoning_judge_floors.py [--weights DIR] [--train-styled VARIANT] [--drafter styled]
+    python benchmarks/studies/reasoning_judge_floors.py [--weights DIR] [--train-styled VARIANT] [--drafter styled]
         [--judge judge-styled-context] [--problems 100] [--floors 0,0.01,0.05,0.2] [--thresholds 0.5,0.9]
         [--json benchmarks/results/reasoning_judge_floors.json]
 """

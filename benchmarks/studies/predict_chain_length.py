@@ -1,10 +1,10 @@
 """Check `multispec.draft_length`'s prediction against measured speedups, across machines.
 
 Prices a pair's stored step profiles with a verification-cost curve measured on some machine
-(`benchmarks/verify_cost.py --json`) and prints each chain length's predicted speedup over the engine with no
-drafts beside the speedups a `choose_draft_shape.py` run measured on that machine (its JSON), where given.
+(`benchmarks/probes/verify_cost.py --json`) and prints each chain length's predicted speedup over the engine with no
+drafts beside the speedups a `multispec zoo tune` run measured on that machine (its JSON), where given.
 
-    python benchmarks/predict_chain_length.py --pair gemma3-270m-eagle \\
+    python benchmarks/studies/predict_chain_length.py --pair gemma3-270m-eagle \\
         --verify-cost benchmarks/results/verify_cost_gemma3-270m-eagle_xeon.json \\
         --measured benchmarks/results/draft_shape_gemma3-270m-eagle.json
 """
@@ -22,7 +22,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pair", default="gemma3-270m-eagle")
     ap.add_argument("--verify-cost", required=True, metavar="JSON", help="a verify_cost.py result")
-    ap.add_argument("--measured", default=None, metavar="JSON", help="a choose_draft_shape.py result")
+    ap.add_argument("--measured", default=None, metavar="JSON", help="a multispec zoo tune result (--json)")
     ap.add_argument("--json", default=None, metavar="PATH")
     args = ap.parse_args()
     shape = json.loads((zoo.path(args.pair) / "draft_shape.json").read_text())

@@ -4,8 +4,8 @@ interleaved rounds on the validation split (greedy and sampled). `--drafter recy
 Token Recycling tree instead of an n-gram chain (padded by the cost of widths up to `--chain-k` + 3, or as
 `--pad-widths` gives, e.g. another run's calibration).
 
-    python benchmarks/padding_control.py --pair gemma3-270m-eagle --chain-k 7 --json PATH
-    python benchmarks/padding_control.py --pair stdlib-bytes-large --chain-k 10 --drafter recycling --json PATH
+    python benchmarks/studies/padding_control.py --pair gemma3-270m-eagle --chain-k 7 --json PATH
+    python benchmarks/studies/padding_control.py --pair stdlib-bytes-large --chain-k 10 --drafter recycling --json PATH
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The static-shape step against the eager one on the byte pair's EAGLE chain (`multispec.targets.static_step`).
 
-    python benchmarks/static_step.py --json benchmarks/results/static_step_cpu.json [--device cuda] [--threads 2]
+    python benchmarks/probes/static_step.py --json benchmarks/results/static_step_cpu.json [--device cuda] [--threads 2]
 
 Rows (the recorder: warm-up on the first prompt, which is where `torch.compile` compiles and CUDA graphs are
 captured; methods interleaved per prompt; rounds): the model's own greedy `generate`, the EAGLE chain k=4 on
