@@ -6,7 +6,8 @@
 A zoo pair brings its target, drafter, tokenizer and chosen draft shape; a checkpoint folder (`--target`)
 is loaded with `transformers`' Auto classes and its own tokenizer, drafted by prompt lookup unless `--draft`
 names a draft model folder, `suffix` (SuffixDecoding over the prompts), or an EAGLE head folder
-(`eagle:PATH`). Tokens print as each verification commits them (`--no-stream`: at the end); `--compare`
+(`eagle:PATH`: multispec's own layout, EAGLE-3 as vLLM and SGLang serve it, or the EAGLE-1/2 reference
+layout). Tokens print as each verification commits them (`--no-stream`: at the end); `--compare`
 runs the target's own `generate` on the same prompt and prints both speeds and whether the outputs agree.
 Every option is checked before a model loads; errors name the option.
 
@@ -30,7 +31,8 @@ import torch
 from . import zoo
 from .cli_types import parse_tree, positive_int
 from .config import StoppingConfig
-from .drafters import EagleDrafter, EagleHead, ModelDrafter, NGramDrafter, SuffixDecodingDrafter
+from .drafters import ModelDrafter, NGramDrafter, SuffixDecodingDrafter
+from .drafters.formats import load_eagle
 from .generate import speculative_generate
 from .sampling import SamplingConfig
 from .tree import DynamicTree
@@ -187,8 +189,8 @@ def load_checkpoint(target_path: str, draft: str | None, prompts: list[str] = ()
         drafter = NGramDrafter()
     elif draft == "suffix":
         drafter = SuffixDecodingDrafter(corpus=[tokenizer(p)["input_ids"] for p in prompts])
-    elif draft.startswith("eagle:"):
-        drafter = EagleDrafter(EagleHead.load(draft[6:]), target)
+    elif draft.startswith("eagle:"):  # a multispec, EAGLE-3 (vLLM / SGLang) or reference EAGLE-1/2 head
+        drafter = load_eagle(draft[6:], target)
     else:
         drafter = ModelDrafter(AutoModelForCausalLM.from_pretrained(draft).eval())
     return target, drafter, tokenizer

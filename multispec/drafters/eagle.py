@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from ..int8 import dequantize_state, is_quantized, quantize_state
 from ..prompt import Prompt
@@ -48,6 +48,11 @@ class EagleConfig:
     # attend only to the last `sliding_window` positions: keeps every relative distance the head sees at
     # inference inside what training showed it (RoPE does not extrapolate); None = full attention
     sliding_window: int | None = None
+    # the EAGLE-1/2 reference code's layer (`formats.load_reference_eagle`): Llama attention without biases, no
+    # norm before it and no final norm (the target's own LM head, copied into `lm_head`, reads the layer's
+    # output); `fc_bias` as the checkpoint has it
+    reference_layout: bool = False
+    fc_bias: bool = True
 
 
 def check_d2t(d2t: object, draft_vocab_size: int, target_vocab_size: int) -> torch.Tensor:
@@ -71,6 +76,31 @@ def check_d2t(d2t: object, draft_vocab_size: int, target_vocab_size: int) -> tor
     return d2t
 
 
+def _decoder(config: EagleConfig) -> Qwen2ForCausalLM:
+    """The head's layer: Qwen2-style (biased q/k/v), optionally sliding-window, with its own norms."""
+    window = config.sliding_window
+    return Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=config.draft_vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=1, num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads, rope_theta=config.rope_theta,
+        max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.rms_norm_eps,
+        tie_word_embeddings=False, use_sliding_window=window is not None, sliding_window=window,
+        max_window_layers=0, layer_types=["sliding_attention" if window else "full_attention"]))
+
+
+def _reference_decoder(config: EagleConfig) -> LlamaForCausalLM:
+    """The EAGLE-1/2 reference layer (see `EagleConfig.reference_layout`)."""
+    decoder = LlamaForCausalLM(LlamaConfig(
+        vocab_size=config.draft_vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+        num_hidden_layers=1, num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads, rope_theta=config.rope_theta,
+        max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.rms_norm_eps,
+        tie_word_embeddings=False, attention_bias=False))
+    decoder.model.layers[0].input_layernorm = nn.Identity()
+    decoder.model.norm = nn.Identity()
+    return decoder
+
+
 class EagleHead(nn.Module):
     """fc + one decoder layer (Qwen2-style, optionally sliding-window) + a reduced-vocabulary head."""
 
@@ -78,16 +108,8 @@ class EagleHead(nn.Module):
         super().__init__()
         self.config = config
         h = config.hidden_size
-        self.fc = nn.Linear(2 * h, h, bias=True)
-        window = config.sliding_window
-        decoder_config = Qwen2Config(
-            vocab_size=config.draft_vocab_size, hidden_size=h, intermediate_size=config.intermediate_size,
-            num_hidden_layers=1, num_attention_heads=config.num_attention_heads,
-            num_key_value_heads=config.num_key_value_heads, rope_theta=config.rope_theta,
-            max_position_embeddings=config.max_position_embeddings, rms_norm_eps=config.rms_norm_eps,
-            tie_word_embeddings=False, use_sliding_window=window is not None, sliding_window=window,
-            max_window_layers=0, layer_types=["sliding_attention" if window else "full_attention"])
-        self.decoder = Qwen2ForCausalLM(decoder_config)
+        self.fc = nn.Linear(2 * h, h, bias=config.fc_bias)
+        self.decoder = _reference_decoder(config) if config.reference_layout else _decoder(config)
         self.decoder.model.embed_tokens = nn.Embedding(1, h)  # inputs come as embeddings; keep no table
         if d2t is None:
             d2t = torch.arange(config.draft_vocab_size)
@@ -158,8 +180,9 @@ class EagleDrafter(Drafter):
         # and read only the last `window` positions) then computes the same attention, with positions shifted
         # by a constant that RoPE does not see.
         window = head.config.sliding_window if head.decoder.config.num_hidden_layers == 1 else None
-        self.lm = (LeanCausalLM(head.decoder, name="eagle_head", window=window)
-                   if lean_unsupported(head.decoder) is None else HFCausalLM(head.decoder, name="eagle_head"))
+        lean = lean_unsupported(head.decoder) is None and not head.config.reference_layout  # lean: its own norms
+        self.lm = (LeanCausalLM(head.decoder, name="eagle_head", window=window) if lean
+                   else HFCausalLM(head.decoder, name="eagle_head"))
         self.device = self.lm.device
         self.hidden_size = head.config.hidden_size
 

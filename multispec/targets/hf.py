@@ -14,7 +14,8 @@ compute alone. Sliding-window layers get their own mask; the cache keeps full la
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -105,6 +106,29 @@ def attention_layer_types(config) -> tuple[list[str] | None, int | None]:
 def output_vocab_size(model: PreTrainedModel) -> int:
     head = model.get_output_embeddings()
     return int(head.weight.shape[0]) if hasattr(head, "weight") else int(model.config.get_text_config().vocab_size)
+
+
+@contextmanager
+def captured_features(decoder: torch.nn.Module, request: FeatureRequest) -> Iterator[dict]:
+    """Within the block, `decoder`'s forward records the requested features in the yielded dict: "hidden", its
+    final (normed) output, and layer i, the residual stream entering layer i (i = the layer count: the last
+    layer's output, entering the final norm). Hooks, so every position is kept even when only the last logits
+    are computed."""
+    captured: dict = {}
+    hooks = []
+    if request.hidden:
+        hooks.append(decoder.register_forward_hook(lambda _m, _a, out: captured.__setitem__(
+            "hidden", out[0] if isinstance(out, tuple) else out.last_hidden_state)))
+    for i in request.layers:
+        module = decoder.layers[i] if i < len(decoder.layers) else decoder.norm
+        hooks.append(module.register_forward_pre_hook(
+            lambda _m, args, kw, i=i: captured.__setitem__(i, args[0] if args else kw["hidden_states"]),
+            with_kwargs=True))
+    try:
+        yield captured
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 @dataclass
@@ -203,23 +227,8 @@ class HFCausalLM(Target, FeedingEngine):
         """Call the model; return its output and the requested features, captured by hooks so every
         position is kept even when only the last logits are computed: the decoder's final (normed) hidden
         state, and the residual stream entering each requested layer."""
-        captured: dict = {}
-        hooks = []
-        decoder = self.model.get_decoder()
-        if request.hidden:
-            hooks.append(decoder.register_forward_hook(lambda _m, _a, out: captured.__setitem__(
-                "hidden", out[0] if isinstance(out, tuple) else out.last_hidden_state)))
-        for i in request.layers:
-            module = decoder.layers[i] if i < len(decoder.layers) else decoder.norm
-            hooks.append(module.register_forward_pre_hook(
-                lambda _m, args, kw, i=i: captured.__setitem__(i, args[0] if args else kw["hidden_states"]),
-                with_kwargs=True))
-        try:
-            with tall_lm_head(self.model):
-                out = self.model(past_key_values=self.cache, use_cache=True, **kwargs)
-        finally:
-            for hook in hooks:
-                hook.remove()
+        with captured_features(self.model.get_decoder(), request) as captured, tall_lm_head(self.model):
+            out = self.model(past_key_values=self.cache, use_cache=True, **kwargs)
         if request.empty:
             return out, None
         return out, Features(captured.get("hidden"), {i: captured[i] for i in request.layers})

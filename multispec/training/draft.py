@@ -97,16 +97,19 @@ def accepted_length(target, drafter, prompts: list[list[int]], k: int, new_token
 
 
 def heldout_prompts(data: TextData, run: DraftRun) -> list[list[int]]:
-    """Up to `eval_prompts` prompts of `eval_prompt_tokens` tokens from the held-out documents."""
+    """Up to `eval_prompts` prompts from the held-out documents: windows of `eval_prompt_tokens` tokens (of half a
+    document, for shorter ones), spread over each document."""
     out = []
     for doc in data.heldout:
-        for i in range(0, len(doc.ids) - run.eval_prompt_tokens, run.eval_prompt_tokens * 4):
-            out.append(doc.ids[i: i + run.eval_prompt_tokens])
-            if len(out) >= run.eval_prompts:
-                return out
-    if not out and data.heldout:
-        out = [d.ids[: run.eval_prompt_tokens] for d in data.heldout if len(d.ids) >= 2][: run.eval_prompts]
-    return out
+        width = min(run.eval_prompt_tokens, len(doc.ids) // 2)
+        if width < 2:
+            continue
+        room = len(doc.ids) - width
+        count = max(1, min(run.eval_prompts - len(out), room // width))
+        out += [doc.ids[i * room // count: i * room // count + width] for i in range(count)]
+        if len(out) >= run.eval_prompts:
+            break
+    return out[: run.eval_prompts]
 
 
 def train_draft(target_path: str, data_path: str, out: str, run: DraftRun, kind_options: KindOptions,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from ..targets.base import FeatureRequest, Features
+from ..targets.hf import captured_features
 
 
 @torch.no_grad()
@@ -14,21 +15,8 @@ def capture(target, ids: torch.Tensor, request: FeatureRequest) -> Features:
     """The target's `request`ed features [B, S, ...] at every position of `ids` [B, S] (its decoder alone runs:
     no logits)."""
     decoder = target.get_decoder()
-    captured: dict = {}
-    hooks = []
-    if request.hidden:
-        hooks.append(decoder.register_forward_hook(lambda _m, _a, out: captured.__setitem__(
-            "hidden", out[0] if isinstance(out, tuple) else out.last_hidden_state)))
-    for i in request.layers:
-        module = decoder.layers[i] if i < len(decoder.layers) else decoder.norm
-        hooks.append(module.register_forward_pre_hook(
-            lambda _m, args, kw, i=i: captured.__setitem__(i, args[0] if args else kw["hidden_states"]),
-            with_kwargs=True))
-    try:
+    with captured_features(decoder, request) as captured:
         decoder(input_ids=ids.to(next(target.parameters()).device))
-    finally:
-        for hook in hooks:
-            hook.remove()
     return Features(captured.get("hidden"), {i: captured[i] for i in request.layers})
 
 
