@@ -177,7 +177,7 @@ class Mamba2Target(SSMTarget):
     def _committed_state(self, layer, saved, on_path, last):
         return mamba2_committed_state(self.backbone.layers[layer].mixer, saved, on_path, self.ssm[layer])
 
-    def _prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    def _prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         if not bool(attention_mask.all()) or mamba_ssm_prefill(self.device):
             return super()._prefill(input_ids, attention_mask)  # left padding, or `mamba_ssm` on CUDA
         hidden = self.backbone.embeddings(input_ids)
@@ -186,6 +186,7 @@ class Mamba2Target(SSMTarget):
             h = rms_norm(block.norm, hidden.to(block.norm.weight.dtype))
             h, self.conv[i], self.ssm[i] = mamba2_prefill_mix(block.mixer, h)
             hidden = residual + h
+        return rms_norm(self.backbone.norm_f, hidden)
 
     def _commit_all(self, on_path, has, last):
         mixers = [block.mixer for block in self.backbone.layers]

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from multispec.prompt import Prompt
-from multispec.targets.base import NO_FEATURES, FeatureRequest, PrefillOutput, Target, TargetOutput
+from multispec.targets.base import NO_FEATURES, FeatureRequest, Features, PrefillOutput, Target, TargetOutput
 from multispec.tree import ancestor_mask_from_parents
 from multispec.versions import require
 
@@ -71,6 +71,7 @@ class SSMTarget(Target):
     `norm -> mixer -> residual` (Mamba, Mamba-2). Pure PyTorch plus `multispec.ssm.kernels`."""
 
     model_type = ""  # config.model_type this adapter serves
+    provides = FeatureRequest(hidden=True)  # the final normed hidden state (an EAGLE head's input)
 
     def __init__(self, model: PreTrainedModel, replay: bool = False):
         """`replay=True` is the baseline STree compares with ("vanilla" speculative decoding for SSMs): the
@@ -128,19 +129,26 @@ class SSMTarget(Target):
         self.conv = [torch.zeros(b, channels, width, dtype=self.dtype, device=self.device) for _ in layers]
         self.ssm = [torch.zeros(b, *self._ssm_state_shape(mixer), dtype=torch.float32, device=self.device)
                     for _ in layers]
+        hidden = None
         if length > 1:
-            self._prefill(input_ids[:, :-1], attention_mask[:, :-1])
+            hidden = self._prefill(input_ids[:, :-1], attention_mask[:, :-1])
         self._step = None
-        return PrefillOutput(input_ids[:, -1])
+        features = None
+        if request.hidden:
+            width = self.model.get_output_embeddings().weight.shape[1]
+            features = Features(hidden if hidden is not None else
+                                torch.zeros(b, 0, width, dtype=self.dtype, device=self.device))
+        return PrefillOutput(input_ids[:, -1], features)
 
-    def _prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    def _prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Run the prompt from zero states and keep every layer's final states (default: the model's own
-        forward; mixer families may bring a faster scan)."""
+        forward; mixer families may bring a faster scan); returns the final normed hidden states [B, L, H]."""
         out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=True)
         cache = out["cache"] if "cache" in out else out.cache_params  # `cache_params` before transformers 5.24
         for i in range(len(self.backbone.layers)):
             self.conv[i] = cache.get_conv_state(i).clone()
             self.ssm[i] = cache.get_recurrent_state(i).float().clone()
+        return out.last_hidden_state
 
     # ---- scoring --------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -164,7 +172,8 @@ class SSMTarget(Target):
         hidden = self._layers(tokens, parents)
         self._tokens = tokens
         hidden = rms_norm(self.backbone.norm_f, hidden)
-        return TargetOutput(self.model.lm_head(hidden.to(self.model.lm_head.weight.dtype)).float())
+        logits = self.model.lm_head(hidden.to(self.model.lm_head.weight.dtype)).float()
+        return TargetOutput(logits, Features(hidden) if request.hidden else None)
 
     def _layers(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
         """Run every block over the tree; keep what the commit needs in `_step`."""

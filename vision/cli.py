@@ -1,4 +1,4 @@
-"""The vision commands of the `multispec` CLI: `bench vision`, `eval vqa`, `train vision-draft`."""
+"""The vision commands of the `multispec` CLI: `bench vision`, `eval vqa`, and `train draft` for a VLM target."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import json
 import math
 from pathlib import Path
 
-from multispec import zoo
+from multispec import StoppingConfig, speculative_generate, zoo
 from multispec.bench.recorder import LEGEND, format_table
 from multispec.bench.shards import current
 from multispec.cli import parse_tree, positive_int, register_command
+from multispec.training.cli import TargetTrainer, register_trainer
 
 from .bench import ANSWER_KINDS, PAIRS, SPLITS, run
 from .compress import BRANCHES, COMPRESSORS
@@ -145,26 +146,26 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_train(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", required=True,
-                   help="a VLM checkpoint folder of a served class (README), with its processor")
-    p.add_argument("--data", required=True, help="questions with images (any layout `eval vqa` reads)")
-    p.add_argument("--images", default=None)
+# `multispec train draft`'s options for a VLM target (dest -> flag): refused for other targets
+TRAIN_OPTIONS = {"images": "--images", "annotations": "--annotations", "num_queries": "--num-queries",
+                 "no_global": "--no-global", "ratio": "--ratio", "branches": "--branches", "offline": "--offline",
+                 "max_new_tokens": "--max-new-tokens", "limit": "--limit"}
+
+
+def _add_train(p) -> None:
+    p.add_argument("--images", default=None, help="--data's image folder (any layout `eval vqa` reads)")
     p.add_argument("--annotations", default=None)
-    p.add_argument("--out", required=True, help="output folder (a run found there is resumed)")
-    p.add_argument("--mode", choices=["eagle", "vispec", "specvlm"], default="vispec")
-    p.add_argument("--steps", type=positive_int, default=400)
-    p.add_argument("--batch-size", type=positive_int, default=16)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--num-queries", type=int, default=2, help="ViSpec: q-1 image tokens + 1 global vector")
-    p.add_argument("--no-global", action="store_true", help="ViSpec without the global image vector")
-    p.add_argument("--ratio", type=square_ratio, default=4,
-                   help="SpecVLM: compression of prune / pool / conv, a square (4: 2 x 2 windows on the patch grid)")
-    p.add_argument("--branches", type=branch_list, default=COMPRESSORS, metavar="A,B,...",
-                   help=f"SpecVLM: the gate's choices among {','.join(BRANCHES)} (default: the four that keep the "
+    p.add_argument("--num-queries", type=int, default=None, help="vispec: q-1 image tokens + 1 global vector (2)")
+    p.add_argument("--no-global", action="store_true", default=None, help="vispec without the global image vector")
+    p.add_argument("--ratio", type=square_ratio, default=None,
+                   help="specvlm: compression of prune / pool / conv, a square (default 4: 2 x 2 windows)")
+    p.add_argument("--branches", type=branch_list, default=None, metavar="A,B,...",
+                   help=f"specvlm: the gate's choices among {','.join(BRANCHES)} (default: the four that keep the "
                         "image; 'text' drops it, an ablation)")
-    p.add_argument("--offline", action="store_true", help="CE to the data's tokens, not the teacher's distribution")
-    p.add_argument("--max-new-tokens", type=positive_int, default=200, help="length of the target's training answers")
+    p.add_argument("--offline", action="store_true", default=None,
+                   help="CE to the data's tokens, not the teacher's distribution")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None,
+                   help="length of the target's training answers (default 200)")
     p.add_argument("--limit", type=positive_int, default=None, help="first N questions only")
 
 
@@ -189,30 +190,60 @@ def branch_list(text: str) -> tuple[str, ...]:
 
 
 def _train(args: argparse.Namespace) -> int:
+    """`multispec train draft` for a VLM: the target answers the questions (its answers are the training text),
+    a drafter of `--kind` is distilled online; the accepted length on held-out questions, before and after, goes
+    to report.json beside it."""
     # training needs questions and images only: the answers are the target's own
     records = read_vqa(args.data, images=args.images, annotations=args.annotations, require_answers=False)[:args.limit]
     for r in records:  # every image readable before any model loads
         if r.image is None or not Path(r.image).exists():
             raise FileNotFoundError(f"{r.where}: image {r.image} not found (pass --images DIR)")
     pairs = [(_image(r), r.question) for r in records]
+    held = pairs[19::20] or pairs[-1:]  # every twentieth question, at least one, measures the accepted length
+    train = [p for i, p in enumerate(pairs) if (i % 20 != 19)] if len(pairs) > 1 else pairs
     model, processor, eos, pad = _load_target(args.target)
     image_token = getattr(model.config, "image_token_id", None)
     if image_token is None:
         raise ValueError(f"--target: {type(model).__name__} has no image_token_id in its config")
-    examples = answer_examples(model, processor, pairs, args.max_new_tokens, eos, pad)
-    vision = VisionDraftConfig(mode=args.mode, image_token_id=int(image_token), num_queries=args.num_queries,
-                               global_vector=not args.no_global, ratio=args.ratio, branches=args.branches)
+    n = args.max_new_tokens or 200
+    examples = answer_examples(model, processor, train, n, eos, pad)
+    vision = VisionDraftConfig(mode=args.kind, image_token_id=int(image_token), num_queries=args.num_queries or 2,
+                               global_vector=not args.no_global, ratio=args.ratio or 4,
+                               branches=args.branches or COMPRESSORS)
     head = head_for(model, vision)
+    untrained = _accepted(model, head, processor, held, n, eos, pad)
     config = DistillConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, online=not args.offline)
     answer_type = getattr(vision_adapter_for(model), "appended_token_type", 0)  # PaliGemma's suffix: 1
-    VisionDistiller(model, head, config).fit(examples, lambda b: collate_examples(b, pad, answer_type), args.out,
-                                             desc=f"{args.mode} draft")
-    print(f"saved the {args.mode} drafter to {args.out}")
+    history = VisionDistiller(model, head, config).fit(examples, lambda b: collate_examples(b, pad, answer_type),
+                                                       args.out, desc=f"{args.kind} draft")
+    report = {"kind": args.kind, "target": args.target, "data": args.data, "questions": len(train),
+              "heldout_questions": len(held), "steps": args.steps, "finished": True,
+              "final_loss": history[-1]["total"] if history else None,
+              "untrained_accepted_length": untrained,
+              "accepted_length": _accepted(model, head, processor, held, n, eos, pad)}
+    Path(args.out, "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
     return 0
+
+
+def _accepted(model, head, processor, pairs, n: int, eos, pad) -> float:
+    """Tokens committed per target forward, greedy, chains of 4, over the (image, question) pairs."""
+    committed = forwards = 0
+    drafter = VisionEagleDrafter(head, model)
+    for image, question in pairs:
+        out = speculative_generate(model, drafter, max_new_tokens=n, tree=4,
+                                   stopping=StoppingConfig(eos_token_id=eos, pad_token_id=pad), **processor(image, question))
+        committed += out.stats.committed
+        forwards += len(out.stats.steps)
+    return round(committed / max(1, forwards), 4)
+
+
+def _is_vlm(config) -> bool:
+    return getattr(config, "vision_config", None) is not None
 
 
 def register() -> None:
     register_command("bench", "vision", "VLM drafters (EAGLE, ViSpec, SpecVLM) on the zoo VLM", _add_bench, _bench)
     register_command("eval", "vqa", "VQA accuracy / ANLS and speed per method", _add_eval, _eval)
-    register_command("train", "vision-draft", "train a VLM drafter for your VLM checkpoint",
-                     _add_train, _train)
+    register_trainer(TargetTrainer("vision-language", _is_vlm, ("vispec", "specvlm", "eagle"), TRAIN_OPTIONS,
+                                   _add_train, _train))

@@ -164,7 +164,7 @@ class EagleDrafter(Drafter):
     supports_skipped_steps = True  # `commit` after a step it did not draft queues the committed tokens
 
     def __init__(self, head: EagleHead, target: PreTrainedModel):
-        check_causal_lm(target, "target")
+        check_causal_lm(target, "target", allow_stateful=True)  # only its embeddings and head are read
         self.head = head.eval()
         self.embed = target.get_input_embeddings()
         self.vocab_size = output_vocab_size(target)

@@ -28,6 +28,7 @@ from ..drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Head, default_a
 from ..drafters.eagle_train import EagleTrainConfig, EagleTrainer
 from ..targets.base import FeatureRequest
 from ..targets.hf import output_vocab_size
+from ..targets.resolve import as_target
 from .features import Teacher, capture, top_tokens
 from .loop import item_generator
 
@@ -54,6 +55,25 @@ class KindOptions:
 
 def _text_config(target: PreTrainedModel):
     return target.config.get_text_config(decoder=True)
+
+
+def _layer_shape(target: PreTrainedModel, options: KindOptions) -> dict:
+    """The draft layer's width, heads and MLP: the options', else one of the target's attention layers' (a
+    state-space target has none: heads of 64 channels and an MLP twice the width)."""
+    text = _text_config(target)
+    heads = options.heads or getattr(text, "num_attention_heads", None) or max(1, text.hidden_size // 64)
+    return dict(intermediate_size=options.intermediate_size or getattr(text, "intermediate_size", None)
+                or 2 * text.hidden_size, num_attention_heads=heads,
+                num_key_value_heads=options.kv_heads or getattr(text, "num_key_value_heads", None) or heads,
+                rope_theta=_rope_theta(text))
+
+
+def _check_provides(target: PreTrainedModel, request: FeatureRequest, kind: str) -> None:
+    """The drafter reads these features at run time: the target's adapter must return them."""
+    adapter = as_target(target)
+    if (request.layers and not adapter.provides.layers) or (request.hidden and not adapter.provides.hidden):
+        raise ValueError(f"--kind: {kind} reads the target's {'layers' if request.layers else 'hidden state'}, "
+                         f"which its adapter ({type(adapter).__name__}) does not return")
 
 
 def _device(target: PreTrainedModel) -> torch.device:
@@ -117,15 +137,12 @@ class EagleKind(_FeatureKind):
     name = "eagle"
 
     def __init__(self, target: PreTrainedModel, sequences: list[list[int]], options: KindOptions):
+        _check_provides(target, FeatureRequest(hidden=True), self.name)
         super().__init__(target, sequences, FeatureRequest(hidden=True), options)
         text = _text_config(target)
         d2t = top_tokens(sequences, options.draft_vocab or self.vocab_size, self.vocab_size)
         config = EagleConfig(hidden_size=text.hidden_size, draft_vocab_size=len(d2t), target_vocab_size=self.vocab_size,
-                             intermediate_size=options.intermediate_size or text.intermediate_size,
-                             num_attention_heads=options.heads or text.num_attention_heads,
-                             num_key_value_heads=options.kv_heads or getattr(text, "num_key_value_heads", None)
-                             or text.num_attention_heads, rope_theta=_rope_theta(text),
-                             sliding_window=options.sliding_window)
+                             sliding_window=options.sliding_window, **_layer_shape(target, options))
         torch.manual_seed(options.seed)
         self.module = self.head = EagleHead(config, d2t).to(_device(target))
         self.trainer = EagleTrainer(target, self.head, EagleTrainConfig(feature_noise=options.feature_noise))
@@ -154,15 +171,12 @@ class Eagle3Kind(_FeatureKind):
     def __init__(self, target: PreTrainedModel, sequences: list[list[int]], options: KindOptions):
         text = _text_config(target)
         aux = tuple(options.aux_layers or default_aux_layers(text.num_hidden_layers))
+        _check_provides(target, FeatureRequest(layers=aux), self.name)
         super().__init__(target, sequences, FeatureRequest(hidden=True, layers=aux), options)
         d2t = top_tokens(sequences, options.draft_vocab or self.vocab_size, self.vocab_size)
         config = Eagle3Config(hidden_size=text.hidden_size, target_hidden_size=text.hidden_size,
                               draft_vocab_size=len(d2t), target_vocab_size=self.vocab_size, aux_layers=aux,
-                              intermediate_size=options.intermediate_size or text.intermediate_size,
-                              num_attention_heads=options.heads or text.num_attention_heads,
-                              num_key_value_heads=options.kv_heads or getattr(text, "num_key_value_heads", None)
-                              or text.num_attention_heads, rope_theta=_rope_theta(text),
-                              rms_norm_eps=getattr(text, "rms_norm_eps", 1e-6))
+                              rms_norm_eps=getattr(text, "rms_norm_eps", 1e-6), **_layer_shape(target, options))
         torch.manual_seed(options.seed)
         self.module = self.head = Eagle3Head(config, d2t).to(_device(target))
         self.teacher = Teacher(target, d2t)
@@ -239,7 +253,7 @@ def layer_skip_student(target: PreTrainedModel, layers: int | None) -> PreTraine
     config = copy.deepcopy(target.config)
     sub = config.get_text_config(decoder=True)
     sub.num_hidden_layers = n
-    if isinstance(getattr(sub, "layer_types", None), list):
+    if isinstance(getattr(sub, "layer_types", None), list) and "layer_types" in vars(sub):  # not a derived property
         sub.layer_types = sub.layer_types[:n]
     student = type(target)(config).to(_device(target), next(target.parameters()).dtype)
     student.load_state_dict({k: v for k, v in target.state_dict().items() if k in student.state_dict()}, strict=False)

@@ -139,7 +139,7 @@ def test_bench_options_reject_non_positive_counts_before_loading(option, value, 
     (["eval", "vqa", "--limit", "0"], "--limit"),
     (["eval", "vqa", "--max-new-tokens", "-5"], "--max-new-tokens"),
     (["bench", "reasoning", "--k", "0"], "--k"),
-    (["train", "vision-draft", "--target", "x", "--data", "y", "--out", "z", "--steps", "0"], "--steps"),
+    (["train", "draft", "--target", "x", "--data", "y", "--out", "z", "--steps", "0"], "--steps"),
 ])
 def test_every_count_and_tree_is_checked_by_argparse(argv, option, capsys):
     """`--tree 4x4` once exited 1 without the `multispec` prefix and `eval reasoning --limit 0` ran all 300
@@ -164,8 +164,18 @@ def test_bad_files_name_the_record_or_option_before_any_model_loads(tmp_path, ca
     assert main(["eval", "vqa", "--data", str(data)]) == 2
     err = capsys.readouterr().err
     assert "notes.txt is not an image" in err and "q.jsonl" in err
-    assert main(["train", "vision-draft", "--target", "t", "--data", str(data), "--out", str(tmp_path / "o")]) == 2
+    from transformers import LlavaConfig
+
+    LlavaConfig().save_pretrained(tmp_path / "vlm")  # a VLM target's config: train draft routes to the VLM trainer
+    assert main(["train", "draft", "--target", str(tmp_path / "vlm"), "--data", str(data), "--out",
+                 str(tmp_path / "o")]) == 2
     assert "notes.txt is not an image" in capsys.readouterr().err
+    assert main(["train", "draft", "--target", str(tmp_path / "vlm"), "--data", str(data), "--out",
+                 str(tmp_path / "o"), "--seq-len", "64"]) == 2
+    assert "--seq-len: not an option for this target (vision-language)" in capsys.readouterr().err
+    assert main(["train", "draft", "--target", str(tmp_path / "vlm"), "--data", str(data), "--out",
+                 str(tmp_path / "o"), "--kind", "eagle3"]) == 2
+    assert "--kind: eagle3 does not train for this target; its kinds: vispec, specvlm, eagle" in capsys.readouterr().err
     assert main(["eval", "image", "--images", str(tmp_path / "notes.txt")]) == 2
     err = capsys.readouterr().err
     assert "--images:" in err and "not an .npz archive" in err and "allow_pickle" not in err.split("(")[0]
