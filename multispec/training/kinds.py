@@ -32,7 +32,7 @@ from ..targets.resolve import as_target
 from .features import Teacher, capture, top_tokens
 from .loop import item_generator
 
-CACHE_BYTES = 1 << 30  # target features up to this size are computed once and kept (fp16); else every step
+CACHE_BYTES = 4 << 30  # target features up to this size are computed once and kept (fp16); else every step
 
 
 @dataclass
