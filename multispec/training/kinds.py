@@ -121,8 +121,14 @@ class _FeatureKind(DraftKind):
         return (None if f.hidden is None else half(f.hidden), {i: half(t) for i, t in f.layers.items()})
 
     def features(self, items: Sequence[int]):
-        """(hidden [B, S, H] or None, {layer: [B, S, H]}) of the sequences `items`, float32 on the target's device."""
+        """(hidden [B, S, H] or None, {layer: [B, S, H]}) of the sequences `items`, float32 on the target's device
+        (the target runs, and the stored half-precision features are read, outside any autocast: the features are
+        the ones the drafter reads when drafting)."""
         device = _device(self.target)
+        with torch.autocast(device.type, enabled=False):
+            return self._features_at(items, device)
+
+    def _features_at(self, items: Sequence[int], device: torch.device):
         if self.cached is None:
             hidden, layers = self._features(self.ids[list(items)].to(device))
         else:

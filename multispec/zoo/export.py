@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..drafters.eagle import EagleDrafter
 from .bytes_lm import ByteTokenizer
@@ -48,19 +48,30 @@ def byte_tokenizer():
 
 
 def exportable_tokenizer(tokenizer):
-    """The pair's tokenizer as one `save_pretrained` writes: the byte tokenizer for byte-level pairs."""
+    """The pair's tokenizer as `AutoTokenizer` loads it: the byte tokenizer for byte-level pairs, a `transformers`
+    tokenizer as it is; None for anything else (an image tokenizer, a processor of the zoo's own)."""
     if isinstance(tokenizer, ByteTokenizer):
         return byte_tokenizer()
-    if hasattr(tokenizer, "save_pretrained"):
+    if isinstance(tokenizer, PreTrainedTokenizerBase):
         return tokenizer
     return None
+
+
+def auto_loadable(model) -> bool:
+    """Whether `AutoModelForCausalLM` maps the model's config class to the model's own class."""
+    if not isinstance(model, PreTrainedModel):
+        return False
+    try:
+        return AutoModelForCausalLM._model_mapping[type(model.config)] is type(model)
+    except KeyError:
+        return False
 
 
 def export_pair(pair, folder: str | Path) -> dict:
     """Write `pair` (a `ZooPair`) into `folder` (see the module docstring); returns what was written."""
     folder = Path(folder)
     target = pair.target
-    if not isinstance(target, PreTrainedModel) or target.get_output_embeddings() is None:
+    if not auto_loadable(target):
         raise ValueError(f"NAME: {pair.name}'s target ({type(target).__name__}) is not a causal LM the Auto classes "
                          "load; export serves the text pairs")
     tokenizer = exportable_tokenizer(pair.tokenizer)
@@ -71,7 +82,7 @@ def export_pair(pair, folder: str | Path) -> dict:
     if isinstance(pair.drafter, EagleDrafter) and type(pair.drafter).__name__ == "EagleDrafter":
         pair.drafter.head.save(folder / "eagle", dtype=torch.float32)
         written["eagle"] = str(folder / "eagle")
-    if isinstance(pair.draft_model, PreTrainedModel):
+    if auto_loadable(pair.draft_model):
         written["draft"] = _save_model(pair.draft_model, tokenizer, folder / "draft")
     (folder / "export.json").write_text(json.dumps({"pair": pair.name, **written}, indent=2) + "\n")
     return written
@@ -83,4 +94,4 @@ def _save_model(model: PreTrainedModel, tokenizer, folder: Path) -> str:
     return str(folder)
 
 
-__all__ = ["byte_tokenizer", "export_pair", "exportable_tokenizer"]
+__all__ = ["auto_loadable", "byte_tokenizer", "export_pair", "exportable_tokenizer"]

@@ -168,3 +168,19 @@ def test_two_processes_follow_the_loss_curve_of_one_at_the_same_global_batch(tmp
 
     a, b = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
     assert all(torch.allclose(a[k].float(), b[k].float(), rtol=1e-4, atol=1e-4) for k in a)
+
+
+def test_bf16_autocast_trains_on_the_cpu_too(tmp_path, checkpoint):
+    """`--autocast bf16` (the default on a GPU) runs the losses under bf16 autocast; the parameters and the
+    optimiser stay float32, the loss stays finite and falls."""
+    folder, data, _ = checkpoint
+    out = tmp_path / "bf16"
+    assert main(["train", "draft", "--target", str(folder), "--data", str(data), "--out", str(out), "--steps", "12",
+                 "--batch-size", "4", "--seq-len", "32", "--lr", "3e-3", "--warmup-steps", "2", "--eval-prompts", "1",
+                 "--autocast", "bf16"]) == 0
+    history = json.loads((out / "history.json").read_text())
+    assert all(torch.isfinite(torch.tensor(h["total"])) for h in history)
+    assert history[-1]["total"] < history[0]["total"]
+    from safetensors.torch import load_file
+
+    assert all(v.dtype in (torch.float16, torch.int64) for v in load_file(out / "eagle.safetensors").values())
