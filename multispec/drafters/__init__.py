@@ -7,6 +7,7 @@ from typing import Any
 from transformers import PreTrainedModel
 
 from .base import Drafter
+from .controlled import ControlledDrafter
 from .model import ModelDrafter
 from .ngram import NGramDrafter
 from .eagle import EagleConfig, EagleDrafter, EagleHead
@@ -37,5 +38,5 @@ def as_drafter(drafter: Any) -> Drafter:
     )
 
 
-__all__ = ["Drafter", "EagleConfig", "EagleDrafter", "EagleHead", "HybridDrafter", "ModelDrafter", "NGramDrafter",
+__all__ = ["ControlledDrafter", "Drafter", "EagleConfig", "EagleDrafter", "EagleHead", "HybridDrafter", "ModelDrafter", "NGramDrafter",
            "SuffixDecodingDrafter", "TokenRecyclingDrafter", "as_drafter"]

@@ -1,0 +1,93 @@
+"""A drafter whose acceptance is a setting: it proposes the target's own greedy continuation, each token right
+with probability `acceptance` and deliberately wrong otherwise, independently. With it a system's efficiency is
+measured apart from any drafter's quality, at sizes where no trained drafter exists: the accepted length of a
+k-chain is then 1 + p + p^2 + ... + p^k in expectation, and the step cost is the system's alone (drafting is a
+table lookup).
+
+The continuation is the target's own `generate` (greedy) from the prompt, computed at `start`; the drafter
+follows each row's committed length. Greedy verification only (a sampled token is not known in advance), and
+chains only.
+
+    drafter = ControlledDrafter(model, acceptance=0.8, horizon=max_new_tokens)
+    out = speculative_generate(model, drafter, ids, max_new_tokens=128, tree=4)
+    drafter.measured_acceptance      # ~0.8
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..prompt import Prompt
+from ..rules import Verdict
+from ..sampling import SamplingConfig
+from ..targets.base import Features
+from ..tree import Chain, DraftTree, TreeSpec
+from .base import Drafter
+
+
+class ControlledDrafter(Drafter):
+    """See the module docstring. `horizon`: new tokens the continuation covers (the generation's budget);
+    `seed`: the drafter's own coin (not the caller's generator: the coin must not change what is verified)."""
+
+    def __init__(self, target, acceptance: float, horizon: int, seed: int = 0):
+        if not 0.0 <= acceptance <= 1.0:
+            raise ValueError(f"acceptance: expected a probability in [0, 1], got {acceptance!r}")
+        if horizon < 1:
+            raise ValueError(f"horizon: expected >= 1, got {horizon}")
+        self.target, self.acceptance, self.horizon = target, float(acceptance), int(horizon)
+        self.vocab_size = int(target.get_output_embeddings().weight.shape[0])
+        self.coin = torch.Generator().manual_seed(seed)
+        self.continuation: torch.Tensor | None = None  # [B, horizon + margin] the target's greedy tokens
+        self.position: list[int] = []  # per active row: how many of its continuation tokens are committed
+        self.rows: list[int] = []
+        self.accepted = self.rejected = 0  # drafted tokens accepted, and drafts that met a rejection
+
+    @torch.no_grad()
+    def start(self, prompt: Prompt, features: Features | None = None) -> None:
+        device = next(self.target.parameters()).device
+        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in prompt.inputs.items()}
+        out = self.target.generate(prompt.input_ids.to(device), attention_mask=prompt.attention_mask.to(device),
+                                   max_new_tokens=self.horizon + 64, do_sample=False, eos_token_id=None,
+                                   pad_token_id=0, **inputs)
+        # the root (the prompt's last token) is committed; the continuation starts after it
+        self.continuation = out[:, prompt.input_ids.shape[1]:].cpu()
+        self.position = [0] * prompt.batch_size
+        self.rows = list(range(prompt.batch_size))
+
+    def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
+                generator: torch.Generator | None = None) -> DraftTree:
+        if sampling.do_sample:
+            raise ValueError("sampling: the controlled drafter knows the target's greedy continuation only")
+        if not isinstance(spec, Chain):
+            raise ValueError(f"tree: the controlled drafter drafts chains, got {type(spec).__name__}")
+        k = spec.k
+        width = self.continuation.shape[1]
+        tokens = torch.empty(len(self.rows), k, dtype=torch.long)
+        for i, (row, pos) in enumerate(zip(self.rows, self.position)):
+            right = self.continuation[row, [min(pos + j, width - 1) for j in range(k)]]
+            keep = torch.rand(k, generator=self.coin) < self.acceptance
+            tokens[i] = torch.where(keep, right, (right + 1) % self.vocab_size)  # wrong: another token
+        return DraftTree.chain(tokens.to(roots.device))
+
+    def commit(self, draft: DraftTree, verdict: Verdict, features: Features | None = None) -> None:
+        counts = verdict.host_counts or tuple((verdict.num_accepted + 1).tolist())
+        self.position = [p + c for p, c in zip(self.position, counts)]
+        drafted = draft.valid.sum(dim=1).tolist()
+        for c, d in zip(counts, drafted):
+            self.accepted += c - 1
+            self.rejected += c - 1 < d
+
+    @property
+    def measured_acceptance(self) -> float:
+        """Accepted drafts / (accepted drafts + first rejections): the estimate of the probability that a drafted
+        token whose parent was accepted is accepted too (a row's last step, cut by its token budget, counts as
+        a rejection: a bias of one draft a row)."""
+        return self.accepted / max(1, self.accepted + self.rejected)
+
+    def select(self, rows: torch.Tensor) -> None:
+        keep = rows.tolist()
+        self.rows = [self.rows[i] for i in keep]
+        self.position = [self.position[i] for i in keep]
+
+
+__all__ = ["ControlledDrafter"]
