@@ -114,10 +114,10 @@ def guided_eagle_trainer(target, head, scale: float, config):
             uncond = decoder(input_ids=self.target.unconditional_tokens(ids)).last_hidden_state
             return torch.cat([cond, uncond], dim=-1)
 
-        def losses(self, ids, feats):
+        def losses(self, ids, feats, noise=None):
             h = feats.shape[-1] // 2
             self._uncond_next = feats[:, 1:, h:].float()
-            return super().losses(ids, feats[..., :h])
+            return super().losses(ids, feats[..., :h], noise)
 
         def teacher_logits(self, next_features):
             cond = self.target_logits(next_features)
