@@ -83,8 +83,9 @@ class EngineConfig:
 
     `step`: "eager" (default: the model's own forward), "static" (the fixed-shape step: preallocated caches
     and a padded node budget, replayed from CUDA graphs on CUDA) or "compiled" (that step under
-    `torch.compile`); the static engines serve Llama-family targets and their EAGLE heads / lean draft models
-    (`multispec.targets.static_step`). `pad_widths[M]`: verify a step of M nodes (root included) as this many
+    `torch.compile`): the lean step for Llama-family targets and their EAGLE heads / lean draft models
+    (`multispec.targets.static_step`), the model's own forward at fixed shapes for every other decoder whose
+    cache is attention key/values (`multispec.targets.static_hf`); other targets are refused by name. `pad_widths[M]`: verify a step of M nodes (root included) as this many
     (>= M; padding nodes are invalid) where a CPU's matrix kernels run the wider batch faster
     (`multispec.draft_length.VerifyCost.padding()`); the output is unchanged, only the cost; eager steps
     only. `progress`: a progress bar over generated tokens.

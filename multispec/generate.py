@@ -14,7 +14,7 @@ from .prompt import Prompt
 from .rules import AcceptanceRule, Verdict
 from .sampling import SamplingConfig
 from .session import Session
-from .targets.static_step import static_engines
+from .targets.static import static_engines
 from .tree import DraftTree, TreeSpec, as_tree_spec
 
 

@@ -41,6 +41,59 @@ def make_target(kind: str = "llama", seed: int = 0, vocab: int = VOCAB, layers: 
     return model.eval()
 
 
+# decoders beyond the four above, each exercising what its class adds (RoPE variants, q/k norms, experts,
+# per-layer sliding windows, soft-capping, logit and residual scales, attention sinks): name -> (config class,
+# model class, config fields); the classes are looked up in `transformers` by name
+DECODERS = {
+    "llama-rope-llama3": ("LlamaConfig", "LlamaForCausalLM", dict(rope_parameters=dict(
+        rope_type="llama3", rope_theta=10000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=32))),
+    "llama-rope-yarn": ("LlamaConfig", "LlamaForCausalLM", dict(rope_parameters=dict(
+        rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=64))),
+    "llama-rope-linear": ("LlamaConfig", "LlamaForCausalLM", dict(rope_parameters=dict(
+        rope_type="linear", rope_theta=10000.0, factor=2.0))),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=16)),
+    "qwen3-moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                                              moe_intermediate_size=32)),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(head_dim=16, sliding_window=6)),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(head_dim=16, sliding_window=6, layer_types=[
+        "sliding_attention", "full_attention"])),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", dict(logits_scaling=2.0, residual_multiplier=0.5,
+                                                           embedding_multiplier=2.0, attention_multiplier=0.2)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2,
+                                                           sliding_window=6)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {}),
+    "cohere2": ("Cohere2Config", "Cohere2ForCausalLM", dict(sliding_window=6, layer_types=[
+        "sliding_attention", "full_attention"])),
+    "gpt-oss": ("GptOssConfig", "GptOssForCausalLM", dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                                                         sliding_window=6, layer_types=[
+                                                             "sliding_attention", "full_attention"])),
+}
+
+
+def make_decoder(name: str, seed: int = 0, vocab: int = VOCAB, layers: int = 2, hidden: int = 64,
+                 head_scale: float = 8.0) -> torch.nn.Module:
+    """A tiny random decoder of `DECODERS[name]`'s class (its LM head scaled up, as `make_target`'s)."""
+    import transformers
+
+    if name not in DECODERS:
+        raise ValueError(f"name: expected one of {', '.join(DECODERS)}, got {name!r}")
+    config_class, model_class, fields = DECODERS[name]
+    fields = dict(fields)
+    if "layer_types" in fields:
+        fields["layer_types"] = (fields["layer_types"] * layers)[:layers]
+    config = getattr(transformers, config_class)(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, **fields)
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_class)(config)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(head_scale)
+    return model.eval()
+
+
 def save_checkpoint(folder, model: torch.nn.Module) -> None:
     """`model` saved as a user's checkpoint folder, with a word-level tokenizer of its vocabulary (ids 0-2: pad,
     BOS, EOS; "w3", "w4", ... the rest), for the tests of commands that take `--target PATH`."""

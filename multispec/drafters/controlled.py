@@ -41,6 +41,7 @@ class ControlledDrafter(Drafter):
         self.position: list[int] = []  # per active row: how many of its continuation tokens are committed
         self.rows: list[int] = []
         self.accepted = self.rejected = 0  # drafted tokens accepted, and drafts that met a rejection
+        self.drafted = 0  # the last chain's length
 
     @torch.no_grad()
     def start(self, prompt: Prompt, features: Features | None = None) -> None:
@@ -67,15 +68,17 @@ class ControlledDrafter(Drafter):
             right = self.continuation[row, [min(pos + j, width - 1) for j in range(k)]]
             keep = torch.rand(k, generator=self.coin) < self.acceptance
             tokens[i] = torch.where(keep, right, (right + 1) % self.vocab_size)  # wrong: another token
-        return DraftTree.chain(tokens.to(roots.device))
+        self.drafted = k
+        if roots.device.type == "cuda":  # a pinned copy: queued behind the step, no wait for the device
+            tokens = tokens.pin_memory()
+        return DraftTree.chain(tokens.to(roots.device, non_blocking=True))
 
     def commit(self, draft: DraftTree, verdict: Verdict, features: Features | None = None) -> None:
         counts = verdict.host_counts or tuple((verdict.num_accepted + 1).tolist())
         self.position = [p + c for p, c in zip(self.position, counts)]
-        drafted = draft.valid.sum(dim=1).tolist()
-        for c, d in zip(counts, drafted):
+        for c in counts:  # every row drafted a whole chain of `drafted` (no read of the tree's valid mask)
             self.accepted += c - 1
-            self.rejected += c - 1 < d
+            self.rejected += c - 1 < self.drafted
 
     @property
     def measured_acceptance(self) -> float:

@@ -41,12 +41,11 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from ..config import STEPS
 from ..host import require
 from ..tree import ancestor_mask_from_parents
 from .base import NO_FEATURES, FeatureRequest, Features, TargetOutput
 from .hf import PendingNodes
-from .lean import LeanCausalLM, BufferedLayer, UsedColumns, lean_unsupported
+from .lean import LeanCausalLM, BufferedLayer, UsedColumns
 
 
 def static_step(inp: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor,
@@ -113,7 +112,7 @@ def node_buckets(node_budget: int | Sequence[int]) -> tuple[int, ...]:
     return sizes
 
 
-def _padded(t: torch.Tensor, n: int) -> torch.Tensor:
+def padded(t: torch.Tensor, n: int) -> torch.Tensor:
     """`t` [B, M, ...] in a new contiguous [B, n, ...] tensor, zeros after M."""
     out = t.new_zeros(t.shape[0], n, *t.shape[2:])
     out[:, : t.shape[1]] = t
@@ -181,7 +180,61 @@ class _Graph:
     outputs: tuple
 
 
-class StaticLeanCausalLM(LeanCausalLM):
+class CapturedFeed:
+    """A feed run as one function of tensors (`fed(*dynamic, p0=, layers_wanted=, want_hidden=)`), on CUDA
+    captured once per shape in a CUDA graph and replayed: a feed is then a few input copies and one replay. The
+    engine names its cache buffers (`kv_pointers`): a graph reads fixed addresses."""
+
+    def init_capture(self, cuda_graphs: bool | None) -> None:
+        self.cuda_graphs = self.device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
+        if self.cuda_graphs and self.device.type != "cuda":
+            raise ValueError("cuda_graphs: the model is not on a CUDA device")
+        self._graphs: dict[tuple, _Graph] = {}
+        self._graph_pool = None
+
+    def kv_pointers(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def run_feed(self, dynamic: tuple, p0: int, layers_wanted: tuple[int, ...], want_hidden: bool):
+        run = lambda *args: self.fed(*args, p0=p0, layers_wanted=layers_wanted, want_hidden=want_hidden)  # noqa
+        if not self.cuda_graphs:
+            return run(*dynamic)
+        inp, parents = dynamic[:2]
+        key = (inp.shape, inp.dtype, parents.shape[1], p0, layers_wanted, want_hidden, self.kv_pointers())
+        graph = self._graphs.get(key)
+        if graph is None:
+            graph = self._capture(run, dynamic)
+            self._graphs[key] = graph
+        else:
+            for static, new in zip(graph.inputs, dynamic):
+                static.copy_(new)
+            graph.graph.replay()
+        return graph.outputs
+
+    def _capture(self, run: Callable, dynamic: tuple) -> _Graph:
+        """Warm up (and compile) on a side stream, then capture the feed; the capture's own run is this call's
+        result (the K/V it writes go to this call's columns)."""
+        self.before_capture()
+        inputs = tuple(t.clone() for t in dynamic)
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                run(*inputs)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        if self._graph_pool is None:
+            self._graph_pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._graph_pool):
+            outputs = run(*inputs)
+        graph.replay()
+        return _Graph(graph, inputs, outputs)
+
+    def before_capture(self) -> None:
+        """What must exist before a capture (allocations of the engine's own): nothing by default."""
+
+
+class StaticLeanCausalLM(CapturedFeed, LeanCausalLM):
     """`LeanCausalLM` whose tree-feeding calls run the fixed-shape `static_step` (see the module docstring)."""
 
     def __init__(self, model: PreTrainedModel, name: str = "target", window: int | None = None, *,
@@ -204,9 +257,7 @@ class StaticLeanCausalLM(LeanCausalLM):
                              f"got {capacity!r}")
         # a multiple of 16: the mask's rows stay aligned for the fused CUDA attention kernels
         self.capacity = -(-capacity // 16) * 16
-        self.cuda_graphs = self.device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
-        if self.cuda_graphs and self.device.type != "cuda":
-            raise ValueError("cuda_graphs: the model is not on a CUDA device")
+        self.init_capture(cuda_graphs)
         self.compiled = compile is not False
         # a code object of its own per engine: dynamo's cache and recompile limit are per code object, so a
         # target and a drafter do not share (or exhaust) one
@@ -227,8 +278,6 @@ class StaticLeanCausalLM(LeanCausalLM):
                 torch._dynamo.config.recompile_limit = limit
         self._kv: dict[tuple, torch.Tensor] = {}
         self._joint: dict[int, torch.Tensor] = {}  # batch size -> every layer's K and V (see `kv_buffer`)
-        self._graphs: dict[tuple, _Graph] = {}
-        self._graph_pool = None
         self._weights: tuple | None = None
         self._weights_key = None
         self.static_calls = 0  # feeding calls that ran the static step (the rest ran eagerly)
@@ -266,6 +315,12 @@ class StaticLeanCausalLM(LeanCausalLM):
                 for k in [k for k in self._kv if k[0] == batch]:
                     torch._dynamo.mark_static_address(self._kv[k])
         return self._kv[key]
+
+    def kv_pointers(self) -> tuple[int, ...]:
+        return tuple(t.data_ptr() for layer in self.cache.layers for t in (layer._keys, layer._values))
+
+    def before_capture(self) -> None:
+        self._static_weights()  # its tables are allocations of their own
 
     def _move_columns(self, rows: torch.Tensor, dest: torch.Tensor, src: torch.Tensor) -> None:
         joint = self._joint.get(rows.shape[0])
@@ -319,9 +374,9 @@ class StaticLeanCausalLM(LeanCausalLM):
         inp = tokens.to(device) if inputs_embeds is None else inputs_embeds.to(device)
         # padded to the budget, in fresh tensors: dynamo guards on strides, size-1 dimensions' included, and
         # the bookkeeping hands over slices of wider tensors
-        dynamic = (_padded(inp, n), parents.to(device), valid, self.pending.parents, self.length, self.start_col,
+        dynamic = (padded(inp, n), parents.to(device), valid, self.pending.parents, self.length, self.start_col,
                    torch.arange(used, used + n, device=device))
-        out = self._call(dynamic, p0, tuple(request.layers), request.hidden)
+        out = self.run_feed(dynamic, p0, tuple(request.layers), request.hidden)
         logits, hidden, layers, ok, kept_parents, pos, anc = out
         for layer in self.cache.layers:
             layer.used = used + m
@@ -339,7 +394,7 @@ class StaticLeanCausalLM(LeanCausalLM):
                                 {i: keep(t) for i, t in zip(request.layers, layers)})
         return TargetOutput(keep(logits), features)
 
-    def _fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
+    def fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
              layers_wanted: tuple[int, ...], want_hidden: bool):
         """The whole feed on tensors: its tables, then the decoder pass (what a CUDA graph captures)."""
         ok, kept_parents, pos, anc, positions, mask = static_feed_tables(
@@ -350,42 +405,6 @@ class StaticLeanCausalLM(LeanCausalLM):
         logits, hidden, layers = self._step(inp, positions, mask, cols, rope, kv, weights, embed, final_norm, head,
                                             layers_wanted, want_hidden)
         return logits, hidden, layers, ok, kept_parents, pos, anc
-
-    def _call(self, dynamic: tuple, p0: int, layers_wanted: tuple[int, ...], want_hidden: bool):
-        run = lambda *args: self._fed(*args, p0=p0, layers_wanted=layers_wanted, want_hidden=want_hidden)  # noqa
-        if not self.cuda_graphs:
-            return run(*dynamic)
-        inp, parents = dynamic[:2]
-        kv = tuple(t.data_ptr() for layer in self.cache.layers for t in (layer._keys, layer._values))
-        key = (inp.shape, inp.dtype, parents.shape[1], p0, layers_wanted, want_hidden, kv)
-        graph = self._graphs.get(key)
-        if graph is None:
-            graph = self._capture(run, dynamic)
-            self._graphs[key] = graph
-        else:
-            for static, new in zip(graph.inputs, dynamic):
-                static.copy_(new)
-            graph.graph.replay()
-        return graph.outputs
-
-    def _capture(self, run: Callable, dynamic: tuple) -> _Graph:
-        """Warm up (and compile) on a side stream, then capture the feed; the capture's own run is this call's
-        result (the K/V it writes go to this call's columns)."""
-        self._static_weights()  # built before the capture (its tables are allocations of their own)
-        inputs = tuple(t.clone() for t in dynamic)
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                run(*inputs)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        if self._graph_pool is None:
-            self._graph_pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._graph_pool):
-            outputs = run(*inputs)
-        graph.replay()
-        return _Graph(graph, inputs, outputs)
 
 
 def static_feed_tables(parents: torch.Tensor, valid: torch.Tensor, pending_parents: torch.Tensor,
@@ -451,38 +470,3 @@ def capacity_for(prompt_length: int, max_new_tokens: int, node_budget: int | Seq
     nodes (a drafter's catch-up chain and its tree, `draft_nodes` at most) plus the padding of the largest
     budget."""
     return prompt_length + max_new_tokens + draft_nodes + 2 * node_buckets(node_budget)[-1]
-
-
-def static_engines(target, drafter, step: str, prompt_length: int, max_new_tokens: int, tree_nodes: int):
-    """`EngineConfig.step` of `speculative_generate`: (target, drafter) on static engines ("static": the
-    fixed-shape step as it is, captured in CUDA graphs on CUDA; "compiled": under `torch.compile` too). The
-    engines are kept on the models they run (buffers, compiled code and graphs stay for the next call) and
-    rebuilt with twice the capacity when a call needs more columns. Not for concurrent use of one model."""
-    if step not in STEPS:
-        raise ValueError(f"step: expected one of {', '.join(map(repr, STEPS))}, got {step!r}")
-    model = target.model if isinstance(target, LeanCausalLM) else target
-    reason = lean_unsupported(model) if isinstance(model, PreTrainedModel) else f"a {type(model).__name__} target"
-    if reason is not None:
-        raise ValueError(f"step: {step!r} runs Llama-family `transformers` targets on the lean engine; this "
-                         f"target cannot ({reason}); use step='eager'")
-    budget = max(8, 1 << tree_nodes.bit_length())  # a whole tree with its root in one padded call
-    need = capacity_for(prompt_length, max_new_tokens, budget, draft_nodes=tree_nodes + 1)
-    options = dict(node_budget=budget, compile=step == "compiled")
-    static_target = _kept_engine(model, (step, budget), need, "target", None, options)
-    lm = getattr(drafter, "lm", None)
-    if type(lm) is LeanCausalLM:
-        drafter = copy.copy(drafter)
-        drafter.lm = _kept_engine(lm.model, (step, budget), static_target.capacity, lm.name, lm.window, options)
-    return static_target, drafter
-
-
-def _kept_engine(model: PreTrainedModel, key: tuple, need: int, name: str, window: int | None,
-                 options: dict) -> StaticLeanCausalLM:
-    """The static engine kept on `model` under `key`, (re)built when missing or short of `need` columns."""
-    kept = model.__dict__.setdefault("_multispec_static_engines", {})  # lives and dies with the model
-    engine = kept.get(key)
-    if engine is None or engine.capacity < need or engine.window != window:
-        capacity = max(need, 2 * engine.capacity if engine is not None else 0)
-        engine = StaticLeanCausalLM(model, name=name, window=window, capacity=capacity, **options)
-        kept[key] = engine
-    return engine

@@ -18,7 +18,9 @@ import multispec.step_read as step_read
 from multispec import DynamicTree, SamplingConfig, Session, StaticTree, StoppingConfig, speculative_generate, zoo
 from multispec.drafters.base import Drafter
 from multispec.targets.static_step import capacity_for, static_pair
-from multispec.testing import source_prompts
+from multispec.drafters.controlled import ControlledDrafter
+from multispec.targets.static_hf import StaticHFCausalLM
+from multispec.testing import make_decoder, ragged_prompts, source_prompts
 from multispec.tree import DraftTree
 
 READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
@@ -187,3 +189,19 @@ def test_counter_sees_a_read():
         t.tolist()
         torch.tensor([1, 2], device="cpu")
     assert reads.total == 3
+
+
+@pytest.mark.parametrize("name", ["gemma2", "qwen3-moe"])
+def test_static_step_reads_the_device_once_per_step(name, as_on_cuda):
+    model = make_decoder(name, seed=2)
+    ids, mask = ragged_prompts(1, seed=4)
+    engine = StaticHFCausalLM(model, capacity=96, node_budget=8)
+    drafter = ControlledDrafter(model, acceptance=0.8, horizon=32)
+    session = Session(engine, drafter, tree=4, rollback=False, stopping=StoppingConfig.never())
+    session.append(ids, mask)
+    with CountReads() as loop:
+        session.generate(32)
+    steps = len(session.stats.steps)
+    assert session.stats.mean_accepted_length > 2.0
+    assert loop.where[_READ] == steps, dict(loop.where)
+    assert loop.total - steps <= 1, f"{loop.total} reads in {steps} steps: {dict(loop.where)}"

@@ -8,11 +8,12 @@ fine-grained power; these check that real models, drafters and caches feed the r
 import pytest
 import torch
 
-from multispec import (AcceptanceRule, DynamicTree, Exact, SamplingConfig, StaticTree, StoppingConfig, Verdict,
-                       speculative_generate)
+from multispec import (AcceptanceRule, DynamicTree, EngineConfig, Exact, SamplingConfig, StaticTree, StoppingConfig,
+                       Verdict, speculative_generate)
 from multispec.testing import chi_square_pvalue as _pvalue
 from multispec.testing import first_two_token_dists as _target_dists
-from multispec.testing import make_perturbed_copy, make_target
+from multispec.drafters.model import ModelDrafter
+from multispec.testing import make_decoder, make_perturbed_copy, make_target
 
 N = 8000
 SETTINGS = dict(temperature=0.9, top_k=12)
@@ -115,3 +116,28 @@ def test_exact_rule_without_sampling_is_greedy(models):
                              stopping=StoppingConfig.never())
     b = target.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0, eos_token_id=None)
     assert torch.equal(a.sequences, b)
+
+
+@pytest.mark.slow
+def test_static_sampling_reproduces_the_target_distribution():
+    """Gemma 2 (soft-capping, alternating sliding windows) on the static step, a perturbed copy drafting chains
+    of 3: the first two sampled tokens pass the chi-square test of tests/core/test_sampling_lossless.py (same N
+    and power), and the classic residual bug fails it on the same engine."""
+    target = make_decoder("gemma2", seed=1, head_scale=3.0)
+    draft = ModelDrafter(make_perturbed_copy(target, noise=0.15))
+    prompt = torch.tensor([5, 17, 42, 9, 77])
+    ids = prompt.expand(N, -1).contiguous()
+    sampling = SamplingConfig(do_sample=True, **SETTINGS)
+    p1, p2 = _target_dists(target, prompt, sampling)
+
+    def draws(rule=None):
+        return speculative_generate(target, draft, ids, max_new_tokens=2, tree=3, rule=rule, sampling=sampling,
+                                    generator=torch.Generator().manual_seed(0), stopping=StoppingConfig.never(),
+                                    engine=EngineConfig(step="static"))
+
+    out = draws()
+    assert _pvalue(out.sequences[:, -2], p1) > 1e-3
+    assert _pvalue(out.sequences[:, -1], p2) > 1e-3
+    assert out.stats.mean_accepted_length >= 1.4, out.stats
+    bad = draws(ResidualIsTarget())
+    assert min(_pvalue(bad.sequences[:, -2], p1), _pvalue(bad.sequences[:, -1], p2)) < 1e-3

@@ -11,7 +11,8 @@ from multispec import EngineConfig, SamplingConfig, Session, StaticTree, Stoppin
 from multispec.drafters.eagle import EagleDrafter
 from multispec.drafters.model import ModelDrafter
 from multispec.targets.lean import LeanCausalLM
-from multispec.targets.static_step import StaticLeanCausalLM, node_buckets, static_engines, static_pair
+from multispec.targets.static import static_engines
+from multispec.targets.static_step import StaticLeanCausalLM, node_buckets, static_pair
 from multispec.testing import make_perturbed_copy, make_target, ragged_prompts, source_prompts
 
 TREES = {"chain": 4, "tree": StaticTree.full([2, 2])}
@@ -243,9 +244,8 @@ def test_step_switch_refuses_what_it_cannot_run(byte_pair):
     pair, ids, mask, _ = byte_pair
     with pytest.raises(ValueError, match="step: expected one of 'eager', 'static', 'compiled'"):
         _spec(pair.target, pair.drafter, ids, mask, 4, 4, engine=EngineConfig(step="graphs"))
-    gemma = make_target("gemma3")
-    with pytest.raises(ValueError, match="step: 'static' runs Llama-family .*use step='eager'"):
-        speculative_generate(gemma, "ngram", torch.tensor([[5, 6, 7]]), max_new_tokens=4,
+    with pytest.raises(ValueError, match="step: 'static' runs `transformers` decoders; this target is a str"):
+        speculative_generate("not a model", "ngram", torch.tensor([[5, 6, 7]]), max_new_tokens=4,
                              engine=EngineConfig(step="static"))
     target, _ = static_engines(pair.target, pair.drafter, "compiled", ids.shape[1], 8, 4)
     assert target.compiled

@@ -1,0 +1,106 @@
+"""The fixed-shape step over the model's own forward (`multispec.targets.static_hf`) for decoders the lean engine
+does not serve: RoPE variants, q/k norms, experts, per-layer sliding windows, soft-capping, logit and residual
+scales, attention sinks (`multispec.testing.DECODERS`). Per class: its logits equal the eager feed's on every
+node of a tree (across commits and a dropped row), its greedy output equals `generate` at batch 1 and a ragged
+batch of 3 with drafts accepted, and `torch.compile(fullgraph=True)` traces the step without a graph break."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from multispec import EngineConfig, StoppingConfig, speculative_generate
+from multispec.drafters.controlled import ControlledDrafter
+from multispec.targets.base import FeatureRequest
+from multispec.targets.hf import HFCausalLM
+from multispec.targets.static_hf import StaticHFCausalLM, generic_static_unsupported
+from multispec.testing import DECODERS, make_decoder, make_target, ragged_prompts
+
+
+
+@pytest.fixture(scope="module", params=list(DECODERS))
+def decoder(request):
+    return request.param, make_decoder(request.param, seed=1)
+
+
+def test_static_feed_logits_equal_eager_on_every_tree_node(decoder):
+    """Trees fed in calls (parents fed earlier and within a call, invalid nodes, a call wider than the largest
+    budget), commits of paths, then a row dropped: every valid node's logits and features equal the eager
+    feed's."""
+    name, model = decoder
+    ids, mask = ragged_prompts(3, seed=7)
+    eager, static = HFCausalLM(model), StaticHFCausalLM(model, capacity=64, node_budget=(2, 4))
+    request = FeatureRequest(hidden=True, layers=(0, 2))
+    assert torch.equal(eager.start(ids, mask).roots, static.start(ids, mask).roots)
+    g = torch.Generator().manual_seed(0)
+    valid = torch.ones(3, 3, dtype=torch.bool)
+    valid[-1, 2] = False
+    calls = [(torch.tensor([[-1, 0, 0, 1, 3]] * 3), None), (torch.tensor([[1, 2, 6]] * 3), valid),
+             (torch.tensor([[3, 6]] * 3), None)]
+    for _ in range(2):
+        for par, ok in calls:
+            toks = torch.randint(3, 128, par.shape, generator=g)
+            x, y = eager.feed(toks, par, ok, request=request), static.feed(toks, par, ok, request=request)
+            keep = torch.ones_like(par, dtype=torch.bool) if ok is None else ok
+            assert (x.logits[keep] - y.logits[keep]).abs().max() < 1e-4, name
+            assert (x.features.hidden[keep] - y.features.hidden[keep]).abs().max() < 1e-4, name
+            for i in request.layers:
+                assert (x.features.layers[i][keep] - y.features.layers[i][keep]).abs().max() < 1e-4, (name, i)
+        path = torch.tensor([[0, 1, 3, 8], [0, 2, -1, -1], [0, 1, 5, 6]])
+        eager.commit(path)
+        static.commit(path, counts=[4, 2, 4])
+    assert static.static_calls == 6  # the 5-node calls too (padded to 8)
+    keep_rows = torch.tensor([0, 2])
+    eager.select(keep_rows)
+    static.select(keep_rows)
+    toks = torch.randint(3, 128, (2, 2), generator=g)
+    par = torch.tensor([[-1, 0]] * 2)
+    assert (eager.feed(toks, par).logits - static.feed(toks, par).logits).abs().max() < 1e-4, name
+
+
+@pytest.mark.parametrize("rows", [1, 3], ids=["B1", "ragged-B3"])
+def test_greedy_equals_generate_with_drafts_accepted(decoder, rows):
+    """The eager step and the static one, each equal to `generate`."""
+    name, model = decoder
+    ids, mask = ragged_prompts(rows, seed=3)
+    want = model.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)
+    for step in ("eager", "static"):
+        drafter = ControlledDrafter(model, acceptance=0.8, horizon=24)
+        got = speculative_generate(model, drafter, ids, mask, max_new_tokens=24, tree=4,
+                                   stopping=StoppingConfig.never(), engine=EngineConfig(step=step))
+        assert torch.equal(got.sequences[:, : want.shape[1]], want), (name, step)
+        assert got.stats.mean_accepted_length > 2.0, got.stats  # drafts accepted: not plain decoding in disguise
+    engines = list(model._multispec_static_engines.values())
+    assert [type(e) for e in engines] == [StaticHFCausalLM] and engines[0].static_calls > 0
+
+
+def test_compiled_step_has_no_graph_break(decoder):
+    """`torch.compile(fullgraph=True)` (dynamo's tracing, run by the eager backend) raises at any graph break;
+    the compiled step's output equals `generate`."""
+    name, model = decoder
+    ids, mask = ragged_prompts(3, seed=5)
+    want = model.generate(ids, attention_mask=mask, max_new_tokens=10, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)
+    engine = StaticHFCausalLM(model, capacity=64, node_budget=8, compile="eager")
+    got = speculative_generate(engine, ControlledDrafter(model, 0.8, 10), ids, mask, max_new_tokens=10, tree=4,
+                               stopping=StoppingConfig.never())
+    assert torch.equal(got.sequences[:, : want.shape[1]], want), name
+    assert engine.static_calls > 0
+
+
+def test_what_the_static_step_refuses_is_named():
+    dynamic = LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                           num_attention_heads=4, num_key_value_heads=2, rope_parameters=dict(
+                                               rope_type="dynamic", rope_theta=10000.0, factor=2.0))).eval()
+    assert "rope_type 'dynamic'" in generic_static_unsupported(dynamic)
+    with pytest.raises(ValueError, match="step: 'static' cannot run this target .*'dynamic'.*use step='eager'"):
+        speculative_generate(dynamic, "ngram", torch.tensor([[5, 6, 7]]), max_new_tokens=4,
+                             engine=EngineConfig(step="static"))
+    from multispec.vision.testing import make_vlm
+    vlm = make_vlm("llava-clip")
+    assert "no fixed-shape step yet" in generic_static_unsupported(vlm)
+    with pytest.raises(ValueError, match="step: 'compiled' cannot run this target .*served by"):
+        speculative_generate(vlm, "ngram", torch.tensor([[5, 6, 7]]), max_new_tokens=4,
+                             engine=EngineConfig(step="compiled"))
+    with pytest.raises(ValueError, match="capacity: expected an int above the largest node budget"):
+        StaticHFCausalLM(make_target("gemma3"), capacity=8, node_budget=16)
