@@ -363,6 +363,8 @@ class LeanLlavaTarget(LlavaTarget, LeanCausalLM):
     per-call cost, as `as_target` does for text Llama / Mistral / Qwen2. The prefill still runs the
     Llava's vision tower and projector. `LlavaTarget` stays as the reference."""
 
+    eager_class = LlavaTarget  # what the fixed-shape step wraps (`multispec.targets.static_hf`)
+
     def __init__(self, model: PreTrainedModel, name: str = "target"):
         reason = lean_llava_unsupported(model)
         if reason is not None:

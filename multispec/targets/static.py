@@ -12,7 +12,7 @@ from transformers import PreTrainedModel
 
 from ..config import STEPS
 from .lean import LeanCausalLM, lean_unsupported
-from .static_hf import StaticHFCausalLM, generic_static_unsupported
+from .static_hf import fixed_shape_class
 from .static_step import StaticLeanCausalLM, capacity_for
 
 
@@ -27,15 +27,15 @@ def static_engines(target, drafter, step: str, prompt_length: int, max_new_token
     if not isinstance(model, PreTrainedModel):
         raise ValueError(f"step: {step!r} runs `transformers` decoders; this target is a {type(model).__name__}; "
                          f"use step='eager'")
-    lean = lean_unsupported(model) is None
-    if not lean:
-        reason = generic_static_unsupported(model)
-        if reason is not None:
-            raise ValueError(f"step: {step!r} cannot run this target ({reason}); use step='eager'")
+    engine = StaticLeanCausalLM
+    if lean_unsupported(model) is not None:
+        try:
+            engine = fixed_shape_class(model)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"step: {step!r} cannot run this target ({e}); use step='eager'") from None
     budget = max(8, 1 << tree_nodes.bit_length())  # a whole tree with its root in one padded call
     need = capacity_for(prompt_length, max_new_tokens, budget, draft_nodes=tree_nodes + 1)
     options = dict(node_budget=budget, compile=step == "compiled")
-    engine = StaticLeanCausalLM if lean else StaticHFCausalLM
     static_target = _kept_engine(model, (step, budget, engine.__name__), need, engine, "target", None, options)
     lm = getattr(drafter, "lm", None)
     if type(lm) is LeanCausalLM:

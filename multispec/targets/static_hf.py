@@ -39,25 +39,59 @@ from .registry import ADAPTERS, registered
 from .static_step import CapturedFeed, node_buckets, padded, static_feed_tables
 
 
-def generic_static_unsupported(model: object) -> str | None:
-    """None if `StaticHFCausalLM` runs `model` exactly as its eager feed does, else why not."""
+# what an adapter may change for its feed to run at fixed shapes: positions (`_positions`), the prompt's prefill and
+# `select`; one that changes any of these feeds otherwise (a recurrent state, masks of its own) is refused
+FEED_HOOKS = ("feed", "_score", "_feed_unwindowed", "_first_read_column", "_layer_masks", "commit", "_move_columns",
+              "_crop", "checkpoint", "rollback")
+
+
+def model_unsupported(model: object) -> str | None:
+    """Why no fixed-shape engine runs `model` whatever its adapter (None: nothing in the model itself)."""
     if not isinstance(model, PreTrainedModel):
         return f"not a transformers PreTrainedModel ({type(model).__name__})"
-    adapter = registered(ADAPTERS, model)
-    if adapter is not None:
-        return f"{type(model).__name__} is served by {type(adapter).__name__}, which has no fixed-shape step yet"
     if keeps_state(model):
         return f"{type(model).__name__} keeps a recurrent state (the fixed-shape step covers attention caches)"
-    try:
-        check_causal_lm(model, "target")
-    except TypeError as e:
-        return str(e)
     if dispatched(model):
         return "dispatched by accelerate (device_map): its offloaded weights move in per call"
     rope = getattr(model.config.get_text_config(decoder=True), "rope_parameters", None) or {}
     rope_types = {p.get("rope_type") for p in rope.values() if isinstance(p, dict)} | {rope.get("rope_type")}
     if "dynamic" in rope_types:  # its frequencies follow the longest position seen: a host read per forward
         return "rope_type 'dynamic' (its frequencies change with the sequence length)"
+    return None
+
+
+def fixed_shape_class(model: object) -> type["StaticFeed"]:
+    """The fixed-shape engine class for `model`: `StaticHFCausalLM` for a decoder the core serves, the static
+    variant of its adapter for a model a modality serves (`eager_class`: the adapter a faster one stands in
+    for); ValueError naming the reason otherwise."""
+    reason = model_unsupported(model)
+    if reason is not None:
+        raise ValueError(reason)
+    adapter = registered(ADAPTERS, model)
+    if adapter is None:
+        check_causal_lm(model, "target")  # TypeError naming what it is
+        return StaticHFCausalLM
+    base = getattr(type(adapter), "eager_class", None) or type(adapter)
+    if not issubclass(base, HFCausalLM) or base.stateful:
+        raise ValueError(f"{type(model).__name__} is served by {base.__name__}, which has no fixed-shape step")
+    changed = [h for h in FEED_HOOKS if getattr(base, h) is not getattr(HFCausalLM, h)]
+    if changed:
+        raise ValueError(f"{type(model).__name__} is served by {base.__name__}, whose feed is its own "
+                         f"({', '.join(changed)}): no fixed-shape step yet")
+    if base not in _VARIANTS:
+        _VARIANTS[base] = type(f"Static{base.__name__}", (StaticFeed, base), {"__module__": __name__})
+    return _VARIANTS[base]
+
+
+_VARIANTS: dict[type, type] = {}
+
+
+def generic_static_unsupported(model: object) -> str | None:
+    """None if a fixed-shape engine runs `model` exactly as its eager feed does, else why not."""
+    try:
+        fixed_shape_class(model)
+    except (TypeError, ValueError) as e:
+        return str(e)
     return None
 
 
@@ -100,8 +134,9 @@ class ColumnCache(Cache):
         self.cols = torch.zeros(0, dtype=torch.long, device=buffers[0][0].device)
 
 
-class StaticHFCausalLM(CapturedFeed, HFCausalLM):
-    """`HFCausalLM` whose feeds run the model's own forward at fixed shapes (see the module docstring)."""
+class StaticFeed(CapturedFeed):
+    """Mixed in before an `HFCausalLM` (or an adapter of one that keeps its feed): its feeds run the model's own
+    forward at fixed shapes (see the module docstring)."""
 
     def __init__(self, model: PreTrainedModel, name: str = "target", *, capacity: int | None = None,
                  node_budget: int | Sequence[int] = 16, compile: bool | str | Callable = False,
@@ -110,7 +145,7 @@ class StaticHFCausalLM(CapturedFeed, HFCausalLM):
         the largest budget), `node_budget` the padded widths (`node_buckets`; a feed of more nodes pads to the
         next power of two), `compile` False / True / a `torch.compile` backend, `cuda_graphs` (default: on
         CUDA)."""
-        reason = generic_static_unsupported(model)
+        reason = model_unsupported(model)
         if reason is not None:
             raise ValueError(f"{name}: the fixed-shape step cannot run this model ({reason})")
         super().__init__(model, name)
@@ -263,7 +298,11 @@ class StaticHFCausalLM(CapturedFeed, HFCausalLM):
         return {t: (slid if t == "sliding_attention" else full) for t in set(self.layer_types)}
 
 
-def _generic_step(engine: StaticHFCausalLM, request: FeatureRequest, masks, positions: torch.Tensor,
+class StaticHFCausalLM(StaticFeed, HFCausalLM):
+    """`HFCausalLM` at fixed shapes: the engine of every decoder the core serves without an adapter."""
+
+
+def _generic_step(engine: StaticFeed, request: FeatureRequest, masks, positions: torch.Tensor,
                   tokens: dict):
     """One forward of the engine's model over the padded nodes (what `compile` compiles): float32 logits
     [B, N, V], the final hidden state [B, N, H] if asked, and the residual stream entering each asked layer."""
@@ -274,4 +313,5 @@ def _generic_step(engine: StaticHFCausalLM, request: FeatureRequest, masks, posi
     return logits, features.hidden, tuple(features.layers[i] for i in request.layers)
 
 
-__all__ = ["ColumnCache", "ColumnLayer", "StaticHFCausalLM", "generic_static_unsupported"]
+__all__ = ["ColumnCache", "ColumnLayer", "StaticFeed", "StaticHFCausalLM", "fixed_shape_class", "generic_static_unsupported",
+           "model_unsupported"]

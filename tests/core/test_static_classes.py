@@ -96,11 +96,12 @@ def test_what_the_static_step_refuses_is_named():
     with pytest.raises(ValueError, match="step: 'static' cannot run this target .*'dynamic'.*use step='eager'"):
         speculative_generate(dynamic, "ngram", torch.tensor([[5, 6, 7]]), max_new_tokens=4,
                              engine=EngineConfig(step="static"))
+    from multispec.ssm.testing import make_bamba
     from multispec.vision.testing import make_vlm
-    vlm = make_vlm("llava-clip")
-    assert "no fixed-shape step yet" in generic_static_unsupported(vlm)
-    with pytest.raises(ValueError, match="step: 'compiled' cannot run this target .*served by"):
-        speculative_generate(vlm, "ngram", torch.tensor([[5, 6, 7]]), max_new_tokens=4,
+    assert "whose feed is its own" in generic_static_unsupported(make_vlm("paligemma"))
+    assert generic_static_unsupported(make_vlm("qwen2-vl")) is None  # served: tests/vision/test_vlm_targets.py
+    with pytest.raises(ValueError, match="step: 'compiled' cannot run this target .*keeps a recurrent state"):
+        speculative_generate(make_bamba(), "ngram", torch.tensor([[5, 6, 7]]), max_new_tokens=4,
                              engine=EngineConfig(step="compiled"))
     with pytest.raises(ValueError, match="capacity: expected an int above the largest node budget"):
         StaticHFCausalLM(make_target("gemma3"), capacity=8, node_budget=16)

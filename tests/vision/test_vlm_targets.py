@@ -7,7 +7,8 @@ distribution, and bad inputs are refused by name."""
 import pytest
 import torch
 
-from multispec import DynamicTree, Prompt, SamplingConfig, StoppingConfig, speculative_generate
+from multispec import DynamicTree, EngineConfig, Prompt, SamplingConfig, StoppingConfig, speculative_generate
+from multispec.drafters.controlled import ControlledDrafter
 from multispec.drafters import ModelDrafter
 from multispec.targets import FeatureRequest, as_target
 from multispec.testing import chi_square_pvalue, make_perturbed_copy, make_target
@@ -273,3 +274,31 @@ def test_idefics3_pixel_values_without_the_images_axis_are_refused_by_name():
     inputs["pixel_values"] = inputs["pixel_values"][:, 0]  # [rows, 3, H, W]: the per-row images axis lost
     with pytest.raises(ValueError, match=r"pixel_values: Idefics3ForConditionalGeneration takes \[batch, images"):
         speculative_generate(model, "ngram", max_new_tokens=2, **inputs)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_static_step_equals_generate(vlm, batch):
+    """The fixed-shape step (`step="static"`: the adapter's prefill with its images, then text nodes at fixed
+    shapes, `multispec.targets.static_hf`): greedy output equal to `generate`, drafts accepted. PaliGemma, whose
+    feed is its own (the prefix root), is refused by name."""
+    kind, model = vlm
+    inputs = vlm_prompts(kind)
+    if batch == 1:
+        inputs = row_of(inputs, 2)
+    n = 12
+    drafter = ControlledDrafter(model, acceptance=0.8, horizon=n)
+    run = lambda: speculative_generate(model, drafter, max_new_tokens=n, tree=4, **inputs,  # noqa: E731
+                                       stopping=StoppingConfig.never(), engine=EngineConfig(step="static"))
+    if kind == "paligemma":
+        with pytest.raises(ValueError, match="served by PaliGemmaTarget, whose feed is its own .*_feed_unwindowed"):
+            run()
+        return
+    out = run()
+    with torch.no_grad():
+        for r in range(batch):
+            want = model.generate(**row_of(inputs, r), max_new_tokens=n, do_sample=False, eos_token_id=None,
+                                  pad_token_id=0)[0, -n:]
+            assert torch.equal(out.sequences[r, -n:], want), (kind, r)
+    assert out.stats.mean_accepted_length > 2.0, (kind, out.stats)
+    engine = next(iter(model._multispec_static_engines.values()))
+    assert type(engine).__name__.startswith("Static") and engine.static_calls > 0
