@@ -27,9 +27,13 @@ from .base import Drafter
 
 class ControlledDrafter(Drafter):
     """See the module docstring. `horizon`: new tokens the continuation covers (the generation's budget);
-    `seed`: the drafter's own coin (not the caller's generator: the coin must not change what is verified)."""
+    `seed`: the drafter's own coin (not the caller's generator: the coin must not change what is verified).
+    `continuation` [B, >= horizon]: the target's greedy tokens after the prompt when the caller has them (e.g.
+    from a `generate` baseline it times), so that `start` does not run `generate` again; the same for every
+    call, so one prompt batch."""
 
-    def __init__(self, target, acceptance: float, horizon: int, seed: int = 0):
+    def __init__(self, target, acceptance: float, horizon: int, seed: int = 0,
+                 continuation: torch.Tensor | None = None):
         if not 0.0 <= acceptance <= 1.0:
             raise ValueError(f"acceptance: expected a probability in [0, 1], got {acceptance!r}")
         if horizon < 1:
@@ -37,6 +41,9 @@ class ControlledDrafter(Drafter):
         self.target, self.acceptance, self.horizon = target, float(acceptance), int(horizon)
         self.vocab_size = int(target.get_output_embeddings().weight.shape[0])
         self.coin = torch.Generator().manual_seed(seed)
+        if continuation is not None and (continuation.dim() != 2 or continuation.shape[1] < horizon):
+            raise ValueError(f"continuation: expected [B, >= {horizon}] tokens, got {tuple(continuation.shape)}")
+        self.given = None if continuation is None else continuation.cpu()
         self.continuation: torch.Tensor | None = None  # [B, horizon + margin] the target's greedy tokens
         self.position: list[int] = []  # per active row: how many of its continuation tokens are committed
         self.rows: list[int] = []
@@ -45,6 +52,13 @@ class ControlledDrafter(Drafter):
 
     @torch.no_grad()
     def start(self, prompt: Prompt, features: Features | None = None) -> None:
+        self.position = [0] * prompt.batch_size
+        self.rows = list(range(prompt.batch_size))
+        if self.given is not None:
+            if self.given.shape[0] != prompt.batch_size:
+                raise ValueError(f"continuation: {self.given.shape[0]} rows for a batch of {prompt.batch_size}")
+            self.continuation = self.given
+            return
         device = next(self.target.parameters()).device
         inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in prompt.inputs.items()}
         out = self.target.generate(prompt.input_ids.to(device), attention_mask=prompt.attention_mask.to(device),
@@ -52,8 +66,6 @@ class ControlledDrafter(Drafter):
                                    pad_token_id=0, **inputs)
         # the root (the prompt's last token) is committed; the continuation starts after it
         self.continuation = out[:, prompt.input_ids.shape[1]:].cpu()
-        self.position = [0] * prompt.batch_size
-        self.rows = list(range(prompt.batch_size))
 
     def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:

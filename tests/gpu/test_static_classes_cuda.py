@@ -1,0 +1,53 @@
+"""The fixed-shape step over each class's own forward, captured in CUDA graphs (`multispec.targets.static_hf`):
+replays give the eager step's tokens and `generate`'s (fp32), with drafts accepted; one class also under
+`torch.compile` (inductor). CPU twins: tests/core/test_static_classes.py, tests/vision/test_vlm_targets.py."""
+
+import pytest
+import torch
+
+from multispec import EngineConfig, StoppingConfig, speculative_generate
+from multispec.drafters.controlled import ControlledDrafter
+from multispec.testing import DECODERS, make_decoder, ragged_prompts
+
+CUDA = torch.device("cuda")
+
+
+def _run(model, ids, mask, step: str, n: int = 24):
+    drafter = ControlledDrafter(model, acceptance=0.8, horizon=n)
+    return speculative_generate(model, drafter, ids, mask, max_new_tokens=n, tree=4, stopping=StoppingConfig.never(),
+                                engine=EngineConfig(step=step))
+
+
+@pytest.mark.parametrize("name", list(DECODERS))
+def test_captured_step_replays_equal_eager_and_generate(name):
+    model = make_decoder(name, seed=1).to(CUDA)
+    ids, mask = (t.to(CUDA) for t in ragged_prompts(3, seed=3))
+    want = model.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)
+    eager, static = _run(model, ids, mask, "eager"), _run(model, ids, mask, "static")
+    assert torch.equal(static.sequences, eager.sequences), name
+    assert torch.equal(static.sequences[:, : want.shape[1]], want), name
+    assert static.stats.mean_accepted_length > 2.0
+    engine = next(iter(model._multispec_static_engines.values()))
+    assert engine.cuda_graphs and engine._graphs and engine.static_calls > 0  # replayed, not eager
+
+
+@pytest.mark.parametrize("name", ["qwen3", "gemma2"])
+def test_inductor_compiled_step_equals_eager(name):
+    model = make_decoder(name, seed=1).to(CUDA)
+    ids, mask = (t.to(CUDA) for t in ragged_prompts(2, seed=3))
+    assert torch.equal(_run(model, ids, mask, "compiled", 16).sequences, _run(model, ids, mask, "eager", 16).sequences)
+
+
+@pytest.mark.parametrize("kind", ["llava-clip", "qwen2-vl", "gemma3"])
+def test_vlm_captured_decode_equals_generate(kind):
+    from multispec.vision.testing import make_vlm, row_of, vlm_prompts
+
+    model = make_vlm(kind, seed=1).to(CUDA)
+    inputs = {k: v.to(CUDA) if isinstance(v, torch.Tensor) else v for k, v in vlm_prompts(kind).items()}
+    out = speculative_generate(model, ControlledDrafter(model, 0.8, 12), max_new_tokens=12, tree=4, **inputs,
+                               stopping=StoppingConfig.never(), engine=EngineConfig(step="static"))
+    for r in range(inputs["input_ids"].shape[0]):
+        want = model.generate(**row_of(inputs, r), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)[0, -12:]
+        assert torch.equal(out.sequences[r, -12:], want), (kind, r)
