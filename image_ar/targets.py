@@ -34,10 +34,10 @@ class ImageGPTTarget(LeanCausalLM):
 
     stop_token_ids = ()  # a fixed number of image tokens, no end token
 
-    def __init__(self, model: ClassConditionalGPT, name: str = "target"):
+    def __init__(self, model: ClassConditionalGPT, name: str = "target", window: int | None = None):
         if not isinstance(model, ClassConditionalGPT):
             raise TypeError(f"{name}: expected a ClassConditionalGPT, got {type(model).__name__}")
-        super().__init__(model, name)
+        super().__init__(model, name, window)
         self.prompt_vocab_size = int(model.config.vocab_size)
         self.num_image_tokens = int(model.config.num_image_tokens)
 

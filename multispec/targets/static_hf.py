@@ -33,16 +33,9 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from ..host import require
 from .base import NO_FEATURES, FeatureRequest, Features, TargetOutput
-from .hf import HFCausalLM, PendingNodes, check_causal_lm, keeps_state
+from .hf import HFCausalLM, PendingNodes, keeps_state
 from .lean import dispatched
-from .registry import ADAPTERS, registered
 from .static_step import CapturedFeed, node_buckets, padded, static_feed_tables
-
-
-# what an adapter may change for its feed to run at fixed shapes: positions (`_positions`), the prompt's prefill and
-# `select`; one that changes any of these feeds otherwise (a recurrent state, masks of its own) is refused
-FEED_HOOKS = ("feed", "_score", "_feed_unwindowed", "_first_read_column", "_layer_masks", "commit", "_move_columns",
-              "_crop", "checkpoint", "rollback")
 
 
 def model_unsupported(model: object) -> str | None:
@@ -57,41 +50,6 @@ def model_unsupported(model: object) -> str | None:
     rope_types = {p.get("rope_type") for p in rope.values() if isinstance(p, dict)} | {rope.get("rope_type")}
     if "dynamic" in rope_types:  # its frequencies follow the longest position seen: a host read per forward
         return "rope_type 'dynamic' (its frequencies change with the sequence length)"
-    return None
-
-
-def fixed_shape_class(model: object) -> type["StaticFeed"]:
-    """The fixed-shape engine class for `model`: `StaticHFCausalLM` for a decoder the core serves, the static
-    variant of its adapter for a model a modality serves (`eager_class`: the adapter a faster one stands in
-    for); ValueError naming the reason otherwise."""
-    reason = model_unsupported(model)
-    if reason is not None:
-        raise ValueError(reason)
-    adapter = registered(ADAPTERS, model)
-    if adapter is None:
-        check_causal_lm(model, "target")  # TypeError naming what it is
-        return StaticHFCausalLM
-    base = getattr(type(adapter), "eager_class", None) or type(adapter)
-    if not issubclass(base, HFCausalLM) or base.stateful:
-        raise ValueError(f"{type(model).__name__} is served by {base.__name__}, which has no fixed-shape step")
-    changed = [h for h in FEED_HOOKS if getattr(base, h) is not getattr(HFCausalLM, h)]
-    if changed:
-        raise ValueError(f"{type(model).__name__} is served by {base.__name__}, whose feed is its own "
-                         f"({', '.join(changed)}): no fixed-shape step yet")
-    if base not in _VARIANTS:
-        _VARIANTS[base] = type(f"Static{base.__name__}", (StaticFeed, base), {"__module__": __name__})
-    return _VARIANTS[base]
-
-
-_VARIANTS: dict[type, type] = {}
-
-
-def generic_static_unsupported(model: object) -> str | None:
-    """None if a fixed-shape engine runs `model` exactly as its eager feed does, else why not."""
-    try:
-        fixed_shape_class(model)
-    except (TypeError, ValueError) as e:
-        return str(e)
     return None
 
 
@@ -313,5 +271,4 @@ def _generic_step(engine: StaticFeed, request: FeatureRequest, masks, positions:
     return logits, features.hidden, tuple(features.layers[i] for i in request.layers)
 
 
-__all__ = ["ColumnCache", "ColumnLayer", "StaticFeed", "StaticHFCausalLM", "fixed_shape_class", "generic_static_unsupported",
-           "model_unsupported"]
+__all__ = ["ColumnCache", "ColumnLayer", "StaticFeed", "StaticHFCausalLM", "model_unsupported"]

@@ -12,7 +12,8 @@ from multispec import EngineConfig, StoppingConfig, speculative_generate
 from multispec.drafters.controlled import ControlledDrafter
 from multispec.targets.base import FeatureRequest
 from multispec.targets.hf import HFCausalLM
-from multispec.targets.static_hf import StaticHFCausalLM, generic_static_unsupported
+from multispec.targets.static import generic_static_unsupported
+from multispec.targets.static_hf import StaticHFCausalLM
 from multispec.testing import DECODERS, make_decoder, make_target, ragged_prompts
 
 

@@ -7,13 +7,14 @@ load with `from_pretrained`."""
 import pytest
 import torch
 
-from multispec import DynamicTree, StaticTree
+from multispec import DynamicTree, EngineConfig, StaticTree, StoppingConfig, speculative_generate
 from multispec.drafters import ModelDrafter
 from multispec.image_ar import (VQVAE, ClassConditionalGPT, ImageGPTTarget, Relaxed, generate_ar, generate_images,
                                 latent_neighbours)
-from multispec.image_ar.testing import make_image_gpt
+from multispec.image_ar.testing import make_image_gpt, make_janus
 from multispec.sampling import SamplingConfig
 from multispec.targets import GuidedTarget, as_target
+from multispec.targets.static import generic_static_unsupported
 from multispec.testing import chi_square_pvalue, make_perturbed_copy
 
 SCALE = 2.5
@@ -105,3 +106,22 @@ def test_bad_inputs_are_named(gpt):
         vq.encode(torch.rand(2, 3, 28, 28))
     with pytest.raises(ValueError, match="codes"):
         vq.decode(torch.full((1, 49), 40))
+
+
+def test_static_step_with_guidance_equals_plain_guided_ar():
+    """`step="static"` through `GuidedTarget`: the guided model's fixed-shape engine (the image adapter with
+    the lean static step mixed in) runs both halves; guided greedy codes equal plain guided AR, drafts accepted.
+    Janus, whose feed is its own (image embeddings, text roots), is refused by name."""
+    gpt = make_image_gpt(seed=2)
+    labels = torch.tensor([0, 1, 3])
+    want = generate_ar(gpt, labels, guidance_scale=2.0, do_sample=False).codes
+    ids = gpt.class_tokens(labels)
+    draft = ModelDrafter(GuidedTarget(make_perturbed_copy(gpt, noise=0.05), 2.0))
+    out = speculative_generate(GuidedTarget(gpt, 2.0), draft, ids, torch.ones_like(ids),
+                               max_new_tokens=gpt.config.num_image_tokens, tree=3, stopping=StoppingConfig.never(),
+                               engine=EngineConfig(step="static"))
+    assert torch.equal(out.sequences[:, ids.shape[1]:], want)
+    assert out.stats.mean_accepted_length > 1.5
+    (engine,) = gpt._multispec_static_engines.values()
+    assert type(engine).__name__ == "StaticImageGPTTarget" and engine.static_calls > 0
+    assert "served by JanusImageTarget, whose feed is its own" in generic_static_unsupported(make_janus())
