@@ -44,18 +44,28 @@ class Teacher:
 
     @torch.no_grad()
     def __call__(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits over the draft vocabulary [B, S, Vd], in_vocab [B, S] bool) for final hidden states [B, S, H];
-        the full vocabulary's top token is found in chunks of positions (its logits never all at once)."""
+        """(logits over the draft vocabulary [B, S, Vd], in_vocab [B, S] bool) for final hidden states [B, S, H]."""
         hidden = hidden.to(self.weight.device)
-        draft = self._logits(hidden, self.d2t)
+        return self.draft_logits(hidden), self.in_vocab(hidden)
+
+    @torch.no_grad()
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self._logits(hidden.to(self.weight.device), self.d2t)
+
+    @torch.no_grad()
+    def in_vocab(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Whether the full vocabulary's top token after each position lies in the draft vocabulary [B, S] (found in
+        chunks of positions: a large vocabulary's logits never all at once). Per token and fixed: what a feature
+        cache stores beside the features, so a large head (Gemma's 262k rows) is not run every step."""
+        hidden = hidden.to(self.weight.device)
         if self.full:
-            return draft, torch.ones(draft.shape[:-1], dtype=torch.bool, device=draft.device)
+            return torch.ones(hidden.shape[:-1], dtype=torch.bool, device=hidden.device)
         flat = hidden.reshape(-1, hidden.shape[-1])
         best = torch.cat([self._logits(flat[i: i + self.chunk], None).argmax(-1)
                           for i in range(0, len(flat), self.chunk)]).view(hidden.shape[:-1])
-        member = torch.zeros(self.weight.shape[0], dtype=torch.bool, device=draft.device)
+        member = torch.zeros(self.weight.shape[0], dtype=torch.bool, device=hidden.device)
         member[self.d2t] = True
-        return draft, member[best]
+        return member[best]
 
 
 def top_tokens(sequences: list[list[int]], size: int, vocab_size: int) -> torch.Tensor:

@@ -99,13 +99,21 @@ class DraftKind:
         return {}
 
 
+def _stored(t: torch.Tensor) -> torch.Tensor:
+    """A feature tensor in 16 bits: float16 (finer) where its values fit, bfloat16 where they would overflow
+    (Gemma's residual stream runs into the hundreds of thousands)."""
+    return t.to(torch.float16 if bool(t.abs().max() < 6e4) else torch.bfloat16)
+
+
 class _FeatureKind(DraftKind):
     """What the feature-level kinds share: the training sequences and the target's features of them, computed
     once when they fit in `CACHE_BYTES`, else each step."""
 
     def __init__(self, target: PreTrainedModel, sequences: list[list[int]], request: FeatureRequest,
-                 options: KindOptions):
-        self.target, self.options, self.request = target.eval(), options, request
+                 options: KindOptions, teacher: Teacher | None = None):
+        """`teacher`: when given, whether each position's top token lies in its draft vocabulary is stored beside
+        the features (`in_vocab`), so the full head runs once per token, not once per step."""
+        self.target, self.options, self.request, self.teacher = target.eval(), options, request, teacher
         for p in target.parameters():
             p.requires_grad_(False)
         self.ids = torch.tensor(sequences, dtype=torch.long)
@@ -117,26 +125,29 @@ class _FeatureKind(DraftKind):
 
     def _features(self, ids: torch.Tensor):
         f = capture(self.target, ids, self.request)
-        half = lambda t: t.to(torch.float16)  # noqa: E731
-        return (None if f.hidden is None else half(f.hidden), {i: half(t) for i, t in f.layers.items()})
+        in_vocab = None if self.teacher is None else self.teacher.in_vocab(f.hidden)
+        return (None if f.hidden is None else _stored(f.hidden), {i: _stored(t) for i, t in f.layers.items()},
+                in_vocab)
 
     def features(self, items: Sequence[int]):
-        """(hidden [B, S, H] or None, {layer: [B, S, H]}) of the sequences `items`, float32 on the target's device
-        (the target runs, and the stored half-precision features are read, outside any autocast: the features are
-        the ones the drafter reads when drafting)."""
+        """(hidden [B, S, H] or None, {layer: [B, S, H]}, in_vocab [B, S] or None) of the sequences `items`, float32
+        on the target's device (the target runs, and the stored 16-bit features are read, outside any autocast:
+        the features are the ones the drafter reads when drafting)."""
         device = _device(self.target)
         with torch.autocast(device.type, enabled=False):
             return self._features_at(items, device)
 
     def _features_at(self, items: Sequence[int], device: torch.device):
-        if self.cached is None:
-            hidden, layers = self._features(self.ids[list(items)].to(device))
-        else:
-            parts = [(self.cached[i // 16][0], self.cached[i // 16][1], i % 16) for i in items]
-            hidden = None if parts[0][0] is None else torch.stack([h[j] for h, _, j in parts])
-            layers = {k: torch.stack([ls[k][j] for _, ls, j in parts]) for k in parts[0][1]}
         to = lambda t: None if t is None else t.to(device, torch.float32)  # noqa: E731
-        return to(hidden), {k: to(v) for k, v in layers.items()}
+        if self.cached is None:
+            hidden, layers, in_vocab = self._features(self.ids[list(items)].to(device))
+            return to(hidden), {k: to(v) for k, v in layers.items()}, in_vocab
+        parts = [(self.cached[i // 16], i % 16) for i in items]
+        stack = lambda ts: torch.stack([t.to(device, torch.float32) for t in ts])  # noqa: E731 (mixed 16-bit kinds)
+        hidden = None if parts[0][0][0] is None else stack([c[0][j] for c, j in parts])
+        layers = {k: stack([c[1][k][j] for c, j in parts]) for k in parts[0][0][1]}
+        in_vocab = None if parts[0][0][2] is None else torch.stack([c[2][j] for c, j in parts]).to(device)
+        return hidden, layers, in_vocab
 
 
 class EagleKind(_FeatureKind):
@@ -155,7 +166,7 @@ class EagleKind(_FeatureKind):
 
     def losses(self, items: Sequence[int], step: int) -> dict:
         ids = self.ids[list(items)].to(_device(self.target))
-        hidden, _ = self.features(items)
+        hidden, _, _ = self.features(items)
         s, h = ids.shape[1] - 1, hidden.shape[-1]
         noise = torch.stack([torch.randn(s, h, generator=item_generator(self.options.seed, step, i)) for i in items])
         parts = self.trainer.losses(ids, hidden, noise=noise)
@@ -178,20 +189,20 @@ class Eagle3Kind(_FeatureKind):
         text = _text_config(target)
         aux = tuple(options.aux_layers or default_aux_layers(text.num_hidden_layers))
         _check_provides(target, FeatureRequest(layers=aux), self.name)
-        super().__init__(target, sequences, FeatureRequest(hidden=True, layers=aux), options)
-        d2t = top_tokens(sequences, options.draft_vocab or self.vocab_size, self.vocab_size)
+        vocab = output_vocab_size(target)
+        d2t = top_tokens(sequences, options.draft_vocab or vocab, vocab)
+        super().__init__(target, sequences, FeatureRequest(hidden=True, layers=aux), options, Teacher(target, d2t))
         config = Eagle3Config(hidden_size=text.hidden_size, target_hidden_size=text.hidden_size,
                               draft_vocab_size=len(d2t), target_vocab_size=self.vocab_size, aux_layers=aux,
                               rms_norm_eps=getattr(text, "rms_norm_eps", 1e-6), **_layer_shape(target, options))
         torch.manual_seed(options.seed)
         self.module = self.head = Eagle3Head(config, d2t).to(_device(target))
-        self.teacher = Teacher(target, d2t)
         self.embed = target.get_input_embeddings()
 
     def losses(self, items: Sequence[int], step: int) -> dict:
         ids = self.ids[list(items)].to(_device(self.target))
-        hidden, layers = self.features(items)
-        want, in_vocab = self.teacher(hidden)
+        hidden, layers, in_vocab = self.features(items)
+        want = self.teacher.draft_logits(hidden)
         g = self.head.fuse_target(layers)[:, :-1]
         embeds = self.embed(ids[:, 1:]).detach().to(g.dtype)
         total, acc = 0.0, None
