@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from ..drafters import Drafter, ModelDrafter
@@ -121,7 +122,8 @@ class _FeatureKind(DraftKind):
         width = _text_config(target).hidden_size * (int(request.hidden) + len(request.layers))
         self.cached = None
         if self.ids.numel() * width * 2 <= CACHE_BYTES:
-            self.cached = [self._features(self.ids[i: i + 16]) for i in range(0, len(self.ids), 16)]
+            starts = tqdm(range(0, len(self.ids), 16), desc="target features", unit="batch", leave=False)
+            self.cached = [self._features(self.ids[i: i + 16]) for i in starts]
 
     def _features(self, ids: torch.Tensor):
         f = capture(self.target, ids, self.request)
