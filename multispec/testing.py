@@ -10,6 +10,7 @@ from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, Llam
                           MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 from .drafters.eagle import EagleConfig, EagleHead
+from .targets.base import NO_FEATURES
 from .zoo.data import read_source, stdlib_files
 
 VOCAB = 128
@@ -274,3 +275,40 @@ def energy_distance_pvalue(a: torch.Tensor, b: torch.Tensor, permutations: int =
     within_b = (second * (dist @ second)).sum(0) / (m * m)
     stat = 2 * cross - within_a - within_b
     return float((1 + (stat[1:] >= stat[0]).sum()) / (1 + permutations))
+
+
+def compare_tree_feeds(reference, engine, ids: torch.Tensor, mask: torch.Tensor, request=None, tol: float = 1e-4,
+                       counts: bool = False) -> None:
+    """Feed both engines the same draft trees of 3 rows in calls (parents fed earlier and within a call, invalid
+    nodes, a 5-node call), commit paths, twice, then drop a row and feed again; assert every valid node's logits
+    (and the `request`ed features) agree within `tol`. `counts`: commit `engine` with the host counts."""
+    request = NO_FEATURES if request is None else request
+    assert torch.equal(reference.start(ids, mask).roots, engine.start(ids, mask).roots)
+    g = torch.Generator().manual_seed(0)
+    valid = torch.ones(3, 3, dtype=torch.bool)
+    valid[-1, 2] = False
+    calls = [(torch.tensor([[-1, 0, 0, 1, 3]] * 3), None), (torch.tensor([[1, 2, 6]] * 3), valid),
+             (torch.tensor([[3, 6]] * 3), None)]
+
+    def close(a, b, keep, what):
+        assert (a[keep] - b[keep]).abs().max() < tol, what
+
+    for _ in range(2):
+        for par, ok in calls:
+            toks = torch.randint(3, 128, par.shape, generator=g)
+            x, y = reference.feed(toks, par, ok, request=request), engine.feed(toks, par, ok, request=request)
+            keep = torch.ones_like(par, dtype=torch.bool) if ok is None else ok
+            close(x.logits, y.logits, keep, "logits")
+            if request.hidden:
+                close(x.features.hidden, y.features.hidden, keep, "hidden")
+            for i in request.layers:
+                close(x.features.layers[i], y.features.layers[i], keep, f"layer {i}")
+        path = torch.tensor([[0, 1, 3, 8], [0, 2, -1, -1], [0, 1, 5, 6]])
+        reference.commit(path)
+        engine.commit(path, counts=[4, 2, 4]) if counts else engine.commit(path)
+    rows = torch.tensor([0, 2])
+    reference.select(rows)
+    engine.select(rows)
+    toks = torch.randint(3, 128, (2, 2), generator=g)
+    par = torch.tensor([[-1, 0]] * 2)
+    close(reference.feed(toks, par).logits, engine.feed(toks, par).logits, slice(None), "logits after select")

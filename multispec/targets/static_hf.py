@@ -31,9 +31,8 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from ..host import require
-from .base import NO_FEATURES, FeatureRequest, Features, TargetOutput
-from .hf import HFCausalLM, PendingNodes, keeps_state
+from .base import NO_FEATURES, FeatureRequest, TargetOutput
+from .hf import HFCausalLM, keeps_state
 from .lean import dispatched
 from .static_step import CapturedFeed, node_buckets, padded, static_feed_tables
 
@@ -213,19 +212,7 @@ class StaticFeed(CapturedFeed):
         inp = tokens.to(device) if inputs_embeds is None else inputs_embeds.to(device)
         dynamic = (padded(inp, n), parents.to(device), valid, self.pending.parents, self.length, self.start_col,
                    torch.arange(used, used + n, device=device))
-        logits, hidden, layers, ok, kept_parents, pos, anc = self.run_feed(dynamic, p0, tuple(request.layers),
-                                                                           request.hidden)
-        self.static_calls += 1
-        keep = (lambda t: t[:, :m].clone()) if self.cuda_graphs else (lambda t: t[:, :m])  # noqa: E731
-        if self.cuda_graphs:
-            ok, kept_parents, pos, anc = ok.clone(), kept_parents.clone(), pos.clone(), anc.clone()
-        require(ok, lambda: ValueError("parents: a node's parent must be fed before it"))
-        self.pending = PendingNodes(kept_parents, pos, anc)
-        features = None
-        if request.hidden or request.layers:
-            features = Features(keep(hidden) if request.hidden else None,
-                                {i: keep(t) for i, t in zip(request.layers, layers)})
-        return TargetOutput(keep(logits), features)
+        return self.finish_feed(self.run_feed(dynamic, p0, tuple(request.layers), request.hidden), m, request)
 
     def fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
             layers_wanted: tuple[int, ...], want_hidden: bool):

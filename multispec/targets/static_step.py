@@ -233,6 +233,24 @@ class CapturedFeed:
     def before_capture(self) -> None:
         """What must exist before a capture (allocations of the engine's own): nothing by default."""
 
+    def finish_feed(self, out: tuple, m: int, request: FeatureRequest) -> TargetOutput:
+        """The feed's result from `fed`'s outputs (padded to the budget): the first `m` nodes' logits and
+        features, the pending forest's tables kept, the parents' check deferred to the step's read."""
+        logits, hidden, layers, ok, kept_parents, pos, anc = out
+        self.static_calls += 1
+        copy_out = self.cuda_graphs or self.compiled and self.device.type == "cuda"  # graph outputs get reused
+        keep = (lambda t: t[:, :m].clone()) if copy_out else (lambda t: t[:, :m])  # noqa: E731
+        if self.cuda_graphs:
+            ok, kept_parents, pos, anc = ok.clone(), kept_parents.clone(), pos.clone(), anc.clone()
+        # deferred to the step's host read on CUDA (multispec.host); the tables clamp a bad parent to -1 first
+        require(ok, lambda: ValueError("parents: a node's parent must be fed before it"))
+        self.pending = PendingNodes(kept_parents, pos, anc)
+        features = None
+        if request.hidden or request.layers:
+            features = Features(keep(hidden) if request.hidden else None,
+                                {i: keep(t) for i, t in zip(request.layers, layers)})
+        return TargetOutput(keep(logits), features)
+
 
 class StaticLeanCausalLM(CapturedFeed, LeanCausalLM):
     """`LeanCausalLM` whose tree-feeding calls run the fixed-shape `static_step` (see the module docstring)."""
@@ -377,22 +395,9 @@ class StaticLeanCausalLM(CapturedFeed, LeanCausalLM):
         dynamic = (padded(inp, n), parents.to(device), valid, self.pending.parents, self.length, self.start_col,
                    torch.arange(used, used + n, device=device))
         out = self.run_feed(dynamic, p0, tuple(request.layers), request.hidden)
-        logits, hidden, layers, ok, kept_parents, pos, anc = out
         for layer in self.cache.layers:
             layer.used = used + m
-        self.static_calls += 1
-        copy_out = self.cuda_graphs or self.compiled and device.type == "cuda"  # graph outputs get reused
-        keep = (lambda t: t[:, :m].clone()) if copy_out else (lambda t: t[:, :m])  # noqa: E731
-        if self.cuda_graphs:
-            ok, kept_parents, pos, anc = ok.clone(), kept_parents.clone(), pos.clone(), anc.clone()
-        # deferred to the step's host read on CUDA (multispec.host); the tables clamp a bad parent to -1 first
-        require(ok, lambda: ValueError("parents: a node's parent must be fed before it"))
-        self.pending = PendingNodes(kept_parents, pos, anc)
-        features = None
-        if request.hidden or request.layers:
-            features = Features(keep(hidden) if request.hidden else None,
-                                {i: keep(t) for i, t in zip(request.layers, layers)})
-        return TargetOutput(keep(logits), features)
+        return self.finish_feed(out, m, request)
 
     def fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
              layers_wanted: tuple[int, ...], want_hidden: bool):

@@ -14,7 +14,7 @@ from multispec.targets.base import FeatureRequest
 from multispec.targets.hf import HFCausalLM
 from multispec.targets.static import generic_static_unsupported
 from multispec.targets.static_hf import StaticHFCausalLM
-from multispec.testing import DECODERS, make_decoder, make_target, ragged_prompts
+from multispec.testing import DECODERS, compare_tree_feeds, make_decoder, make_target, ragged_prompts
 
 
 
@@ -29,33 +29,9 @@ def test_static_feed_logits_equal_eager_on_every_tree_node(decoder):
     feed's."""
     name, model = decoder
     ids, mask = ragged_prompts(3, seed=7)
-    eager, static = HFCausalLM(model), StaticHFCausalLM(model, capacity=64, node_budget=(2, 4))
-    request = FeatureRequest(hidden=True, layers=(0, 2))
-    assert torch.equal(eager.start(ids, mask).roots, static.start(ids, mask).roots)
-    g = torch.Generator().manual_seed(0)
-    valid = torch.ones(3, 3, dtype=torch.bool)
-    valid[-1, 2] = False
-    calls = [(torch.tensor([[-1, 0, 0, 1, 3]] * 3), None), (torch.tensor([[1, 2, 6]] * 3), valid),
-             (torch.tensor([[3, 6]] * 3), None)]
-    for _ in range(2):
-        for par, ok in calls:
-            toks = torch.randint(3, 128, par.shape, generator=g)
-            x, y = eager.feed(toks, par, ok, request=request), static.feed(toks, par, ok, request=request)
-            keep = torch.ones_like(par, dtype=torch.bool) if ok is None else ok
-            assert (x.logits[keep] - y.logits[keep]).abs().max() < 1e-4, name
-            assert (x.features.hidden[keep] - y.features.hidden[keep]).abs().max() < 1e-4, name
-            for i in request.layers:
-                assert (x.features.layers[i][keep] - y.features.layers[i][keep]).abs().max() < 1e-4, (name, i)
-        path = torch.tensor([[0, 1, 3, 8], [0, 2, -1, -1], [0, 1, 5, 6]])
-        eager.commit(path)
-        static.commit(path, counts=[4, 2, 4])
-    assert static.static_calls == 6  # the 5-node calls too (padded to 8)
-    keep_rows = torch.tensor([0, 2])
-    eager.select(keep_rows)
-    static.select(keep_rows)
-    toks = torch.randint(3, 128, (2, 2), generator=g)
-    par = torch.tensor([[-1, 0]] * 2)
-    assert (eager.feed(toks, par).logits - static.feed(toks, par).logits).abs().max() < 1e-4, name
+    static = StaticHFCausalLM(model, capacity=64, node_budget=(2, 4))
+    compare_tree_feeds(HFCausalLM(model), static, ids, mask, FeatureRequest(hidden=True, layers=(0, 2)), counts=True)
+    assert static.static_calls == 7, name  # the 5-node calls too (padded to 8)
 
 
 @pytest.mark.parametrize("rows", [1, 3], ids=["B1", "ragged-B3"])

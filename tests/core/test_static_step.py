@@ -13,7 +13,7 @@ from multispec.drafters.model import ModelDrafter
 from multispec.targets.lean import LeanCausalLM
 from multispec.targets.static import static_engines
 from multispec.targets.static_step import StaticLeanCausalLM, node_buckets, static_pair
-from multispec.testing import make_perturbed_copy, make_target, ragged_prompts, source_prompts
+from multispec.testing import compare_tree_feeds, make_perturbed_copy, make_target, ragged_prompts, source_prompts
 
 TREES = {"chain": 4, "tree": StaticTree.full([2, 2])}
 
@@ -50,30 +50,9 @@ def test_static_feed_logits_equal_lean(kind):
     than the budget (eager fallback), commits, a row dropped."""
     model = make_target(kind, seed=1)
     ids, mask = ragged_prompts(3, seed=7)
-    a, b = LeanCausalLM(model), StaticLeanCausalLM(model, capacity=64, node_budget=(2, 4))
-    assert torch.equal(a.start(ids, mask).roots, b.start(ids, mask).roots)
-    g = torch.Generator().manual_seed(0)
-    valid = torch.ones(3, 3, dtype=torch.bool)
-    valid[-1, 2] = False
-    calls = [(torch.tensor([[-1, 0, 0, 1, 3]] * 3), None), (torch.tensor([[1, 2, 6]] * 3), valid),
-             (torch.tensor([[3, 6]] * 3), None)]
-    for _ in range(2):
-        for par, ok in calls:
-            toks = torch.randint(3, 128, par.shape, generator=g)
-            x, y = a.feed(toks, par, ok).logits, b.feed(toks, par, ok).logits
-            keep = torch.ones_like(par, dtype=torch.bool) if ok is None else ok
-            assert (x[keep] - y[keep]).abs().max() < 1e-4
-        path = torch.tensor([[0, 1, 3, 8], [0, 2, -1, -1], [0, 1, 5, 6]])
-        a.commit(path)
-        b.commit(path)
-    assert b.static_calls == 4  # the 5-node calls ran eagerly (wider than the budget)
-    keep = torch.tensor([0, 2])
-    a.select(keep)
-    b.select(keep)
-    toks = torch.randint(3, 128, (2, 2), generator=g)
-    par = torch.tensor([[-1, 0]] * 2)
-    assert (a.feed(toks, par).logits - b.feed(toks, par).logits).abs().max() < 1e-4
-    assert b.static_calls == 5
+    b = StaticLeanCausalLM(model, capacity=64, node_budget=(2, 4))
+    compare_tree_feeds(LeanCausalLM(model), b, ids, mask)
+    assert b.static_calls == 5  # the 5-node calls ran eagerly (wider than the budget)
 
 
 @pytest.mark.parametrize("tree", list(TREES))
