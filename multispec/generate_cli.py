@@ -30,7 +30,7 @@ import torch
 
 from . import zoo
 from .cli_types import parse_tree, positive_int
-from .config import StoppingConfig
+from .config import STEPS, EngineConfig, StoppingConfig
 from .drafters import ModelDrafter, NGramDrafter, SuffixDecodingDrafter
 from .drafters.formats import load_eagle
 from .generate import speculative_generate
@@ -42,13 +42,14 @@ from .tree import DynamicTree
 class GenerateMode:
     """How `multispec generate` serves one modality's zoo pairs: its own options (added under a heading by
     `add_arguments`; `options` maps each one's dest to its flag: they default to None and are refused with any
-    other pair) and `run(args)`."""
+    other pair) and `run(args)`; `static_step`: whether its generation honours `--step` (it runs `generate_one`)."""
 
     name: str
     pairs: tuple[str, ...]
     options: dict[str, str]
     add_arguments: Callable[[argparse._ArgumentGroup], None]
     run: Callable[[argparse.Namespace], int]
+    static_step: bool = False
 
 
 GENERATE_MODES: dict[str, GenerateMode] = {}
@@ -74,6 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens to generate per prompt (default 64; the reasoning pair: 320)")
     p.add_argument("--tree", default=None, metavar="K|D/K/N",
                    help="a chain of K drafts, or a dynamic tree DEPTH/TOPK/TOTAL (default: the pair's, else 4)")
+    p.add_argument("--step", choices=STEPS, default="eager",
+                   help="eager (default), static (fixed shapes, CUDA graphs on a GPU) or compiled (also torch.compile)")
     p.add_argument("--sample", action="store_true", help="sample (exact speculative sampling) instead of greedy")
     p.add_argument("--temperature", type=float, default=1.0, help="with --sample")
     p.add_argument("--seed", type=int, default=0, help="the generator's seed (with --sample, and for the image pairs)")
@@ -129,6 +132,9 @@ def _mode(args: argparse.Namespace) -> GenerateMode | None:
             raise ValueError(f"{given[0]}: only for {other.name} pairs ({', '.join(other.pairs)})")
     if mode is not None and args.draft is not None:
         raise ValueError("--draft: a zoo pair brings its drafter; use --target PATH to choose one")
+    if mode is not None and args.step != "eager" and not mode.static_step:
+        raise ValueError(f"--step: {args.step!r} serves text and vision-language pairs; {mode.name} pairs run the "
+                         "eager step")
     return mode
 
 
@@ -264,7 +270,7 @@ def generate_one(target, drafter, decode: Callable[[list[int]], str], inputs: di
     out = speculative_generate(target, drafter, max_new_tokens=args.max_new_tokens, tree=tree, on_step=stream,
                                sampling=sampling_config(args),
                                stopping=StoppingConfig(eos_token_id=eos, pad_token_id=pad), generator=generator,
-                               **inputs)
+                               engine=EngineConfig(step=args.step), **inputs)
     seconds = time.perf_counter() - t0
     new = out.sequences[0, ids.shape[1]: ids.shape[1] + out.num_new_tokens[0]].tolist()
     text = decode(new)

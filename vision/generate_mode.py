@@ -60,4 +60,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-MODE = GenerateMode("vision-language", (NAME,), {"image": "--image", "vlm_drafter": "--vlm-drafter"}, _add_arguments, run)
+MODE = GenerateMode("vision-language", (NAME,), {"image": "--image", "vlm_drafter": "--vlm-drafter"}, _add_arguments, run,
+                    static_step=True)

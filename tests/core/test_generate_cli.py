@@ -10,7 +10,7 @@ import torch
 
 from multispec import zoo
 from multispec.cli import main
-from multispec.testing import make_perturbed_copy, make_target, save_checkpoint
+from multispec.testing import make_decoder, make_perturbed_copy, make_target, save_checkpoint
 
 
 def test_a_zoo_pair_streams_what_it_generates_and_compares_with_generate(tmp_path, capsys):
@@ -23,6 +23,16 @@ def test_a_zoo_pair_streams_what_it_generates_and_compares_with_generate(tmp_pat
     assert record["new_tokens"] == 24 and record["identical_to_plain"] is True
     assert record["mean_accepted_length"] > 1.5  # drafts are accepted: this is speculation
     assert "mean accepted length" in printed and "plain generate" in printed and "outputs identical" in printed
+
+
+def test_a_gemma2_checkpoint_on_the_static_step(tmp_path):
+    """`--step static` on a class the lean step does not serve: the model's own forward at fixed shapes."""
+    save_checkpoint(tmp_path / "target", make_decoder("gemma2", seed=3))
+    assert main(["generate", "--target", str(tmp_path / "target"), "--prompt", "w10 w11 w12 w10 w11 w12 w10",
+                 "--max-new-tokens", "16", "--step", "static", "--compare", "--no-stream", "--json",
+                 str(tmp_path / "g.json")]) == 0
+    record = json.loads((tmp_path / "g.json").read_text())["records"][0]
+    assert record["identical_to_plain"] is True and record["new_tokens"] == 16
 
 
 @pytest.mark.parametrize("draft", ["model", "ngram", "suffix"])
@@ -56,7 +66,8 @@ def test_bad_options_name_themselves_before_any_model_loads(tmp_path, capsys, mo
                           (["--pair", "stdlib-bytes", "--prompt", "x", "--tree", "0"], "--tree: a chain"),
                           (["--pair", "stdlib-bytes", "--prompt", "x", "--tree", "4x4"], "--tree: expected K"),
                           (["--pair", "stdlib-bytes", "--prompt", "x", "--sample", "--temperature", "0"],
-                           "--temperature")]:
+                           "--temperature"),
+                          (["--pair", "mnist-vq-gpt", "--class", "3", "--step", "static"], "--step: 'static' serves")]:
         assert main(["generate", *args]) == 2, args
         assert message in capsys.readouterr().err, args
     with pytest.raises(SystemExit):  # argparse: exit 2, the option named
