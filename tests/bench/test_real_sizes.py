@@ -25,4 +25,5 @@ def test_dry_run_covers_every_shape(tmp_path):
         assert all(r["identical"] for r in rows.values()), result
         chain = rows["chain_k3_p0.8"]
         assert chain["accepted_length"] > 1.5  # drafts accepted
-        assert chain["limit"] > 0 and abs(chain["efficiency"] - chain["vs_no_draft"] / chain["limit"]) < 2e-3
+        ratio = chain["vs_no_draft"] / chain["limit"]  # from rounded figures: within their rounding
+        assert chain["limit"] > 0 and abs(chain["efficiency"] - ratio) <= 0.05 * ratio + 2e-3
