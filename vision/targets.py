@@ -143,6 +143,7 @@ class Qwen2VLTarget(VisionLanguageTarget):
     model_types = ("qwen2_vl", "qwen2_5_vl")
     prefill_inputs = frozenset({"pixel_values", "image_grid_thw", "mm_token_type_ids"})
     per_token_inputs = frozenset({"mm_token_type_ids"})
+    graph_attributes = ("rope_deltas",)  # read by `_positions`: a fixed-shape step's graph input
 
     def check_prompt(self, prompt: Prompt) -> None:
         super().check_prompt(prompt)

@@ -211,12 +211,29 @@ class StaticFeed(CapturedFeed):
         valid = torch.ones(b, m, dtype=torch.bool, device=device) if valid is None else valid.to(device)
         inp = tokens.to(device) if inputs_embeds is None else inputs_embeds.to(device)
         dynamic = (padded(inp, n), parents.to(device), valid, self.pending.parents, self.length, self.start_col,
-                   torch.arange(used, used + n, device=device))
+                   torch.arange(used, used + n, device=device), *(getattr(self, a) for a in self.graph_attributes))
         return self.finish_feed(self.run_feed(dynamic, p0, tuple(request.layers), request.hidden), m, request)
 
-    def fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
+    # tensor attributes an adapter's feed reads (e.g. Qwen2-VL's rope deltas in `_positions`): a captured graph
+    # must read them as inputs, copied in at each replay, not at the addresses they had when it was captured
+    graph_attributes: tuple[str, ...] = ()
+
+    def fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *attributes, p0: int,
             layers_wanted: tuple[int, ...], want_hidden: bool):
-        """The whole feed on tensors: its tables, then the model's forward (what a CUDA graph captures)."""
+        """The whole feed on tensors: its tables, then the model's forward (what a CUDA graph captures);
+        `attributes`: the values of `graph_attributes`, set on the engine for the call."""
+        kept = tuple(getattr(self, a) for a in self.graph_attributes)
+        for name, value in zip(self.graph_attributes, attributes):
+            setattr(self, name, value)
+        try:
+            return self._fed(inp, parents, valid, pending_parents, length, start_col, cols, p0=p0,
+                             layers_wanted=layers_wanted, want_hidden=want_hidden)
+        finally:
+            for name, value in zip(self.graph_attributes, kept):
+                setattr(self, name, value)
+
+    def _fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
+             layers_wanted: tuple[int, ...], want_hidden: bool):
         tables = dict(p0=p0, n=inp.shape[1], capacity=self.capacity, window=None)
         ok, kept_parents, pos, anc, positions, allowed = static_feed_tables(
             parents, valid, pending_parents, length, start_col, cols, sliding_window=None, **tables)

@@ -44,10 +44,13 @@ def test_vlm_captured_decode_equals_generate(kind):
     from multispec.vision.testing import make_vlm, row_of, vlm_prompts
 
     model = make_vlm(kind, seed=1).to(CUDA)
-    inputs = {k: v.to(CUDA) if isinstance(v, torch.Tensor) else v for k, v in vlm_prompts(kind).items()}
-    out = speculative_generate(model, ControlledDrafter(model, 0.8, 12), max_new_tokens=12, tree=4, **inputs,
-                               stopping=StoppingConfig.never(), engine=EngineConfig(step="static"))
-    for r in range(inputs["input_ids"].shape[0]):
-        want = model.generate(**row_of(inputs, r), max_new_tokens=12, do_sample=False, eos_token_id=None,
-                              pad_token_id=0)[0, -12:]
-        assert torch.equal(out.sequences[r, -12:], want), (kind, r)
+    batch = {k: v.to(CUDA) if isinstance(v, torch.Tensor) else v for k, v in vlm_prompts(kind).items()}
+    # the ragged batch, then rows 0 and 1 alone: the second single-row generation replays the first one's graphs
+    # with another image size (Qwen2-VL: other rope deltas), so its positions must be read as graph inputs
+    for inputs in (batch, row_of(batch, 0), row_of(batch, 1)):
+        out = speculative_generate(model, ControlledDrafter(model, 0.8, 12), max_new_tokens=12, tree=4, **inputs,
+                                   stopping=StoppingConfig.never(), engine=EngineConfig(step="static"))
+        for r in range(inputs["input_ids"].shape[0]):
+            want = model.generate(**row_of(inputs, r), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                                  pad_token_id=0)[0, -12:]
+            assert torch.equal(out.sequences[r, -12:], want), (kind, r)
