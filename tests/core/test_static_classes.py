@@ -39,11 +39,11 @@ def test_greedy_equals_generate_with_drafts_accepted(decoder, rows):
     """The eager step and the static one, each equal to `generate`."""
     name, model = decoder
     ids, mask = ragged_prompts(rows, seed=3)
-    want = model.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, eos_token_id=None,
+    want = model.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False, eos_token_id=None,
                           pad_token_id=0)
     for step in ("eager", "static"):
-        drafter = ControlledDrafter(model, acceptance=0.8, horizon=24)
-        got = speculative_generate(model, drafter, ids, mask, max_new_tokens=24, tree=4,
+        drafter = ControlledDrafter(model, acceptance=0.8, horizon=16)
+        got = speculative_generate(model, drafter, ids, mask, max_new_tokens=16, tree=4,
                                    stopping=StoppingConfig.never(), engine=EngineConfig(step=step))
         assert torch.equal(got.sequences[:, : want.shape[1]], want), (name, step)
         assert got.stats.mean_accepted_length > 2.0, got.stats  # drafts accepted: not plain decoding in disguise
