@@ -2,10 +2,9 @@
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from multispec import SamplingConfig, speculative_generate
-from multispec.testing import make_target, ragged_prompts
+from multispec.testing import make_target
 
 
 @pytest.fixture(scope="module")

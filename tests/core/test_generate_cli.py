@@ -6,7 +6,6 @@ loads."""
 import json
 
 import pytest
-import torch
 
 from multispec import zoo
 from multispec.cli import main
