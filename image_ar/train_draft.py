@@ -72,7 +72,7 @@ class ImageEagleKind(DraftKind):
                              max_position_embeddings=c.max_position_embeddings)
         torch.manual_seed(seed)
         self.target, self.ids, self.seed = target, sequences, seed
-        self.module = self.head = EagleHead(config)
+        self.module = self.head = EagleHead(config).to(next(target.parameters()).device)
         self.trainer = guided_eagle_trainer(target, self.head, scale, EagleTrainConfig(ce_weight=0.5))
         self.features = self.trainer.extract(list(sequences))
 
@@ -98,10 +98,12 @@ def accepted(target, drafter, labels: list[int], scale: float) -> float:
 
 def run(args: argparse.Namespace) -> int:
     target = ClassConditionalGPT.from_pretrained(args.target).eval()
+    if args.device is not None:
+        target.to(args.device)
     labels = read_labels(args.data, target.config.num_classes)
     scale = args.guidance_scale if args.guidance_scale is not None else CFG_SCALE
     per_class = args.images_per_class or 64
-    drawn = torch.tensor([x for x in labels for _ in range(per_class)])
+    drawn = torch.tensor([x for x in labels for _ in range(per_class)], device=next(target.parameters()).device)
     codes = generate_ar(target, drawn, guidance_scale=scale, generator=torch.Generator().manual_seed(args.seed)).codes
     sequences = torch.cat([target.class_tokens(drawn), codes], dim=1)
     kind = ImageEagleKind(target, sequences, scale, args.seed)

@@ -24,7 +24,6 @@ captured in a CUDA graph (`CapturedFeed`); `compile` puts the step under `torch.
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable, Sequence
 
 import torch
@@ -34,7 +33,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from .base import NO_FEATURES, FeatureRequest, TargetOutput
 from .hf import HFCausalLM, keeps_state
 from .lean import dispatched
-from .static_step import CapturedFeed, node_buckets, padded, static_feed_tables
+from .static_step import CapturedFeed, padded, static_feed_tables
 
 
 def model_unsupported(model: object) -> str | None:
@@ -97,7 +96,7 @@ class StaticFeed(CapturedFeed):
 
     def __init__(self, model: PreTrainedModel, name: str = "target", *, capacity: int | None = None,
                  node_budget: int | Sequence[int] = 16, compile: bool | str | Callable = False,
-                 cuda_graphs: bool | None = None):
+                 compile_mode: str | None = None, cuda_graphs: bool | None = None):
         """As `StaticLeanCausalLM`'s: `capacity` cache columns per row (default: `max_position_embeddings` plus
         the largest budget), `node_budget` the padded widths (`node_buckets`; a feed of more nodes pads to the
         next power of two), `compile` False / True / a `torch.compile` backend, `cuda_graphs` (default: on
@@ -106,37 +105,11 @@ class StaticFeed(CapturedFeed):
         if reason is not None:
             raise ValueError(f"{name}: the fixed-shape step cannot run this model ({reason})")
         super().__init__(model, name)
-        self.buckets = node_buckets(node_budget)
-        text = model.config.get_text_config(decoder=True)
-        if capacity is None:
-            capacity = int(getattr(text, "max_position_embeddings", 2048)) + self.buckets[-1]
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity <= self.buckets[-1]:
-            raise ValueError(f"capacity: expected an int above the largest node budget ({self.buckets[-1]}), "
-                             f"got {capacity!r}")
-        self.capacity = -(-capacity // 16) * 16  # aligned rows for the fused CUDA attention kernels
-        self.init_capture(cuda_graphs)
-        self.compiled = compile is not False
-        # a code object per engine: dynamo's cache and recompile limit are per code object
-        fn = types.FunctionType(_generic_step.__code__.replace(co_name=f"generic_step_{name}"),
-                                _generic_step.__globals__, f"generic_step_{name}")
-        if compile is not False:
-            options = dict(fullgraph=True, dynamic=False)
-            if compile is not True:
-                options["backend"] = compile
-            fn = torch.compile(fn, **options)
-            limit = 8 * len(self.buckets)
-            if torch._dynamo.config.recompile_limit < limit:
-                torch._dynamo.config.recompile_limit = limit
-        self._step = fn
+        self.init_static(generic_step, model.config.get_text_config(decoder=True), capacity, node_budget, compile,
+                         compile_mode, cuda_graphs)
         self._pool: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        self.static_calls = 0
 
     # ---- buffers --------------------------------------------------------------------------------------
-    def check_capacity(self, columns: int) -> None:
-        if columns > self.capacity:
-            raise ValueError(f"capacity: {self.name} needs {columns} cache columns, more than its capacity "
-                             f"({self.capacity}); build it with a larger `capacity`")
-
     def _buffers(self, batch: int, like: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list:
         """The engine's K/V buffers for `batch` rows, shaped as each layer of `like` (zeros when new: masked
         columns must stay finite)."""
@@ -264,7 +237,7 @@ class StaticHFCausalLM(StaticFeed, HFCausalLM):
     """`HFCausalLM` at fixed shapes: the engine of every decoder the core serves without an adapter."""
 
 
-def _generic_step(engine: StaticFeed, request: FeatureRequest, masks, positions: torch.Tensor,
+def generic_step(engine: StaticFeed, request: FeatureRequest, masks, positions: torch.Tensor,
                   tokens: dict):
     """One forward of the engine's model over the padded nodes (what `compile` compiles): float32 logits
     [B, N, V], the final hidden state [B, N, H] if asked, and the residual stream entering each asked layer."""

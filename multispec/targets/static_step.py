@@ -32,6 +32,7 @@ session read; with an EAGLE chain or tree the whole step reads the device once (
 
 from __future__ import annotations
 
+import abc
 import copy
 import types
 from collections.abc import Callable, Sequence
@@ -180,20 +181,55 @@ class _Graph:
     outputs: tuple
 
 
-class CapturedFeed:
+class CapturedFeed(abc.ABC):
     """A feed run as one function of tensors (`fed(*dynamic, p0=, layers_wanted=, want_hidden=)`), on CUDA
     captured once per shape in a CUDA graph and replayed: a feed is then a few input copies and one replay. The
     engine names its cache buffers (`kv_pointers`): a graph reads fixed addresses."""
 
-    def init_capture(self, cuda_graphs: bool | None) -> None:
+    def init_static(self, step: Callable, text_config, capacity: int | None, node_budget: int | Sequence[int],
+                    compile: bool | str | Callable, compile_mode: str | None, cuda_graphs: bool | None) -> None:
+        """What every fixed-shape engine sets up: its node budgets, its capacity (default: the model's
+        `max_position_embeddings` plus the largest budget), its CUDA graphs, and `step` as `self._step` (under
+        `torch.compile` when asked), a code object of its own per engine name: dynamo's cache and recompile
+        limit are per code object, so a target and a drafter do not share (or exhaust) one."""
+        self.buckets = node_buckets(node_budget)
+        if capacity is None:
+            capacity = int(getattr(text_config, "max_position_embeddings", 2048)) + self.buckets[-1]
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity <= self.buckets[-1]:
+            raise ValueError(f"capacity: expected an int above the largest node budget ({self.buckets[-1]}), "
+                             f"got {capacity!r}")
+        # a multiple of 16: the mask's rows stay aligned for the fused CUDA attention kernels
+        self.capacity = -(-capacity // 16) * 16
         self.cuda_graphs = self.device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
         if self.cuda_graphs and self.device.type != "cuda":
             raise ValueError("cuda_graphs: the model is not on a CUDA device")
         self._graphs: dict[tuple, _Graph] = {}
         self._graph_pool = None
+        self.compiled = compile is not False
+        self.static_calls = 0  # feeding calls that ran the static step (the rest ran eagerly)
+        label = f"{step.__name__}_{self.name}"
+        fn = types.FunctionType(step.__code__.replace(co_name=label), step.__globals__, label)
+        if compile is False:
+            self._step = fn
+            return
+        options = dict(fullgraph=True, dynamic=False)
+        if compile is not True:
+            options["backend"] = compile
+        if compile_mode is not None:
+            options["mode"] = compile_mode
+        self._step = torch.compile(fn, **options)
+        limit = 8 * len(self.buckets)  # one graph per (batch size, budget, input kind, request)
+        if torch._dynamo.config.recompile_limit < limit:
+            torch._dynamo.config.recompile_limit = limit
 
+    def check_capacity(self, columns: int) -> None:
+        if columns > self.capacity:
+            raise ValueError(f"capacity: {self.name} needs {columns} cache columns, more than its capacity "
+                             f"({self.capacity}); build it with a larger `capacity`")
+
+    @abc.abstractmethod
     def kv_pointers(self) -> tuple[int, ...]:
-        raise NotImplementedError
+        """The addresses of the engine's cache buffers (part of a graph's key)."""
 
     def run_feed(self, dynamic: tuple, p0: int, layers_wanted: tuple[int, ...], want_hidden: bool):
         run = lambda *args: self.fed(*args, p0=p0, layers_wanted=layers_wanted, want_hidden=want_hidden)  # noqa
@@ -267,49 +303,17 @@ class StaticLeanCausalLM(CapturedFeed, LeanCausalLM):
         `torch.compile` (e.g. "reduce-overhead" with `cuda_graphs=False`: torch's own CUDA graphs).
         `cuda_graphs`: capture each static shape in a CUDA graph and replay it (default: on CUDA)."""
         super().__init__(model, name, window)
-        self.buckets = node_buckets(node_budget)
-        if capacity is None:
-            capacity = int(getattr(model.config, "max_position_embeddings", 2048)) + self.buckets[-1]
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity <= self.buckets[-1]:
-            raise ValueError(f"capacity: expected an int above the largest node budget ({self.buckets[-1]}), "
-                             f"got {capacity!r}")
-        # a multiple of 16: the mask's rows stay aligned for the fused CUDA attention kernels
-        self.capacity = -(-capacity // 16) * 16
-        self.init_capture(cuda_graphs)
-        self.compiled = compile is not False
-        # a code object of its own per engine: dynamo's cache and recompile limit are per code object, so a
-        # target and a drafter do not share (or exhaust) one
-        fn = types.FunctionType(static_step.__code__.replace(co_name=f"static_step_{name}"), static_step.__globals__,
-                                f"static_step_{name}")
-        if compile is False:
-            self._step = fn
-        else:
-            options = dict(fullgraph=True, dynamic=False)
-            if compile is not True:
-                options["backend"] = compile
-            if compile_mode is not None:
-                options["mode"] = compile_mode
-            self._step = torch.compile(fn, **options)
-            # one graph per (batch size, budget, input kind, request): allow that many per code object
-            limit = 8 * len(self.buckets)
-            if torch._dynamo.config.recompile_limit < limit:
-                torch._dynamo.config.recompile_limit = limit
+        self.init_static(static_step, model.config, capacity, node_budget, compile, compile_mode, cuda_graphs)
         self._kv: dict[tuple, torch.Tensor] = {}
         self._joint: dict[int, torch.Tensor] = {}  # batch size -> every layer's K and V (see `kv_buffer`)
         self._weights: tuple | None = None
         self._weights_key = None
-        self.static_calls = 0  # feeding calls that ran the static step (the rest ran eagerly)
 
     # ---- buffers --------------------------------------------------------------------------------------
     def _new_cache(self) -> _StaticCache:
         self._pack()  # once per generation, as the lean engine does
         self._static_weights()
         return _StaticCache(self, len(self.model.model.layers))
-
-    def check_capacity(self, columns: int) -> None:
-        if columns > self.capacity:
-            raise ValueError(f"capacity: {self.name} needs {columns} cache columns, more than its capacity "
-                             f"({self.capacity}); build it with a larger `capacity`")
 
     def kv_buffer(self, batch: int, layer: int, slot: str) -> torch.Tensor:
         """The engine's fixed K or V buffer for `batch` rows (zeros when new: masked columns must stay finite).
