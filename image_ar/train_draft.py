@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from multispec.bench.shards import current
 from multispec.cli import positive_int
 from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
 from multispec.drafters.eagle_train import EagleTrainConfig
@@ -97,9 +98,11 @@ def accepted(target, drafter, labels: list[int], scale: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    shards = current()
     target = ClassConditionalGPT.from_pretrained(args.target).eval()
-    if args.device is not None:
-        target.to(args.device)
+    device = args.device or (str(shards.device) if shards.world > 1 else None)
+    if device is not None:
+        target.to(device)
     labels = read_labels(args.data, target.config.num_classes)
     scale = args.guidance_scale if args.guidance_scale is not None else CFG_SCALE
     per_class = args.images_per_class or 64
@@ -108,20 +111,23 @@ def run(args: argparse.Namespace) -> int:
     sequences = torch.cat([target.class_tokens(drawn), codes], dim=1)
     kind = ImageEagleKind(target, sequences, scale, args.seed)
     held = sorted(set(labels))
-    untrained = accepted(target, kind.drafter(), held, scale)
-    loop = LoopConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
-                      checkpoint_every=args.checkpoint_every, seed=args.seed, autocast=args.autocast)
-    trainer = TrainLoop(kind.module, kind.losses, len(sequences), loop, args.out, desc="train eagle (image)")
+    untrained = accepted(target, kind.drafter(), held, scale) if shards.main else None
+    loop = LoopConfig(steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum or 1, lr=args.lr,
+                      warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every,
+                      halt_after=args.halt_after, seed=args.seed, autocast=args.autocast)
+    trainer = TrainLoop(kind.module, kind.losses, len(sequences), loop, args.out, shards, desc="train eagle (image)")
     history = trainer.run()
     report = {"kind": "eagle", "target": args.target, "data": args.data, "guidance_scale": scale,
               "images": len(sequences), "steps": trainer.step, "finished": trainer.finished,
-              "final_loss": history[-1]["total"] if history else None, "untrained_accepted_length": untrained}
-    if trainer.finished:
-        kind.save(args.out)
-        report["accepted_length"] = accepted(target, kind.drafter(), held, scale)
-        report["eval"] = {"classes": held, "chain_k": 4, "guided": scale, "greedy": True}
-    Path(args.out, "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
+              "processes": shards.world, "final_loss": history[-1]["total"] if history else None,
+              "untrained_accepted_length": untrained}
+    if shards.main:
+        if trainer.finished:
+            kind.save(args.out)
+            report["accepted_length"] = accepted(target, kind.drafter(), held, scale)
+            report["eval"] = {"classes": held, "chain_k": 4, "guided": scale, "greedy": True}
+        Path(args.out, "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(report, indent=2))
     return 0
 
 

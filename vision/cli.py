@@ -7,18 +7,21 @@ import json
 import math
 from pathlib import Path
 
+import torch
+
 from multispec import StoppingConfig, speculative_generate, zoo
 from multispec.bench.recorder import LEGEND, format_table
 from multispec.bench.shards import current
 from multispec.cli import parse_tree, positive_int, register_command
 from multispec.training.cli import TargetTrainer, register_trainer
+from multispec.training.loop import LoopConfig, TrainLoop
 
 from .bench import ANSWER_KINDS, PAIRS, SPLITS, run
 from .compress import BRANCHES, COMPRESSORS
 from .distill import DistillConfig, VisionDistiller
 from .drafters import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
 from .evaluate import CHAIN_K, VQAItem, run_vqa, vqa_methods
-from .processing import HFVQAProcessor, answer_examples, collate_examples
+from .processing import AnswerExample, HFVQAProcessor, answer_examples, collate_examples
 from .targets import vision_adapter_for
 from .vqa_data import read_vqa
 from .zoo_pair import NAME, head_for, load_drafters
@@ -191,48 +194,85 @@ def branch_list(text: str) -> tuple[str, ...]:
 
 def _train(args: argparse.Namespace) -> int:
     """`multispec train draft` for a VLM: the target answers the questions (its answers are the training text),
-    a drafter of `--kind` is distilled online; the accepted length on held-out questions, before and after, goes
-    to report.json beside it."""
+    a drafter of `--kind` is distilled online on the shared training loop (data parallel under `accelerate
+    launch`, gradient accumulation, bf16 autocast on a GPU, resumable); the accepted length on held-out
+    questions, before and after, goes to report.json beside it."""
     # training needs questions and images only: the answers are the target's own
     records = read_vqa(args.data, images=args.images, annotations=args.annotations, require_answers=False)[:args.limit]
     for r in records:  # every image readable before any model loads
         if r.image is None or not Path(r.image).exists():
             raise FileNotFoundError(f"{r.where}: image {r.image} not found (pass --images DIR)")
     pairs = [(_image(r), r.question) for r in records]
-    held = pairs[19::20] or pairs[-1:]  # every twentieth question, at least one, measures the accepted length
-    train = [p for i, p in enumerate(pairs) if (i % 20 != 19)] if len(pairs) > 1 else pairs
+    # every twentieth question (at least one, unless there is only one) measures the accepted length
+    held_at = set(range(19, len(pairs), 20)) or ({len(pairs) - 1} if len(pairs) > 1 else set())
+    held = [p for i, p in enumerate(pairs) if i in held_at] or pairs
+    train = [p for i, p in enumerate(pairs) if i not in held_at]
+    shards = current()
     model, processor, eos, pad = _load_target(args.target)
+    device = args.device or (str(shards.device) if shards.world > 1 else None)
+    if device is not None:
+        model.to(device)
     image_token = getattr(model.config, "image_token_id", None)
     if image_token is None:
         raise ValueError(f"--target: {type(model).__name__} has no image_token_id in its config")
     n = args.max_new_tokens or 200
-    examples = answer_examples(model, processor, train, n, eos, pad)
+    examples = _answers(model, processor, train, n, eos, pad, shards)
     vision = VisionDraftConfig(mode=args.kind, image_token_id=int(image_token), num_queries=args.num_queries or 2,
                                global_vector=not args.no_global, ratio=args.ratio or 4,
                                branches=args.branches or COMPRESSORS)
-    head = head_for(model, vision)
-    untrained = _accepted(model, head, processor, held, n, eos, pad)
+    torch.manual_seed(args.seed)  # the untrained head (and so the run) follows --seed
+    head = head_for(model, vision).to(model.device)
+    untrained = _accepted(model, head, processor, held, n, eos, pad) if shards.main else None
     config = DistillConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, online=not args.offline)
     answer_type = getattr(vision_adapter_for(model), "appended_token_type", 0)  # PaliGemma's suffix: 1
-    history = VisionDistiller(model, head, config).fit(examples, lambda b: collate_examples(b, pad, answer_type),
-                                                       args.out, desc=f"{args.kind} draft")
+    distiller = VisionDistiller(model, head, config)
+    losses = distiller.loop_losses(examples, lambda b: collate_examples(b, pad, answer_type), args.seed)
+    loop = LoopConfig(steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum or 1, lr=args.lr,
+                      warmup_steps=args.warmup_steps, grad_clip=config.grad_clip,
+                      checkpoint_every=args.checkpoint_every, halt_after=args.halt_after, seed=args.seed,
+                      autocast=args.autocast)
+    trainer = TrainLoop(head, losses, len(examples), loop, args.out, shards, desc=f"train {args.kind}")
+    history = trainer.run()
     report = {"kind": args.kind, "target": args.target, "data": args.data, "questions": len(train),
-              "heldout_questions": len(held), "steps": args.steps, "finished": True,
-              "final_loss": history[-1]["total"] if history else None,
-              "untrained_accepted_length": untrained,
-              "accepted_length": _accepted(model, head, processor, held, n, eos, pad)}
-    Path(args.out, "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
+              "heldout_questions": len(held), "steps": trainer.step, "finished": trainer.finished,
+              "processes": shards.world, "final_loss": history[-1]["total"] if history else None,
+              "untrained_accepted_length": untrained}
+    if shards.main:
+        if trainer.finished:
+            head.save(args.out)
+            report["accepted_length"] = _accepted(model, head, processor, held, n, eos, pad)
+        Path(args.out, "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(report, indent=2))
     return 0
+
+
+def _answers(model, processor, pairs, n: int, eos, pad, shards) -> list[AnswerExample]:
+    """The target's own answers to `pairs` (on the host), each process answering every `world`-th question
+    and all of them gathering every answer back in the questions' order."""
+    device = model.device
+    mine = answer_examples(model, _on(processor, device), shards.take(pairs), n, eos, pad, progress=shards.main)
+    mine = [AnswerExample({k: v.cpu() for k, v in e.inputs.items()}, e.answer.cpu()) for e in mine]
+    gathered = shards.gather(mine)
+    return [gathered[i % shards.world][i // shards.world] for i in range(len(pairs))]
+
+
+def _on(processor, device):
+    """`processor` whose tensors land on `device` (the target's)."""
+    def process(image, question):
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in processor(image, question).items()}
+
+    return process
 
 
 def _accepted(model, head, processor, pairs, n: int, eos, pad) -> float:
     """Tokens committed per target forward, greedy, chains of 4, over the (image, question) pairs."""
     committed = forwards = 0
-    drafter = VisionEagleDrafter(head, model)
+    drafter = VisionEagleDrafter(head.eval(), model)
+    process = _on(processor, model.device)
     for image, question in pairs:
         out = speculative_generate(model, drafter, max_new_tokens=n, tree=4,
-                                   stopping=StoppingConfig(eos_token_id=eos, pad_token_id=pad), **processor(image, question))
+                                   stopping=StoppingConfig(eos_token_id=eos, pad_token_id=pad),
+                                   **process(image, question))
         committed += out.stats.committed
         forwards += len(out.stats.steps)
     return round(committed / max(1, forwards), 4)

@@ -97,12 +97,17 @@ class ElasticCompressor(nn.Module):
         mean = (embeds * m).sum(1) / m.sum(1).clamp(min=1)
         return self.gate(torch.cat([mean, question.to(embeds.dtype)], -1))
 
-    def choose(self, logits: torch.Tensor, tau: float = 1.0) -> torch.Tensor:
+    def choose(self, logits: torch.Tensor, tau: float = 1.0, gumbel: torch.Tensor | None = None) -> torch.Tensor:
         """One-hot [B, branches]: straight-through Gumbel-softmax in training (the value is one-hot, the
-        gradient the soft sample's), argmax at inference."""
-        if self.training:
+        gradient the soft sample's), argmax at inference. `gumbel` [B, branches]: the Gumbel noise, drawn by the
+        caller (per row, so that it does not depend on the batch's split); None: drawn here."""
+        if not self.training:
+            return F.one_hot(logits.argmax(-1), len(self.branches)).to(logits.dtype)
+        if gumbel is None:
             return F.gumbel_softmax(logits, tau=tau, hard=True)
-        return F.one_hot(logits.argmax(-1), len(self.branches)).to(logits.dtype)
+        soft = ((logits + gumbel.to(logits)) / tau).softmax(-1)
+        hard = F.one_hot(soft.argmax(-1), len(self.branches)).to(soft.dtype)
+        return hard - soft.detach() + soft
 
     def importance_scores(self, image: torch.Tensor, question: torch.Tensor) -> torch.Tensor:
         """[n] scores of one image's tokens [n, H] for a question summary [H]."""
@@ -140,9 +145,9 @@ class ElasticCompressor(nn.Module):
         return self.text_marker.to(image.dtype)
 
     def forward(self, embeds: torch.Tensor, mask: torch.Tensor, question: torch.Tensor,
-                tau: float = 1.0) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """Compressed tokens per row, and the gate's one-hot choice [B, branches]."""
-        choice = self.choose(self.gate_logits(embeds, mask, question), tau)
+                tau: float = 1.0, gumbel: torch.Tensor | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Compressed tokens per row, and the gate's one-hot choice [B, branches] (`gumbel`: see `choose`)."""
+        choice = self.choose(self.gate_logits(embeds, mask, question), tau, gumbel)
         out = []
         for r in range(embeds.shape[0]):
             k = int(choice[r].argmax())

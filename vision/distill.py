@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from multispec.training.loop import Losses, item_generator
+
 from .drafters import VisionEagleHead, build_draft_sequence
 
 
@@ -84,18 +86,39 @@ class VisionDistiller:
         per_row[slots] = embeds0[is_image]
         return per_row, slots
 
-    def _pass(self, tokens, emask, feats, images, image_mask, question_at):
+    def _pass(self, tokens, emask, feats, images, image_mask, question_at, gumbel=None):
         seq = build_draft_sequence(self.head, self.embed, tokens, emask, feats, images, image_mask, question_at,
-                                   tau=self.config.gumbel_tau)
+                                   tau=self.config.gumbel_tau, gumbel=gumbel)
         hidden = self.head.decoder.model(inputs_embeds=seq.embeds, attention_mask=seq.mask,
                                          position_ids=_positions(seq.mask)).last_hidden_state
         col = seq.index.clamp(min=0)
         pred = hidden.gather(1, col[..., None].expand(-1, -1, hidden.shape[-1]))  # per original entry
         return pred, seq
 
-    def losses(self, inputs: dict[str, torch.Tensor], labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _row_draws(self, feats: torch.Tensor, emask: torch.Tensor, generators: Sequence[torch.Generator]):
+        """Per row, from its own generator: the feature noise (scaled by the row's own rms, zero at padding)
+        and the gate's Gumbel noise, so that neither depends on the rows beside it."""
+        b, length, h = feats.shape
+        noise = torch.zeros_like(feats)
+        branches = len(self.head.vision.branches)
+        gumbel = feats.new_zeros(b, branches)
+        for r, g in enumerate(generators):
+            n = int(emask[r].sum())
+            unit = torch.randn(n, h, generator=g, device=g.device).to(feats)
+            rms = feats[r, :n].pow(2).mean().sqrt()
+            noise[r, :n] = unit * self.config.feature_noise * rms
+            gumbel[r] = -torch.empty(branches, device=g.device).exponential_(generator=g).log().to(feats)
+        return noise, gumbel
+
+    def losses(self, inputs: dict[str, torch.Tensor], labels: torch.Tensor,
+               generators: Sequence[torch.Generator] | None = None) -> dict[str, torch.Tensor]:
+        """The distillation loss of one batch (see the module docstring). With `generators` (one per row: the
+        shared training loop's), each row's noise comes from its own generator and the loss is the mean of
+        the rows' mean losses, which a split of the batch over processes and micro-batches averages back to."""
         cfg = self.config
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        if generators is not None and len(generators) != ids.shape[0]:
+            raise ValueError(f"generators: expected one per row ({ids.shape[0]}), got {len(generators)}")
         f, embeds0, logits = self.teacher(inputs)
         images, image_mask = self._image_rows(ids, mask, embeds0)
         tokens, emask, feats = ids[:, 1:], mask[:, 1:], f[:, :-1]
@@ -110,22 +133,38 @@ class VisionDistiller:
         hard = torch.cat([ids[:, 2:], ids[:, :1]], 1)  # token j+2 (the last entry has none; masked out)
         out: dict[str, torch.Tensor] = {}
 
+        def reduce(per_entry: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+            """Mean over the kept entries; per row first with `generators` (see the docstring)."""
+            if generators is None:
+                return per_entry.mean()
+            rows = torch.zeros(keep.shape, dtype=per_entry.dtype, device=per_entry.device)
+            rows[keep] = per_entry
+            return (rows.sum(1) / keep.sum(1).clamp(min=1)).mean()
+
         def entry_loss(pred: torch.Tensor, keep: torch.Tensor, tag: str) -> torch.Tensor:
             draft_logits = self.head.decoder.lm_head(pred[keep]).float()
-            feature = F.smooth_l1_loss(pred[keep].float(), want_f[keep])
+            if generators is None:
+                feature = F.smooth_l1_loss(pred[keep].float(), want_f[keep])
+            else:
+                feature = reduce(F.smooth_l1_loss(pred[keep].float(), want_f[keep], reduction="none").mean(-1), keep)
             if cfg.online:
-                ce = -(torch.softmax(teacher_logits[keep], -1) * torch.log_softmax(draft_logits, -1)).sum(-1).mean()
+                ce = -(torch.softmax(teacher_logits[keep], -1) * torch.log_softmax(draft_logits, -1)).sum(-1)
             else:  # the data's own next token, mapped into the draft vocabulary
                 t2d = torch.full((int(d2t.max()) + 2,), -100, dtype=torch.long, device=d2t.device)
                 t2d[d2t] = torch.arange(len(d2t), device=d2t.device)
-                ce = F.cross_entropy(draft_logits, t2d[hard[keep].clamp(max=len(t2d) - 1)], ignore_index=-100)
+                target = t2d[hard[keep].clamp(max=len(t2d) - 1)]
+                ce = F.cross_entropy(draft_logits, target, ignore_index=-100, reduction="none")
+                ce = ce[target != -100] if generators is None else ce
             out[f"acc{tag}"] = (draft_logits.argmax(-1) == teacher_logits[keep].argmax(-1)).float().mean().detach()
-            return cfg.feature_weight * feature + cfg.ce_weight * ce
+            return cfg.feature_weight * feature + cfg.ce_weight * reduce(ce, keep)
 
-        noisy = feats
-        if cfg.feature_noise and self.head.training:
+        noisy, gumbel = feats, None
+        if generators is not None and self.head.training:
+            noise, gumbel = self._row_draws(feats, emask, generators)
+            noisy = feats + noise if cfg.feature_noise else feats
+        elif cfg.feature_noise and self.head.training:
             noisy = feats + torch.randn_like(feats) * cfg.feature_noise * feats.pow(2).mean().sqrt()
-        pred, seq = self._pass(tokens, emask, noisy, images, image_mask, question_at)
+        pred, seq = self._pass(tokens, emask, noisy, images, image_mask, question_at, gumbel)
         keep = answer & (seq.index >= 0)
         total = entry_loss(pred, keep, "")
         if cfg.rollout_weight > 0:
@@ -133,12 +172,25 @@ class VisionDistiller:
             own = torch.zeros_like(answer)
             own[:, 1:] = answer[:, :-1] & (seq.index[:, :-1] >= 0) & (seq.index[:, 1:] >= 0)
             rolled = torch.where(own[..., None], torch.cat([pred[:, :1], pred[:, :-1]], 1).to(noisy.dtype), noisy)
-            pred2, _ = self._pass(tokens, emask, rolled, images, image_mask, question_at)
+            pred2, _ = self._pass(tokens, emask, rolled, images, image_mask, question_at, gumbel)
             total = total + cfg.rollout_weight * entry_loss(pred2, keep, "2")
         if seq.choice is not None:
             out["gate"] = seq.choice.detach().sum(0)
         out["total"] = total
         return out
+
+    def loop_losses(self, examples: Sequence[Any], collate: Collate, seed: int) -> Losses:
+        """The losses of the shared training loop (`multispec.training.loop`: data parallel, gradient
+        accumulation, resumable) over `examples`: the rows' randomness from `item_generator`."""
+        def losses(items: Sequence[int], step: int) -> dict[str, torch.Tensor | float]:
+            inputs, labels = collate([examples[i] for i in items])
+            device = next(self.head.parameters()).device
+            inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+            generators = [item_generator(seed, step, i, device) for i in items]
+            parts = self.losses(inputs, labels.to(device), generators)
+            return {"total": parts["total"], "acc": parts["acc"], "tokens": float((labels[:, 1:] != -100).sum())}
+
+        return losses
 
     def fit(self, examples: Sequence[Any], collate: Collate, out_dir: str | Path | None = None,
             desc: str = "vision draft", stop_after: int | None = None) -> list[dict[str, float]]:

@@ -115,10 +115,12 @@ class DraftSequence:
 
 def build_draft_sequence(head: VisionEagleHead, embed: nn.Module, tokens: torch.Tensor, mask: torch.Tensor,
                          features: torch.Tensor, image_embeds: torch.Tensor | None, image_mask: torch.Tensor | None,
-                         question_at: torch.Tensor, tau: float = 1.0) -> DraftSequence:
+                         question_at: torch.Tensor, tau: float = 1.0,
+                         gumbel: torch.Tensor | None = None) -> DraftSequence:
     """The draft's input sequence for entries j (token `tokens[:, j]` = x_{j+1}, feature `features[:, j]` =
     f_j; `mask` marks real entries), shared by training and inference so both see the same thing.
-    `question_at` [B]: the entry whose target feature summarises the question (the gate reads it)."""
+    `question_at` [B]: the entry whose target feature summarises the question (the gate reads it); `gumbel`
+    [B, branches]: the gate's Gumbel noise in training (None: drawn by the gate)."""
     vision = head.vision
     b, e = tokens.shape
     dtype = head.fc.weight.dtype
@@ -155,7 +157,8 @@ def build_draft_sequence(head: VisionEagleHead, embed: nn.Module, tokens: torch.
         if bool(has_image.any()):
             question = features[torch.arange(b, device=device), question_at].to(dtype)
             rows = has_image.nonzero().flatten()
-            out, picked = head.compressor(image_embeds[rows], image_mask[rows], question[rows], tau)
+            noise = gumbel[rows] if gumbel is not None else None
+            out, picked = head.compressor(image_embeds[rows], image_mask[rows], question[rows], tau, noise)
             for i, r in enumerate(rows.tolist()):
                 compressed[r] = out[i]
             choice = torch.zeros(b, len(vision.branches), dtype=picked.dtype, device=device)

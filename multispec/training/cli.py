@@ -41,11 +41,12 @@ class TargetTrainer:
 
 
 TRAINERS: dict[str, TargetTrainer] = {}
-# the text trainer's own options, refused for another family's target: dest -> flag
-TEXT_OPTIONS = {"grad_accum": "--grad-accum", "seq_len": "--seq-len", "draft_vocab": "--draft-vocab",
+# the text trainer's own options, refused for another family's target: dest -> flag (the "training" group's
+# options are every family's: each trains on the shared loop, `multispec.training.loop`)
+TEXT_OPTIONS = {"seq_len": "--seq-len", "draft_vocab": "--draft-vocab",
                 "intermediate_size": "--intermediate-size", "heads": "--heads", "kv_heads": "--kv-heads",
                 "sliding_window": "--sliding-window", "ttt_steps": "--ttt-steps", "aux_layers": "--aux-layers",
-                "draft_layers": "--draft-layers", "self_distill": "--self-distill", "halt_after": "--halt-after"}
+                "draft_layers": "--draft-layers", "self_distill": "--self-distill"}
 
 
 def register_trainer(trainer: TargetTrainer) -> None:

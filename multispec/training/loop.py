@@ -116,12 +116,16 @@ class TrainLoop:
                 dist.broadcast(p.data, 0)
 
     def _average_gradients(self) -> None:
+        # a parameter the batch did not reach (a SpecVLM branch no row picked) steps with a zero gradient in
+        # every launch: AdamW skips a parameter whose grad is None but moves one with momentum and a zero grad,
+        # so None in one process and zeros from another would part the launches
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         if self.shards.world > 1:
             import torch.distributed as dist
 
             for p in self.params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
                 dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
                 p.grad /= self.shards.world
 
