@@ -67,7 +67,7 @@ class JanusImageTarget(HFCausalLM):
     def unconditional_prompt(self, prompt: Prompt) -> Prompt:
         """Janus's unconditional prompt: every token except BOS and BOI replaced by the pad id."""
         config = self.model.generation_config
-        boi = (config.generation_kwargs or {}).get("boi_token_id")
+        boi = (getattr(config, "generation_kwargs", None) or {}).get("boi_token_id")
         if boi is None or config.bos_token_id is None or config.pad_token_id is None:
             raise ValueError("guidance_scale: the model's generation_config needs bos_token_id, pad_token_id and "
                              "generation_kwargs['boi_token_id'] to build the unconditional prompt, as Janus's generate")

@@ -1,6 +1,7 @@
-"""`multispec train draft` for a class-conditional image GPT (`ClassConditionalGPT`, LlamaGen's layout): the data
-are class labels, the target draws the training images itself (sampled, guided at `--guidance-scale`: the scale
-the head will draft under), and an EAGLE head is distilled on the target's guided next-token law at that scale
+"""`multispec train draft` for an image generator: a Janus target (text prompts: `janus_draft`), or a
+class-conditional image GPT (`ClassConditionalGPT`, LlamaGen's layout), whose data are class labels: the
+target draws the training images itself (sampled, guided at `--guidance-scale`: the scale the head will draft
+under), and an EAGLE head is distilled on the target's guided next-token law at that scale
 (`zoo_pair.guided_eagle_trainer`: the head reads the conditional half's features, as it does while drafting).
 One image per class is held out: `report.json` gives the accepted length of guided greedy generation on those
 classes, before and after training.
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig
 
 from multispec.bench.shards import current
 from multispec.cli import positive_int
@@ -25,8 +27,10 @@ from multispec.training.cli import TargetTrainer
 from multispec.training.kinds import DraftKind
 from multispec.training.loop import LoopConfig, TrainLoop, item_generator
 
+from . import janus_draft
 from .generate import generate_ar, generate_images
 from .gpt import ClassConditionalGPT
+from .janus_draft import is_janus
 from .zoo_pair import CFG_SCALE, guided_eagle_trainer
 
 # its options (dest -> flag), refused for other targets
@@ -37,11 +41,16 @@ def add_arguments(p) -> None:
     p.add_argument("--guidance-scale", type=float, default=None,
                    help=f"the classifier-free guidance the head drafts under (default {CFG_SCALE})")
     p.add_argument("--images-per-class", type=positive_int, default=None,
-                   help="images the target draws per label of --data to train on (default 64)")
+                   help="images the target draws per label (an image GPT) or prompt (Janus) of --data to train on "
+                        "(default 64)")
 
 
 def is_image_gpt(config) -> bool:
     return getattr(config, "codebook_size", None) is not None and getattr(config, "grid_size", None) is not None
+
+
+def is_image_generator(config) -> bool:
+    return is_image_gpt(config) or is_janus(config)
 
 
 def read_labels(path: str | Path, num_classes: int) -> list[int]:
@@ -98,13 +107,15 @@ def accepted(target, drafter, labels: list[int], scale: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    scale = args.guidance_scale if args.guidance_scale is not None else CFG_SCALE
+    if is_janus(AutoConfig.from_pretrained(args.target)):
+        return janus_draft.run(args, scale, args.images_per_class or 64)
     shards = current()
     target = ClassConditionalGPT.from_pretrained(args.target).eval()
     device = args.device or (str(shards.device) if shards.world > 1 else None)
     if device is not None:
         target.to(device)
     labels = read_labels(args.data, target.config.num_classes)
-    scale = args.guidance_scale if args.guidance_scale is not None else CFG_SCALE
     per_class = args.images_per_class or 64
     drawn = torch.tensor([x for x in labels for _ in range(per_class)], device=next(target.parameters()).device)
     codes = generate_ar(target, drawn, guidance_scale=scale, generator=torch.Generator().manual_seed(args.seed)).codes
@@ -131,6 +142,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-TRAINER = TargetTrainer("class-conditional image GPT", is_image_gpt, ("eagle",), TRAIN_OPTIONS, add_arguments, run)
+TRAINER = TargetTrainer("image generator", is_image_generator, ("eagle",), TRAIN_OPTIONS, add_arguments, run)
 
-__all__ = ["ImageEagleKind", "TRAINER", "accepted", "is_image_gpt", "read_labels", "run"]
+__all__ = ["ImageEagleKind", "TRAINER", "accepted", "is_image_generator", "is_image_gpt", "read_labels", "run"]

@@ -101,7 +101,7 @@ def save_checkpoint(folder, model: torch.nn.Module) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    words = ["<pad>", "<s>", "</s>"] + [f"w{i}" for i in range(3, model.config.vocab_size)]
+    words = ["<pad>", "<s>", "</s>"] + [f"w{i}" for i in range(3, model.config.get_text_config().vocab_size)]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w3"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")

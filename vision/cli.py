@@ -279,7 +279,8 @@ def _accepted(model, head, processor, pairs, n: int, eos, pad) -> float:
 
 
 def _is_vlm(config) -> bool:
-    return getattr(config, "vision_config", None) is not None
+    # Janus has a vision tower too, but `train draft` serves it as an image generator (multispec.image_ar)
+    return getattr(config, "vision_config", None) is not None and getattr(config, "model_type", None) != "janus"
 
 
 def register() -> None:

@@ -115,12 +115,11 @@ class DraftSequence:
 
 def build_draft_sequence(head: VisionEagleHead, embed: nn.Module, tokens: torch.Tensor, mask: torch.Tensor,
                          features: torch.Tensor, image_embeds: torch.Tensor | None, image_mask: torch.Tensor | None,
-                         question_at: torch.Tensor, tau: float = 1.0,
-                         gumbel: torch.Tensor | None = None) -> DraftSequence:
+                         question_at: torch.Tensor, tau: float = 1.0, gumbel: torch.Tensor | None = None
+                         ) -> DraftSequence:
     """The draft's input sequence for entries j (token `tokens[:, j]` = x_{j+1}, feature `features[:, j]` =
-    f_j; `mask` marks real entries), shared by training and inference so both see the same thing.
-    `question_at` [B]: the entry whose target feature summarises the question (the gate reads it); `gumbel`
-    [B, branches]: the gate's Gumbel noise in training (None: drawn by the gate)."""
+    f_j; `mask` marks real entries), shared by training and inference so both see the same thing. `question_at`
+    [B]: the entry whose feature summarises the question (the gate reads it); `gumbel`: see `ElasticCompressor`."""
     vision = head.vision
     b, e = tokens.shape
     dtype = head.fc.weight.dtype
@@ -157,8 +156,8 @@ def build_draft_sequence(head: VisionEagleHead, embed: nn.Module, tokens: torch.
         if bool(has_image.any()):
             question = features[torch.arange(b, device=device), question_at].to(dtype)
             rows = has_image.nonzero().flatten()
-            noise = gumbel[rows] if gumbel is not None else None
-            out, picked = head.compressor(image_embeds[rows], image_mask[rows], question[rows], tau, noise)
+            out, picked = head.compressor(image_embeds[rows], image_mask[rows], question[rows], tau,
+                                          None if gumbel is None else gumbel[rows])
             for i, r in enumerate(rows.tolist()):
                 compressed[r] = out[i]
             choice = torch.zeros(b, len(vision.branches), dtype=picked.dtype, device=device)
@@ -174,6 +173,16 @@ def build_draft_sequence(head: VisionEagleHead, embed: nn.Module, tokens: torch.
     if compressed is None:  # plain: one entry per original entry
         index = torch.where(mask, torch.arange(e, device=device).expand(b, e), -1)
         return DraftSequence(fused * mask[..., None], mask.long(), index, global_vec, has_image, choice)
+    embeds, seq_mask, index = _packed(fused, mask, is_image, has_image, compressed)
+    return DraftSequence(embeds, seq_mask, index, global_vec, has_image, choice)
+
+
+def _packed(fused: torch.Tensor, mask: torch.Tensor, is_image: torch.Tensor, has_image: torch.Tensor,
+            compressed: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each row's text entries with its compressed image tokens in place of the image, left-padded: (embeds,
+    mask, the column of each original entry or -1)."""
+    b, e = mask.shape
+    device, dtype = fused.device, fused.dtype
     rows, index = [], torch.full((b, e), -1, dtype=torch.long, device=device)
     order = []
     for r in range(b):
@@ -195,7 +204,7 @@ def build_draft_sequence(head: VisionEagleHead, embed: nn.Module, tokens: torch.
         seq_mask[r, pad:] = 1
         index[r, before] = pad + torch.arange(len(before), device=device)
         index[r, after] = pad + len(before) + k + torch.arange(len(after), device=device)
-    return DraftSequence(embeds, seq_mask, index, global_vec, has_image, choice)
+    return embeds, seq_mask, index
 
 
 class VisionEagleDrafter(EagleDrafter):

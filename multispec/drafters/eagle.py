@@ -167,7 +167,7 @@ class EagleDrafter(Drafter):
         check_causal_lm(target, "target", allow_stateful=True)  # only its embeddings and head are read
         self.head = head.eval()
         self.embed = target.get_input_embeddings()
-        self.vocab_size = output_vocab_size(target)
+        self.vocab_size = self.target_vocab_size(target)
         if head.config.target_vocab_size != self.vocab_size:
             raise ValueError(f"head: trained for a vocabulary of {head.config.target_vocab_size}, the target has "
                              f"{self.vocab_size}")
@@ -185,6 +185,12 @@ class EagleDrafter(Drafter):
                    else HFCausalLM(head.decoder, name="eagle_head"))
         self.device = self.lm.device
         self.hidden_size = head.config.hidden_size
+
+    @staticmethod
+    def target_vocab_size(target: PreTrainedModel) -> int:
+        """The vocabulary the target's generated tokens come from (its output head's; a subclass's target may
+        generate with another head, e.g. Janus's image head)."""
+        return output_vocab_size(target)
 
     @torch.no_grad()
     def _embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:

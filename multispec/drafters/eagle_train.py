@@ -54,6 +54,14 @@ def chunk_tokens(ids: torch.Tensor, seq_len: int) -> list[torch.Tensor]:
     return list(ids[: n * seq_len].view(n, seq_len))
 
 
+def _head_masks(attention_mask: torch.Tensor | None, shift: int) -> dict:
+    """The head's attention mask and positions for entries from token `shift` on (nothing without padding)."""
+    if attention_mask is None:
+        return {}
+    mask = attention_mask[:, shift:]
+    return {"attention_mask": mask, "position_ids": (mask.long().cumsum(-1) - 1).clamp(min=0)}
+
+
 class EagleTrainer:
     """Teacher-forced training of an `EagleHead` against a frozen target."""
 
@@ -101,32 +109,45 @@ class EagleTrainer:
     def head_inputs(self, next_tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         return self.head.fuse(self.target.get_input_embeddings()(next_tokens).detach(), features)
 
-    def losses(self, ids: torch.Tensor, feats: torch.Tensor, noise: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def losses(self, ids: torch.Tensor, feats: torch.Tensor, noise: torch.Tensor | None = None,
+               attention_mask: torch.Tensor | None = None,
+               loss_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """The losses of token chunks `ids` [B, S] with the target's features `feats` [B, S, H]; `noise`
-        [B, S - 1, H]: the standard normal draws that perturb the input features (default: drawn here)."""
+        [B, S - 1, H]: the standard normal draws that perturb the input features (default: drawn here).
+        `attention_mask` [B, S]: left padding, which the head neither reads nor places (positions count from
+        each row's first real token, as when it drafts); `loss_mask` [B, S - 1]: the entries whose predictions
+        count (entry j predicts feature j + 1 and token j + 2; default all)."""
         cfg = self.config
         feats = feats.float()
         inp = feats[:, :-1]
+        if attention_mask is not None:
+            inp = inp * attention_mask[:, :-1, None].to(inp)  # zero features at padding, as the drafter's
         if cfg.feature_noise:
             rms = inp.pow(2).mean().sqrt()
             noise = torch.randn_like(inp) if noise is None else noise.to(inp)
             inp = inp + noise * cfg.feature_noise * rms
-        logits, pred = self.head(self.head_inputs(ids[:, 1:], inp))
+        logits, pred = self.head(self.head_inputs(ids[:, 1:], inp), **_head_masks(attention_mask, 1))
         want_feat = feats[:, 1:]
         want_p = torch.softmax(self.teacher_logits(want_feat), -1)
-        feat_loss = F.smooth_l1_loss(pred, want_feat)
-        ce = -(want_p * torch.log_softmax(logits.float(), -1)).sum(-1).mean()
+        keep = loss_mask
+
+        def mean(x: torch.Tensor, m: torch.Tensor | None) -> torch.Tensor:
+            return x.mean() if m is None else x[m.bool()].mean()
+
+        feat_loss = mean(F.smooth_l1_loss(pred, want_feat, reduction="none").mean(-1), keep)
+        ce = mean(-(want_p * torch.log_softmax(logits.float(), -1)).sum(-1), keep)
         out = {"feature": feat_loss, "ce": ce,
-               "acc": (logits.argmax(-1) == want_p.argmax(-1)).float().mean().detach()}
+               "acc": mean((logits.argmax(-1) == want_p.argmax(-1)).float(), keep).detach()}
         total = cfg.feature_weight * feat_loss + cfg.ce_weight * ce
         if cfg.rollout_weight > 0 and ids.shape[1] > 3:
-            logits2, pred2 = self.head(self.head_inputs(ids[:, 2:], pred[:, :-1]))
+            logits2, pred2 = self.head(self.head_inputs(ids[:, 2:], pred[:, :-1]), **_head_masks(attention_mask, 2))
             want_feat2 = feats[:, 2:]
             want_p2 = want_p[:, 1:]
-            loss2 = cfg.feature_weight * F.smooth_l1_loss(pred2, want_feat2) + \
-                cfg.ce_weight * -(want_p2 * torch.log_softmax(logits2.float(), -1)).sum(-1).mean()
+            keep2 = None if keep is None else keep[:, 1:]
+            loss2 = cfg.feature_weight * mean(F.smooth_l1_loss(pred2, want_feat2, reduction="none").mean(-1), keep2) + \
+                cfg.ce_weight * mean(-(want_p2 * torch.log_softmax(logits2.float(), -1)).sum(-1), keep2)
             total = total + cfg.rollout_weight * loss2
-            out["acc2"] = (logits2.argmax(-1) == want_p2.argmax(-1)).float().mean().detach()
+            out["acc2"] = mean((logits2.argmax(-1) == want_p2.argmax(-1)).float(), keep2).detach()
         out["total"] = total
         return out
 

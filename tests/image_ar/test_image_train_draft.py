@@ -56,5 +56,5 @@ def test_train_draft_refuses_text_options_for_an_image_gpt(tmp_path, capsys):
     code = main(["train", "draft", "--target", str(tmp_path / "gpt"), "--data", str(tmp_path / "labels.txt"),
                  "--out", str(tmp_path / "o"), "--seq-len", "64"])
     assert code != 0
-    assert "--seq-len: not an option for this target (class-conditional image GPT)" in capsys.readouterr().err
+    assert "--seq-len: not an option for this target (image generator)" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
