@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import collections
 import copy
+import inspect
+import traceback
 
 import torch
+from torch.overrides import TorchFunctionMode
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
+from . import step_read
 from .drafters.eagle import EagleConfig, EagleHead
 from .targets.base import NO_FEATURES
 from .zoo.data import read_source, stdlib_files
@@ -312,3 +317,36 @@ def compare_tree_feeds(reference, engine, ids: torch.Tensor, mask: torch.Tensor,
     toks = torch.randint(3, 128, (2, 2), generator=g)
     par = torch.tensor([[-1, 0]] * 2)
     close(reference.feed(toks, par).logits, engine.feed(toks, par).logits, slice(None), "logits after select")
+
+
+# ---- counting host reads ------------------------------------------------------------------------------------
+HOST_READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
+              torch.Tensor.__index__, torch.Tensor.__float__, torch.Tensor.numpy, torch.Tensor.nonzero, torch.nonzero}
+HOST_BUILDS = {torch.tensor, torch.as_tensor}
+
+
+class CountReads(TorchFunctionMode):
+    """Counts host reads of device values (`int(t)`, `bool(t)`, `t.tolist()`, `t.item()`, `nonzero`, a tensor
+    built from host data onto a device), by the project line ("file.py:LINE") that made them: on CUDA each one
+    waits for the GPU, which a CPU test cannot see."""
+
+    def __init__(self):
+        super().__init__()
+        self.where = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in HOST_READS or (func in HOST_BUILDS and kwargs.get("device") is not None):
+            frames = [f for f in traceback.extract_stack()[:-1] if "/multispec/" in f.filename]
+            self.where[f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"] += 1
+        return func(*args, **kwargs)
+
+    @property
+    def total(self) -> int:
+        return sum(self.where.values())
+
+
+def step_read_line() -> str:
+    """Where the session's one read per step happens ("step_read.py:LINE"), as `CountReads` names it."""
+    lines, start = inspect.getsourcelines(step_read.read_step)
+    return f"step_read.py:{start + next(i for i, line in enumerate(lines) if '.tolist()' in line)}"

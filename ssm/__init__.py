@@ -9,6 +9,7 @@ targets and as draft models (the core imports this package by itself when it mee
 """
 
 from multispec.targets import register_draft_engine, register_target_adapter
+from multispec.targets.static import register_fixed_shape
 from multispec.zoo import register_entry
 
 from . import cli as _cli
@@ -18,6 +19,7 @@ from .hybrid import (BambaTarget, FalconH1Target, GraniteMoeHybridTarget, JambaT
 from .mamba1 import FalconMambaTarget, MambaTarget, tree_selective_scan
 from .mamba2 import Mamba2Target
 from .qwen3_next import Qwen3NextTarget
+from .static import StaticSSM, static_ssm_class
 from .delta_rule import tree_gated_delta_rule
 from .targets import SSMTarget
 from .tree_scan import tree_conv1d, tree_ssd, tree_state
@@ -47,11 +49,12 @@ for _matches, _adapter, _cls in ((_is("mamba2"), Mamba2Target, "Mamba2ForCausalL
                                  (_is_type("qwen3_next"), Qwen3NextTarget, "Qwen3NextForCausalLM")):
     register_target_adapter(_matches, _adapter, serves=f"{_cls} (multispec.ssm)")
     register_draft_engine(_matches, lambda model, _adapter=_adapter: StatefulDraftEngine(_adapter(model)))
+register_fixed_shape(SSMTarget, static_ssm_class)  # Mamba-2, Mamba-1, FalconMamba: `step="static"`
 for _entry in zoo_entries():
     register_entry(_entry)
 _cli.register()
 
 __all__ = ["BambaTarget", "FalconH1Target", "FalconMambaTarget", "GraniteMoeHybridTarget", "JambaTarget", "Lfm2Target",
-           "NemotronHTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "tree_conv1d",
+           "NemotronHTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "StaticSSM", "tree_conv1d",
            "tree_selective_scan", "tree_ssd",
            "tree_state", "Zamba2Target", "Qwen3NextTarget", "tree_gated_delta_rule"]

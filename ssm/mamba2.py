@@ -37,10 +37,12 @@ _CONSTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _consts(mixer) -> _Mamba2Consts:
+    act = F.silu if getattr(mixer, "activation", None) in ("silu", "swish") else mixer.act
+    if torch.compiler.is_compiling():  # traced into the graph: the cache's pointer check cannot be
+        return _Mamba2Consts(-torch.exp(mixer.A_log.float()), mixer.conv1d.weight.squeeze(1), act)
     key = (mixer.A_log.data_ptr(), mixer.A_log._version, mixer.conv1d.weight._version)
     hit = _CONSTS.get(mixer)
     if hit is None or hit[0] != key:
-        act = F.silu if getattr(mixer, "activation", None) in ("silu", "swish") else mixer.act
         hit = (key, _Mamba2Consts(-torch.exp(mixer.A_log.float()), mixer.conv1d.weight.squeeze(1), act))
         _CONSTS[mixer] = hit
     return hit[1]

@@ -40,12 +40,14 @@ def rms_norm(norm, hidden: torch.Tensor) -> torch.Tensor:
     return norm.weight * F.rms_norm(hidden.float(), (hidden.shape[-1],), eps=norm.variance_epsilon).to(hidden.dtype)
 
 
-def accepted_nodes(path: torch.Tensor, batch: int, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def accepted_nodes(path: torch.Tensor, batch: int, t: int,
+                   checked: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """From accepted paths [B, A] (tree indices, -1 padded) over a T-node tree: the on-path mask [B, T],
-    whether a row accepted anything [B], and its last (deepest) accepted node [B] (0 where none)."""
+    whether a row accepted anything [B], and its last (deepest) accepted node [B] (0 where none).
+    `checked=False` skips the range check, a host read (for a caller whose path is in range)."""
     if path.dim() != 2 or path.shape[0] != batch:
         raise ValueError(f"path: expected [{batch}, A], got shape {tuple(path.shape)}")
-    if (path >= t).any():
+    if checked and (path >= t).any():
         raise ValueError(f"path: node index out of range for a {t}-node tree")
     on_path = torch.zeros(batch, t + 1, dtype=torch.bool, device=path.device)
     on_path.scatter_(1, torch.where(path >= 0, path, t), True)

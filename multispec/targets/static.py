@@ -9,6 +9,7 @@ stay for the next call."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 from transformers import PreTrainedModel
 
@@ -26,16 +27,30 @@ from .static_step import StaticLeanCausalLM, capacity_for
 FEED_HOOKS = ("feed", "_score", "_run", "_feed_unwindowed", "_first_read_column", "_layer_masks", "commit",
               "_move_columns", "_crop", "checkpoint", "rollback")
 _VARIANTS: dict[type, type] = {}
+# adapter classes whose modality brings its own fixed-shape engine: base class -> (adapter class -> engine class)
+FIXED_SHAPE: dict[type, Callable[[type], type]] = {}
+
+
+def register_fixed_shape(base: type, engine_for: Callable[[type], type]) -> None:
+    """A modality's fixed-shape engines: for a model served by an adapter of class `base` (or a subclass),
+    `engine_for(adapter class)` is the engine class (taking `(model, name=, capacity=, node_budget=,
+    compile=)`)."""
+    FIXED_SHAPE[base] = engine_for
 
 
 def fixed_shape_class(model: object) -> type:
     """The fixed-shape engine class for `model` (see the module docstring); ValueError (TypeError for what is
     not a causal LM) naming the reason otherwise. An adapter standing in for a slower reference names it as
     `eager_class` (the static variant wraps the reference)."""
+    adapter = registered(ADAPTERS, model) if isinstance(model, PreTrainedModel) else None
+    own = next((make for base, make in FIXED_SHAPE.items() if isinstance(adapter, base)), None)
+    if own is not None:
+        if type(adapter) not in _VARIANTS:
+            _VARIANTS[type(adapter)] = own(type(adapter))
+        return _VARIANTS[type(adapter)]
     reason = model_unsupported(model)
     if reason is not None:
         raise ValueError(reason)
-    adapter = registered(ADAPTERS, model)
     if adapter is None:
         check_causal_lm(model, "target")
         return StaticLeanCausalLM if lean_unsupported(model) is None else StaticHFCausalLM
@@ -73,7 +88,7 @@ def static_engines(target, drafter, step: str, prompt_length: int, max_new_token
         inner, drafter = static_engines(target.inner.user_model, drafter, step, prompt_length, max_new_tokens,
                                         tree_nodes)
         return GuidedTarget(inner, target.scale, target.unconditional), drafter
-    model = target.model if isinstance(target, LeanCausalLM) else target
+    model = target.model if isinstance(target, (LeanCausalLM, *FIXED_SHAPE)) else target
     if not isinstance(model, PreTrainedModel):
         raise ValueError(f"step: {step!r} runs `transformers` decoders; this target is a {type(model).__name__}; "
                          f"use step='eager'")
@@ -106,4 +121,5 @@ def _kept_engine(model: PreTrainedModel, key: tuple, need: int, engine: type, na
     return found
 
 
-__all__ = ["FEED_HOOKS", "fixed_shape_class", "generic_static_unsupported", "static_engines"]
+__all__ = ["FEED_HOOKS", "FIXED_SHAPE", "fixed_shape_class", "generic_static_unsupported", "register_fixed_shape",
+           "static_engines"]

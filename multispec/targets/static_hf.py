@@ -41,7 +41,8 @@ def model_unsupported(model: object) -> str | None:
     if not isinstance(model, PreTrainedModel):
         return f"not a transformers PreTrainedModel ({type(model).__name__})"
     if keeps_state(model):
-        return f"{type(model).__name__} keeps a recurrent state (the fixed-shape step covers attention caches)"
+        return (f"{type(model).__name__} keeps a recurrent state beside attention (the fixed-shape steps cover "
+                f"attention caches and multispec.ssm's pure state-space targets)")
     if dispatched(model):
         return "dispatched by accelerate (device_map): its offloaded weights move in per call"
     rope = getattr(model.config.get_text_config(decoder=True), "rope_parameters", None) or {}

@@ -3,65 +3,21 @@
 On CUDA each read of a device value on the host waits for the GPU; a CPU test cannot see that wait, so it
 counts the calls that would wait (`int(t)`, `bool(t)`, `t.tolist()`, `t.item()`, `nonzero`, a tensor
 built from host data onto a device) under a `TorchFunctionMode`, with "cpu" added to the device types whose
-checks are deferred, which makes the loop run as it does on CUDA. The deferred checks must still raise."""
-
-import collections
-import inspect
-import traceback
+checks are deferred, which makes the loop run as it does on CUDA (`as_on_cuda`, tests/conftest.py). The
+deferred checks must still raise."""
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
-import multispec.host as host
-import multispec.step_read as step_read
 from multispec import DynamicTree, SamplingConfig, Session, StaticTree, StoppingConfig, speculative_generate, zoo
 from multispec.drafters.base import Drafter
 from multispec.targets.static_step import capacity_for, static_pair
 from multispec.drafters.controlled import ControlledDrafter
 from multispec.targets.static_hf import StaticHFCausalLM
-from multispec.testing import make_decoder, ragged_prompts, source_prompts
+from multispec.testing import CountReads, make_decoder, ragged_prompts, source_prompts, step_read_line
 from multispec.tree import DraftTree
 
-READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
-         torch.Tensor.__index__, torch.Tensor.__float__, torch.Tensor.numpy, torch.Tensor.nonzero, torch.nonzero}
-BUILDS = {torch.tensor, torch.as_tensor}
-
-
-def _read_line() -> str:
-    """Where `read_step` reads ("step_read.py:LINE"), as `CountReads` names it."""
-    lines, start = inspect.getsourcelines(step_read.read_step)
-    return f"step_read.py:{start + next(i for i, line in enumerate(lines) if '.tolist()' in line)}"
-
-
-_READ = _read_line()
-
-
-class CountReads(TorchFunctionMode):
-    """Counts host reads of device values, by the project line that made them."""
-
-    def __init__(self):
-        super().__init__()
-        self.where = collections.Counter()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in READS or (func in BUILDS and kwargs.get("device") is not None):
-            frames = [f for f in traceback.extract_stack()[:-1] if "/multispec/" in f.filename]
-            self.where[f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"] += 1
-        return func(*args, **kwargs)
-
-    @property
-    def total(self) -> int:
-        return sum(self.where.values())
-
-
-@pytest.fixture
-def as_on_cuda(monkeypatch):
-    """Checks on CPU tensors deferred to the step's read, as on CUDA."""
-    monkeypatch.setattr(host, "DEFERRED_DEVICE_TYPES", {"cuda", "cpu"})
-    import multispec.targets.hf as hf
-    monkeypatch.setattr(hf, "DEFERRED_DEVICE_TYPES", {"cuda", "cpu"})
+_READ = step_read_line()
 
 
 @pytest.fixture(scope="module")
