@@ -8,11 +8,11 @@ prefix standing in for the image's tokens; a Janus-Pro-7B-shape image GPT: its l
 16,384-code head and 576 tokens an image; Mamba-2 2.7B; a hybrid of Bamba-9B's shape). Random weights make a
 trained drafter meaningless, so the drafter is `ControlledDrafter`: the target's own greedy continuation, each
 token right with probability `acceptance`. Per shape and batch size, in interleaved rounds: `transformers`'
-`generate`, our step without drafts (a chain of 0), and speculation with chains of k at each acceptance; the
-step is the fixed-shape one (`step="static"`: CUDA graphs on CUDA) where the class has it, else eager (named
+`generate`, our step without drafts (a chain of 0), and speculation with chains of k and one static tree (a
+`StaticTree.full` branching, each rank an independent guess) at each acceptance; the step is the fixed-shape one (`step="static"`: CUDA graphs on CUDA) where the class has it, else eager (named
 in the row). Efficiency = measured speedup over our step without drafts / its limit, the limit being
 accepted length x one-token step time / the (k+1)-node verify time (drafting free), both verify times
-measured on the same engine.
+measured on the same engine (a tree's priced with a chain of as many nodes).
 
 `--dry-run`: the same code on the CPU at tiny shapes of the same classes (fp32, a few tokens), every
 speculative output checked equal to `generate`; CI runs it (tests/bench/test_real_sizes.py).
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from multispec import EngineConfig, NGramDrafter, Prompt, StoppingConfig, speculative_generate
+from multispec import EngineConfig, NGramDrafter, Prompt, StaticTree, StoppingConfig, speculative_generate
 from multispec.bench.machine import machine_info
 from multispec.drafters.controlled import ControlledDrafter
 from multispec.targets import as_target
@@ -154,9 +154,9 @@ def fastest_step(model, prompt_len: int, n: int, k: int) -> str:
 
 
 def methods_for(model, ids: torch.Tensor, n: int, step: str, chains: list[int], acceptances: list[float],
-                device: torch.device) -> tuple[dict, torch.Tensor]:
-    """The timed calls by name (generate, our step without drafts, each chain at each acceptance) and the
-    reference output (`generate`'s: the drafter's continuation)."""
+                device: torch.device, tree: list[int] | None = None) -> tuple[dict, torch.Tensor]:
+    """The timed calls by name (generate, our step without drafts, each chain and the tree at each acceptance)
+    and the reference output (`generate`'s: the drafter's continuation)."""
     engine, never = EngineConfig(step=step), StoppingConfig.never()
 
     def plain():
@@ -173,10 +173,24 @@ def methods_for(model, ids: torch.Tensor, n: int, step: str, chains: list[int], 
             methods[f"chain_k{k}_p{p}"] = (lambda k=k, p=p: speculative_generate(
                 model, ControlledDrafter(model, p, n, continuation=continuation), ids, max_new_tokens=n, tree=k,
                 stopping=never, engine=engine))
+    for p in acceptances if tree else ():
+        methods[f"tree_{'x'.join(map(str, tree))}_p{p}"] = (lambda p=p: speculative_generate(
+            model, ControlledDrafter(model, p, n, continuation=continuation), ids, max_new_tokens=n,
+            tree=StaticTree.full(tree), stopping=never, engine=engine))
     return methods, reference
 
 
-def rows_of(seconds: dict, outputs: dict, reference: torch.Tensor, verify: dict, tokens: int) -> list[dict]:
+def tree_nodes(branching: list[int]) -> int:
+    """Draft nodes of `StaticTree.full(branching)`."""
+    total, level = 0, 1
+    for width in branching:
+        level *= width
+        total += level
+    return total
+
+
+def rows_of(seconds: dict, outputs: dict, reference: torch.Tensor, verify: dict, tokens: int,
+            tree: list[int] | None = None) -> list[dict]:
     """Per method: tok/s, ratios over `generate` and over our step without drafts (medians over rounds),
     whether its output equals `generate`'s; per chain also its accepted length, limit and efficiency."""
     no_draft, plain = statistics.median(seconds["no_draft"]), statistics.median(seconds["generate"])
@@ -188,8 +202,8 @@ def rows_of(seconds: dict, outputs: dict, reference: torch.Tensor, verify: dict,
         row = dict(method=name, tok_s=round(tokens / t, 2), seconds=[round(x, 4) for x in ts],
                    vs_generate=round(plain / t, 3), vs_no_draft=round(no_draft / t, 3),
                    identical=bool(torch.equal(sequences[:, : reference.shape[1]].cpu(), reference.cpu())))
-        if name.startswith("chain_"):
-            k = int(name.split("_")[1][1:])
+        if name.startswith(("chain_", "tree_")):
+            k = int(name.split("_")[1][1:]) if name.startswith("chain_") else tree_nodes(tree)
             accepted = out.stats.mean_accepted_length
             limit = accepted * verify[1] / verify[k + 1]
             row.update(accepted_length=round(accepted, 3), limit=round(limit, 3),
@@ -199,14 +213,15 @@ def rows_of(seconds: dict, outputs: dict, reference: torch.Tensor, verify: dict,
 
 
 def run_shape(shape: Shape, batch: int, chains: list[int], acceptances: list[float], rounds: int,
-              device: torch.device, dtype: torch.dtype, tiny: bool) -> dict:
+              device: torch.device, dtype: torch.dtype, tiny: bool, tree: list[int] | None = None) -> dict:
     model = build(shape, device, dtype, tiny)
     prompt_len = 12 if tiny else shape.prompt
     n = 16 if tiny else shape.new_tokens
     vocab = model.get_output_embeddings().weight.shape[0]
     ids = torch.randint(3, vocab, (batch, prompt_len), generator=torch.Generator().manual_seed(1)).to(device)
-    step = fastest_step(model, prompt_len, n, max(chains))
-    methods, reference = methods_for(model, ids, n, step, chains, acceptances, device)
+    widest = max([*chains, tree_nodes(tree) if tree else 0])
+    step = fastest_step(model, prompt_len, n, widest)
+    methods, reference = methods_for(model, ids, n, step, chains, acceptances, device, tree)
     for fn in methods.values():  # warm-up: captures, compiles, allocations
         fn()
     seconds: dict[str, list[float]] = {m: [] for m in methods}
@@ -215,10 +230,11 @@ def run_shape(shape: Shape, batch: int, chains: list[int], acceptances: list[flo
         for name, fn in methods.items():
             t, outputs[name] = timed(fn, device)
             seconds[name].append(t)
-    verify = verify_times(model, step, ids, [1] + [k + 1 for k in chains], reps=3 if tiny else 10)
+    widths = [1] + [k + 1 for k in chains] + ([tree_nodes(tree) + 1] if tree else [])
+    verify = verify_times(model, step, ids, sorted(set(widths)), reps=3 if tiny else 10)
     return dict(shape=shape.name, note=shape.note, batch=batch, step=step, prompt=prompt_len, new_tokens=n,
                 verify_seconds={str(k): round(v, 6) for k, v in verify.items()},
-                rows=rows_of(seconds, outputs, reference, verify, batch * n))
+                tree=tree, rows=rows_of(seconds, outputs, reference, verify, batch * n, tree))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--chains", default="2,4,8")
     ap.add_argument("--acceptances", default="0.6,0.8,0.9")
+    ap.add_argument("--tree", default="2,2,1,1", help="the static tree's branching per depth ('' for none)")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     device = torch.device("cpu" if args.dry_run else "cuda")
@@ -245,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 result = run_shape(shape, batch, [int(k) for k in args.chains.split(",")],
                                    [float(p) for p in args.acceptances.split(",")], args.rounds, device, dtype,
-                                   args.dry_run)
+                                   args.dry_run, [int(w) for w in args.tree.split(",")] if args.tree else None)
             except Exception as e:  # on a GPU, one shape's failure must not lose the others' figures
                 if args.dry_run:
                     raise

@@ -5,8 +5,13 @@ k-chain is then 1 + p + p^2 + ... + p^k in expectation, and the step cost is the
 table lookup).
 
 The continuation is the target's own `generate` (greedy) from the prompt, computed at `start`; the drafter
-follows each row's committed length. Greedy verification only (a sampled token is not known in advance), and
-chains only.
+follows each row's committed length. Greedy verification only (a sampled token is not known in advance).
+
+Chains and static trees (`StaticTree`: a tree of top-k candidates). In a tree, a node whose ancestors are all
+right takes the right token with probability `acceptance` when none of its elder siblings (lower ranks) took
+it, and a wrong token otherwise (distinct from its siblings'), as if each rank of a drafter's top-k were an
+independent guess: a depth whose right parent has w children holds the right token with probability
+1 - (1 - acceptance)^w.
 
     drafter = ControlledDrafter(model, acceptance=0.8, horizon=max_new_tokens)
     out = speculative_generate(model, drafter, ids, max_new_tokens=128, tree=4)
@@ -21,7 +26,7 @@ from ..prompt import Prompt
 from ..rules import Verdict
 from ..sampling import SamplingConfig
 from ..targets.base import Features
-from ..tree import Chain, DraftTree, TreeSpec
+from ..tree import Chain, DraftTree, StaticTree, TreeSpec
 from .base import Drafter
 
 
@@ -71,19 +76,34 @@ class ControlledDrafter(Drafter):
                 generator: torch.Generator | None = None) -> DraftTree:
         if sampling.do_sample:
             raise ValueError("sampling: the controlled drafter knows the target's greedy continuation only")
-        if not isinstance(spec, Chain):
-            raise ValueError(f"tree: the controlled drafter drafts chains, got {type(spec).__name__}")
-        k = spec.k
+        if isinstance(spec, Chain):
+            choices = [(0,) * d for d in range(1, spec.k + 1)]
+        elif isinstance(spec, StaticTree):
+            choices = list(spec.choices)
+        else:
+            raise ValueError(f"tree: the controlled drafter drafts chains and static trees, got {type(spec).__name__}")
+        index = {c: i for i, c in enumerate(choices)}
+        parents = torch.tensor([index[c[:-1]] if len(c) > 1 else -1 for c in choices])
         width = self.continuation.shape[1]
-        tokens = torch.empty(len(self.rows), k, dtype=torch.long)
+        tokens = torch.empty(len(self.rows), len(choices), dtype=torch.long)
         for i, (row, pos) in enumerate(zip(self.rows, self.position)):
-            right = self.continuation[row, [min(pos + j, width - 1) for j in range(k)]]
-            keep = torch.rand(k, generator=self.coin) < self.acceptance
-            tokens[i] = torch.where(keep, right, (right + 1) % self.vocab_size)  # wrong: another token
-        self.drafted = k
+            right_at, taken = {(): True}, set()  # which nodes hold the right token; parents whose child took it
+            for j, c in enumerate(choices):
+                right = self.continuation[row, min(pos + len(c) - 1, width - 1)]
+                hit = bool(torch.rand(1, generator=self.coin) < self.acceptance)
+                ok = right_at[c[:-1]] and c[:-1] not in taken and hit
+                right_at[c] = ok
+                if ok:
+                    taken.add(c[:-1])
+                tokens[i, j] = right if ok else (right + 1 + c[-1]) % self.vocab_size  # wrong: distinct per rank
+        self.drafted = max(len(c) for c in choices)
         if roots.device.type == "cuda":  # a pinned copy: queued behind the step, no wait for the device
             tokens = tokens.pin_memory()
-        return DraftTree.chain(tokens.to(roots.device, non_blocking=True))
+        tokens = tokens.to(roots.device, non_blocking=True)
+        if isinstance(spec, Chain):
+            return DraftTree.chain(tokens)
+        return DraftTree(tokens, parents.to(roots.device).expand_as(tokens).contiguous(),
+                         torch.ones_like(tokens, dtype=torch.bool), dense=True)
 
     def commit(self, draft: DraftTree, verdict: Verdict, features: Features | None = None) -> None:
         counts = verdict.host_counts or tuple((verdict.num_accepted + 1).tolist())
@@ -95,8 +115,9 @@ class ControlledDrafter(Drafter):
     @property
     def measured_acceptance(self) -> float:
         """Accepted drafts / (accepted drafts + first rejections): the estimate of the probability that a drafted
-        token whose parent was accepted is accepted too (a row's last step, cut by its token budget, counts as
-        a rejection: a bias of one draft a row)."""
+        token whose parent was accepted is accepted too (in a tree: that a depth holds the right token below a
+        right parent); a row's last step, cut by its token budget, counts as a rejection (a bias of one draft a
+        row)."""
         return self.accepted / max(1, self.accepted + self.rejected)
 
     def select(self, rows: torch.Tensor) -> None:
