@@ -20,6 +20,7 @@ from .mamba1 import FalconMambaTarget, MambaTarget, tree_selective_scan
 from .mamba2 import Mamba2Target
 from .qwen3_next import Qwen3NextTarget
 from .static import StaticSSM, static_ssm_class
+from .static_hybrid import StaticHybrid, static_hybrid_class
 from .delta_rule import tree_gated_delta_rule
 from .targets import SSMTarget
 from .tree_scan import tree_conv1d, tree_ssd, tree_state
@@ -50,11 +51,12 @@ for _matches, _adapter, _cls in ((_is("mamba2"), Mamba2Target, "Mamba2ForCausalL
     register_target_adapter(_matches, _adapter, serves=f"{_cls} (multispec.ssm)")
     register_draft_engine(_matches, lambda model, _adapter=_adapter: StatefulDraftEngine(_adapter(model)))
 register_fixed_shape(SSMTarget, static_ssm_class)  # Mamba-2, Mamba-1, FalconMamba: `step="static"`
+register_fixed_shape(BambaTarget, static_hybrid_class)  # every hybrid
 for _entry in zoo_entries():
     register_entry(_entry)
 _cli.register()
 
 __all__ = ["BambaTarget", "FalconH1Target", "FalconMambaTarget", "GraniteMoeHybridTarget", "JambaTarget", "Lfm2Target",
-           "NemotronHTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "StaticSSM", "tree_conv1d",
+           "NemotronHTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "StaticHybrid", "StaticSSM", "tree_conv1d",
            "tree_selective_scan", "tree_ssd",
            "tree_state", "Zamba2Target", "Qwen3NextTarget", "tree_gated_delta_rule"]

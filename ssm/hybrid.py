@@ -58,6 +58,22 @@ def rotate_heads(x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | No
     return torch.cat([x_rot * cos + turned * sin, x_pass], dim=-1)
 
 
+def _fused_qkv(attn) -> tuple:
+    """(key, the q/k/v weights concatenated, their biases or None), cached per parameter version; traced (the
+    fixed-shape step under `torch.compile`) it is built in the graph, where the cache's pointer check cannot be."""
+    parts = (attn.q_proj, attn.k_proj, attn.v_proj)
+    fuse = lambda: (torch.cat([p.weight for p in parts]),  # noqa: E731
+                    torch.cat([p.bias for p in parts]) if attn.q_proj.bias is not None else None)
+    if torch.compiler.is_compiling():
+        return (None, *fuse())
+    key = tuple((p.weight.data_ptr(), p.weight._version) for p in parts)
+    hit = _QKV.get(attn)
+    if hit is None or hit[0] != key:
+        hit = (key, *fuse())
+        _QKV[attn] = hit
+    return hit
+
+
 def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
                    cache_layer, key_scale: float = 1.0, qk_norms: tuple | None = None,
                    adapters: tuple | None = None) -> torch.Tensor:
@@ -70,13 +86,7 @@ def tree_attention(attn, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tens
     adapters on its shared attention block)."""
     b, m, _ = h.shape
     w = attn.q_proj.weight
-    key = tuple((p.data_ptr(), p._version) for p in (attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight))
-    hit = _QKV.get(attn)
-    if hit is None or hit[0] != key:
-        parts = (attn.q_proj, attn.k_proj, attn.v_proj)
-        bias = torch.cat([p.bias for p in parts]) if attn.q_proj.bias is not None else None
-        hit = (key, torch.cat([p.weight for p in parts]), bias)
-        _QKV[attn] = hit
+    hit = _fused_qkv(attn)
     heads, kv_heads, d = w.shape[0] // attn.head_dim, attn.k_proj.weight.shape[0] // attn.head_dim, attn.head_dim
     qkv = F.linear(h, hit[1], hit[2])
     if adapters is not None:
@@ -100,6 +110,7 @@ class BambaTarget(HFCausalLM):
     stateful = True
     model_type = "bamba"
     provides = FeatureRequest(hidden=True)
+    check_paths = True  # `commit` checks the path's range (a host read; the fixed-shape step trusts the rule's)
 
     def __init__(self, model: PreTrainedModel):
         if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) == self.model_type):
@@ -239,7 +250,7 @@ class BambaTarget(HFCausalLM):
         if self._step is None:
             raise RuntimeError("commit: no tree was scored since the last commit")
         path = path.to(self.device)
-        on_path, has, last = accepted_nodes(path, self.batch_size, self.num_pending)
+        on_path, has, last = accepted_nodes(path, self.batch_size, self.num_pending, checked=self.check_paths)
         layers = list(self._step)
         convs, ssms = self._committed_states(layers, on_path, has, last)
         self.conv.update(zip(layers, convs))

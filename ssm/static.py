@@ -32,7 +32,7 @@ from multispec.host import require
 from multispec.targets.base import NO_FEATURES, FeatureRequest, Features, TargetOutput
 from multispec.targets.static_step import CapturedFeed, padded
 
-from .targets import SSMTarget, accepted_nodes, rms_norm
+from .targets import SSMTarget, rms_norm
 
 
 class StaticSSM(CapturedFeed):
@@ -55,21 +55,7 @@ class StaticSSM(CapturedFeed):
     # ---- the state buffers ----------------------------------------------------------------------------
     def _adopt_states(self) -> None:
         """Copy the current states into the engine's buffers for this batch size; they become the states."""
-        b = self.batch_size
-        shapes = [(c.shape, s.shape) for c, s in zip(self.conv, self.ssm)]
-        pool = self._pool.get(b)
-        if pool is None or [(c.shape, s.shape) for c, s in zip(*pool)] != shapes:
-            pool = ([torch.zeros_like(c) for c in self.conv], [torch.zeros_like(s) for s in self.ssm])
-            if self.device.type == "cuda":
-                for t in (*pool[0], *pool[1]):
-                    torch._dynamo.mark_static_address(t)
-            self._pool[b] = pool
-        for bufs, states in zip(pool, (self.conv, self.ssm)):
-            for buf, state in zip(bufs, states):
-                if buf is not state:
-                    buf.copy_(state.clone() if buf.untyped_storage().data_ptr() == state.untyped_storage().data_ptr()
-                              else state)
-        self.conv, self.ssm = list(pool[0]), list(pool[1])
+        self.conv, self.ssm = state_buffers(self._pool, self.conv, self.ssm, self.device)
 
     def kv_pointers(self) -> tuple[int, ...]:
         return tuple(t.data_ptr() for t in (*self.conv, *self.ssm))
@@ -107,7 +93,7 @@ class StaticSSM(CapturedFeed):
         keep = (lambda x: x.clone()) if copy_out else (lambda x: x)  # noqa: E731
         require(ok.clone() if copy_out else ok, lambda: ValueError("parents: a node's parent must come before it"))
         self._sources = keep(sources)
-        self._step = [kind(*map(keep, tensors)) for kind, tensors in zip(self._step_types, steps)]
+        self._step = [unflat_step(kind, tuple(map(keep, tensors))) for kind, tensors in zip(self._step_types, steps)]
         self._tokens = dynamic[0]
         features = Features(keep(hidden[:, :t])) if request.hidden else None
         return TargetOutput(keep(logits[:, :t]), features)
@@ -118,17 +104,10 @@ class StaticSSM(CapturedFeed):
         padded tree, the final norm and the head; the mixers' steps and the conv sources as outputs."""
         return self._static_fn(self, tokens, parents, valid, want_hidden)
 
-    @torch.no_grad()
+    check_paths = False  # the commit trusts the verdict's path (see the module docstring): no host read
+
     def commit(self, path: torch.Tensor) -> None:
-        """`SSMTarget.commit` into the state buffers, trusting the verdict's path (see the module docstring)."""
-        if self._step is None:
-            raise RuntimeError("commit: no tree was scored since the last commit")
-        path = path.to(self.device)
-        t = self.num_pending
-        path = torch.where(path < t, path, -1)  # the eager adapter refuses such a path; none comes from the rule
-        on_path, has, last = accepted_nodes(path, self.batch_size, t, checked=False)
-        self._commit_all(on_path, has, last)
-        self._step = None
+        super().commit(path)
         self._adopt_states()
 
 
@@ -147,8 +126,38 @@ def ssm_step(engine: StaticSSM, tokens: torch.Tensor, parents: torch.Tensor, val
     engine._step = None  # rebuilt from the outputs (a replayed graph runs no Python)
     hidden = rms_norm(engine.backbone.norm_f, hidden)
     logits = engine.model.lm_head(hidden.to(engine.model.lm_head.weight.dtype)).float()
-    tensors = tuple(tuple(getattr(s, f.name) for f in fields(s)) for s in steps)
-    return logits, (hidden if want_hidden else None), before.all(), engine._sources, tensors
+    return logits, (hidden if want_hidden else None), before.all(), engine._sources, tuple(map(flat_step, steps))
+
+
+def state_buffers(pool: dict, convs: list[torch.Tensor], ssms: list[torch.Tensor], device: torch.device
+                  ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """`convs` and `ssms` copied into `pool`'s buffers for their batch size (made when missing or of other
+    shapes; on CUDA marked as static addresses for captured graphs); returns the buffers, the states from now."""
+    b = convs[0].shape[0] if convs else 0
+    shapes = [(c.shape, s.shape) for c, s in zip(convs, ssms)]
+    found = pool.get(b)
+    if found is None or [(c.shape, s.shape) for c, s in zip(*found)] != shapes:
+        found = ([torch.zeros_like(c) for c in convs], [torch.zeros_like(s) for s in ssms])
+        if device.type == "cuda":
+            for t in (*found[0], *found[1]):
+                torch._dynamo.mark_static_address(t)
+        pool[b] = found
+    for bufs, states in zip(found, (convs, ssms)):
+        for buf, state in zip(bufs, states):
+            if buf is not state:  # a view of the buffer itself (e.g. rows selected) is copied through a clone
+                same = buf.untyped_storage().data_ptr() == state.untyped_storage().data_ptr()
+                buf.copy_(state.clone() if same else state)
+    return list(found[0]), list(found[1])
+
+
+def flat_step(step) -> tuple[torch.Tensor, ...]:
+    """What a state layer keeps for the commit (a tensor, or a dataclass of tensors) as a tuple of tensors."""
+    return (step,) if isinstance(step, torch.Tensor) else tuple(getattr(step, f.name) for f in fields(step))
+
+
+def unflat_step(kind: type, tensors: tuple[torch.Tensor, ...]):
+    """`flat_step`'s inverse, given the step's type."""
+    return tensors[0] if issubclass(kind, torch.Tensor) else kind(*tensors)
 
 
 def static_ssm_class(base: type) -> type:
@@ -158,4 +167,4 @@ def static_ssm_class(base: type) -> type:
     return type(f"Static{base.__name__}", (StaticSSM, base), {"__module__": __name__})
 
 
-__all__ = ["StaticSSM", "ssm_step", "static_ssm_class"]
+__all__ = ["StaticSSM", "flat_step", "ssm_step", "state_buffers", "static_ssm_class", "unflat_step"]

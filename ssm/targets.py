@@ -47,7 +47,9 @@ def accepted_nodes(path: torch.Tensor, batch: int, t: int,
     `checked=False` skips the range check, a host read (for a caller whose path is in range)."""
     if path.dim() != 2 or path.shape[0] != batch:
         raise ValueError(f"path: expected [{batch}, A], got shape {tuple(path.shape)}")
-    if checked and (path >= t).any():
+    if not checked:  # an out-of-range index drops out rather than indexing past the tree
+        path = torch.where(path < t, path, -1)
+    elif (path >= t).any():
         raise ValueError(f"path: node index out of range for a {t}-node tree")
     on_path = torch.zeros(batch, t + 1, dtype=torch.bool, device=path.device)
     on_path.scatter_(1, torch.where(path >= 0, path, t), True)
@@ -74,6 +76,7 @@ class SSMTarget(Target):
 
     model_type = ""  # config.model_type this adapter serves
     provides = FeatureRequest(hidden=True)  # the final normed hidden state (an EAGLE head's input)
+    check_paths = True  # `commit` checks the path's range (a host read; the fixed-shape step trusts the rule's)
 
     def __init__(self, model: PreTrainedModel, replay: bool = False):
         """`replay=True` is the baseline STree compares with ("vanilla" speculative decoding for SSMs): the
@@ -200,7 +203,7 @@ class SSMTarget(Target):
         if self._step is None:
             raise RuntimeError("commit: no tree was scored since the last commit")
         path = path.to(self.device)
-        on_path, has, last = accepted_nodes(path, self.batch_size, self.num_pending)
+        on_path, has, last = accepted_nodes(path, self.batch_size, self.num_pending, checked=self.check_paths)
         if self.replay:
             path, on_path, last = self._replay(path, has)
         self._commit_all(on_path, has, last)

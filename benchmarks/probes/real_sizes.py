@@ -9,8 +9,8 @@ prefix standing in for the image's tokens; a Janus-Pro-7B-shape image GPT: its l
 trained drafter meaningless, so the drafter is `ControlledDrafter`: the target's own greedy continuation, each
 token right with probability `acceptance`. Per shape and batch size, in interleaved rounds: `transformers`'
 `generate`, our step without drafts (a chain of 0), and speculation with chains of k and one static tree (a
-`StaticTree.full` branching, each rank an independent guess) at each acceptance; the step is the fixed-shape one (`step="static"`: CUDA graphs on CUDA) where the class has it, else eager (named
-in the row). Efficiency = measured speedup over our step without drafts / its limit, the limit being
+`StaticTree.full` branching, each rank an independent guess) at each acceptance; the step is the fixed-shape
+one (`step="static"`: CUDA graphs on CUDA; every class here has it), else eager (named in the row). Efficiency = measured speedup over our step without drafts / its limit, the limit being
 accepted length x one-token step time / the (k+1)-node verify time (drafting free), both verify times
 measured on the same engine (a tree's priced with a chain of as many nodes).
 
@@ -145,7 +145,7 @@ def verify_times(model, step: str, ids: torch.Tensor, widths: list[int], reps: i
 
 
 def fastest_step(model, prompt_len: int, n: int, k: int) -> str:
-    """"static" where the class has a fixed-shape step, else "eager" (state-space models)."""
+    """"static" where the class has a fixed-shape step, else "eager"."""
     try:
         static_engines(model, NGramDrafter(), "static", prompt_len, n, k)
         return "static"

@@ -20,6 +20,8 @@ independent guess: a depth whose right parent has w children holds the right tok
 
 from __future__ import annotations
 
+import random
+
 import torch
 
 from ..prompt import Prompt
@@ -45,11 +47,12 @@ class ControlledDrafter(Drafter):
             raise ValueError(f"horizon: expected >= 1, got {horizon}")
         self.target, self.acceptance, self.horizon = target, float(acceptance), int(horizon)
         self.vocab_size = int(target.get_output_embeddings().weight.shape[0])
-        self.coin = torch.Generator().manual_seed(seed)
+        self.coin = random.Random(seed)  # host-side: drawing reads nothing from any tensor
         if continuation is not None and (continuation.dim() != 2 or continuation.shape[1] < horizon):
             raise ValueError(f"continuation: expected [B, >= {horizon}] tokens, got {tuple(continuation.shape)}")
         self.given = None if continuation is None else continuation.cpu()
         self.continuation: torch.Tensor | None = None  # [B, horizon + margin] the target's greedy tokens
+        self.continuation_lists: list[list[int]] = []
         self.position: list[int] = []  # per active row: how many of its continuation tokens are committed
         self.rows: list[int] = []
         self.accepted = self.rejected = 0  # drafted tokens accepted, and drafts that met a rejection
@@ -63,6 +66,7 @@ class ControlledDrafter(Drafter):
             if self.given.shape[0] != prompt.batch_size:
                 raise ValueError(f"continuation: {self.given.shape[0]} rows for a batch of {prompt.batch_size}")
             self.continuation = self.given
+            self.continuation_lists = self.continuation.tolist()
             return
         device = next(self.target.parameters()).device
         inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in prompt.inputs.items()}
@@ -71,6 +75,7 @@ class ControlledDrafter(Drafter):
                                    pad_token_id=0, **inputs)
         # the root (the prompt's last token) is committed; the continuation starts after it
         self.continuation = out[:, prompt.input_ids.shape[1]:].cpu()
+        self.continuation_lists = self.continuation.tolist()  # read once: drafting reads no tensor
 
     def propose(self, roots: torch.Tensor, spec: TreeSpec, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
@@ -84,18 +89,19 @@ class ControlledDrafter(Drafter):
             raise ValueError(f"tree: the controlled drafter drafts chains and static trees, got {type(spec).__name__}")
         index = {c: i for i, c in enumerate(choices)}
         parents = torch.tensor([index[c[:-1]] if len(c) > 1 else -1 for c in choices])
-        width = self.continuation.shape[1]
-        tokens = torch.empty(len(self.rows), len(choices), dtype=torch.long)
-        for i, (row, pos) in enumerate(zip(self.rows, self.position)):
-            right_at, taken = {(): True}, set()  # which nodes hold the right token; parents whose child took it
-            for j, c in enumerate(choices):
-                right = self.continuation[row, min(pos + len(c) - 1, width - 1)]
-                hit = bool(torch.rand(1, generator=self.coin) < self.acceptance)
-                ok = right_at[c[:-1]] and c[:-1] not in taken and hit
+        rows = []
+        for row, pos in zip(self.rows, self.position):
+            cont = self.continuation_lists[row]
+            right_at, taken, out = {(): True}, set(), []  # nodes holding the right token; parents whose child did
+            for c in choices:
+                right = cont[min(pos + len(c) - 1, len(cont) - 1)]
+                ok = right_at[c[:-1]] and c[:-1] not in taken and self.coin.random() < self.acceptance
                 right_at[c] = ok
                 if ok:
                     taken.add(c[:-1])
-                tokens[i, j] = right if ok else (right + 1 + c[-1]) % self.vocab_size  # wrong: distinct per rank
+                out.append(right if ok else (right + 1 + c[-1]) % self.vocab_size)  # wrong: distinct per rank
+            rows.append(out)
+        tokens = torch.tensor(rows, dtype=torch.long).view(len(rows), len(choices))
         self.drafted = max(len(c) for c in choices)
         if roots.device.type == "cuda":  # a pinned copy: queued behind the step, no wait for the device
             tokens = tokens.pin_memory()

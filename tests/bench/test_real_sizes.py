@@ -18,8 +18,7 @@ def test_dry_run_covers_every_shape(tmp_path):
     assert doc["dry_run"] and {r["shape"] for r in doc["results"]} == {
         "llama3-8b", "qwen2.5-vl-7b-lm", "janus-pro-7b-gpt", "mamba2-2.7b", "bamba-9b"}
     steps = {r["shape"]: r["step"] for r in doc["results"]}
-    assert steps["llama3-8b"] == steps["qwen2.5-vl-7b-lm"] == steps["mamba2-2.7b"] == "static"
-    assert steps["bamba-9b"] == "eager"  # the hybrids have no fixed-shape step
+    assert set(steps.values()) == {"static"}  # every class has its fixed-shape step
     for result in doc["results"]:
         rows = {r["method"]: r for r in result["rows"]}
         assert set(rows) == {"generate", "no_draft", "chain_k3_p0.8", "tree_2x1_p0.8"}
