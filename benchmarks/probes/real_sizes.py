@@ -10,9 +10,10 @@ trained drafter meaningless, so the drafter is `ControlledDrafter`: the target's
 token right with probability `acceptance`. Per shape and batch size, in interleaved rounds: `transformers`'
 `generate`, our step without drafts (a chain of 0), and speculation with chains of k and one static tree (a
 `StaticTree.full` branching, each rank an independent guess) at each acceptance; the step is the fixed-shape
-one (`step="static"`: CUDA graphs on CUDA; every class here has it), else eager (named in the row). Efficiency = measured speedup over our step without drafts / its limit, the limit being
-accepted length x one-token step time / the (k+1)-node verify time (drafting free), both verify times
-measured on the same engine (a tree's priced with a chain of as many nodes).
+one (`step="static"`: CUDA graphs on CUDA; every class here has it), else eager (named in the row).
+Efficiency = measured speedup over our step without drafts / its limit, the limit being accepted length x
+one-token step time / the (k+1)-node verify time (drafting free), both verify times measured on the same
+engine (a tree's priced with a chain of as many nodes).
 
 `--dry-run`: the same code on the CPU at tiny shapes of the same classes (fp32, a few tokens), every
 speculative output checked equal to `generate`; CI runs it (tests/bench/test_real_sizes.py).
