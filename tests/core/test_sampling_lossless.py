@@ -119,12 +119,14 @@ def test_exact_rule_without_sampling_is_greedy(models):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(DECODERS))
+@pytest.mark.parametrize("name", ["llama", *DECODERS])
 def test_static_sampling_reproduces_the_target_distribution(name):
-    """Every text class of `multispec.testing.DECODERS` on the static step, a perturbed copy drafting chains of 3:
-    the first two sampled tokens pass the chi-square test above (same N and power); for Gemma 2 (soft-capping,
-    alternating sliding windows) and gpt-oss (sinks) the classic residual bug fails it on the same engine."""
-    target = make_decoder(name, seed=1, head_scale=3.0)
+    """Every text class of `multispec.testing.DECODERS` on the static step (and a default-RoPE Llama on the lean
+    one), a perturbed copy drafting chains of 3: the first two sampled tokens pass the chi-square test above (same
+    N and power); for Gemma 2 (soft-capping, alternating sliding windows) and gpt-oss (sinks) the classic residual
+    bug fails it on the same engine."""
+    target = make_target("llama", seed=1, head_scale=3.0) if name == "llama" else make_decoder(name, seed=1,
+                                                                                              head_scale=3.0)
     draft = ModelDrafter(make_perturbed_copy(target, noise=0.15))
     prompt = torch.tensor([5, 17, 42, 9, 77])
     ids = prompt.expand(N, -1).contiguous()
