@@ -16,6 +16,7 @@ and samples with the target's head; `train_eagle` trains one for a user's own `P
 
 from multispec.generate_cli import register_generate_mode
 from multispec.targets import register_target_adapter
+from multispec.targets.static import register_fixed_shape
 from multispec.zoo import register_entry
 
 from . import cli as _cli
@@ -29,7 +30,7 @@ from .generate import ImageGenerationOutput, generate_ar, generate_images
 from .gpt import ClassConditionalGPT, ImageGPTConfig
 from .neighbourhood import latent_neighbours
 from .relaxed import Relaxed, RelaxedVerdict
-from .targets import ImageGPTTarget, JanusImageTarget
+from .targets import ImageGPTTarget, JanusImageTarget, static_janus_class
 from .vqvae import VQVAE
 from .zoo_pair import CFG_SCALE, zoo_entry
 from .zoo_pair import image_drafter as _image_drafter
@@ -38,6 +39,7 @@ from .zoo_pair import load_pair as _load_image_pair
 register_target_adapter(lambda model: getattr(getattr(model, "config", None), "model_type", None) == "janus",
                         JanusImageTarget)
 register_target_adapter(lambda model: isinstance(model, ClassConditionalGPT), ImageGPTTarget)
+register_fixed_shape(JanusImageTarget, static_janus_class)  # Janus on `step="static"`
 register_entry(zoo_entry())
 register_entry(continuous_zoo_entry())
 _cli.register()

@@ -24,7 +24,9 @@ from transformers import PreTrainedModel
 
 from multispec.prompt import Prompt
 from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
+from multispec.targets.base import TargetOutput
 from multispec.targets.lean import LeanCausalLM
+from multispec.targets.static_hf import StaticFeed
 
 from .gpt import ClassConditionalGPT
 
@@ -92,9 +94,9 @@ class JanusImageTarget(HFCausalLM):
         super().rollback(state[0])
         self._text_roots = state[1]
 
-    def _run(self, request: FeatureRequest, attention_mask, position_ids: torch.Tensor, cache_position: torch.Tensor,
-             input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
-             logits_to_keep: int = 0):
+    def _run(self, request: FeatureRequest, attention_mask, position_ids: torch.Tensor,
+             cache_position: torch.Tensor | None = None, input_ids: torch.Tensor | None = None,
+             inputs_embeds: torch.Tensor | None = None, logits_to_keep: int = 0):
         if inputs_embeds is None:  # the prompt: text embeddings
             inputs_embeds = self.model.get_input_embeddings()(input_ids)
         out = self.model.model.language_model(inputs_embeds=inputs_embeds, attention_mask=attention_mask,
@@ -107,11 +109,33 @@ class JanusImageTarget(HFCausalLM):
         return SimpleNamespace(logits=self.model.model.generation_head(hidden)), features
 
     def _score(self, inputs: dict, masks, positions, cache_position, request, parents):
-        tokens = inputs["input_ids"]
+        out, features = self._run(request, attention_mask=masks, position_ids=positions,
+                                  cache_position=cache_position, inputs_embeds=self.node_embeds(inputs["input_ids"]))
+        return out.logits.float(), features
+
+    def node_embeds(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The embeddings of fed nodes [B, M]: image tokens', but the first root's (the prompt's last token) is
+        text."""
         embeds = self.model.prepare_embeddings_for_image_generation(tokens.clamp(max=self.vocab_size - 1))
         if self._text_roots and self.num_pending == 0:
             embeds = embeds.clone()
             embeds[:, 0] = self.model.get_input_embeddings()(tokens[:, 0]).to(embeds.dtype)
-        out, features = self._run(request, attention_mask=masks, position_ids=positions,
-                                  cache_position=cache_position, inputs_embeds=embeds)
-        return out.logits.float(), features
+        return embeds
+
+
+class StaticJanusFeed(StaticFeed):
+    """Mixed in before `JanusImageTarget`: its feeds at fixed shapes (`multispec.targets.static_hf`). The nodes'
+    embeddings (image tokens', the first root's text) are computed before the fixed-shape call, which then runs
+    the language model and the generation head over them like any static feed."""
+
+    @torch.no_grad()
+    def feed(self, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor | None = None, *,
+             inputs_embeds: torch.Tensor | None = None, request: FeatureRequest = NO_FEATURES) -> TargetOutput:
+        if inputs_embeds is None and tokens.shape[1]:
+            inputs_embeds = self.node_embeds(tokens.to(self.device))
+        return super().feed(tokens, parents, valid, inputs_embeds=inputs_embeds, request=request)
+
+
+def static_janus_class(base: type) -> type:
+    """`base` (`JanusImageTarget` or a subclass) with the fixed-shape feed mixed in."""
+    return type(f"Static{base.__name__}", (StaticJanusFeed, base), {"__module__": __name__})

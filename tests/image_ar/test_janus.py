@@ -5,7 +5,7 @@ distribution, and guidance is refused for targets that cannot build an unconditi
 import pytest
 import torch
 
-from multispec import SamplingConfig, speculative_generate
+from multispec import EngineConfig, SamplingConfig, speculative_generate
 from multispec.drafters import ModelDrafter
 from multispec.image_ar import JanusImageTarget
 from multispec.image_ar.testing import NUM_IMAGE_TOKENS, janus_prompts, make_janus
@@ -24,12 +24,15 @@ def _guided_draft(model, noise=0.05):
     return ModelDrafter(GuidedTarget(make_perturbed_copy(model, noise=noise), SCALE))
 
 
+@pytest.mark.parametrize("step", ["eager", "static"])
 @pytest.mark.parametrize("lengths", [(6,), (6, 4, 5)])
-def test_greedy_guided_speculation_equals_janus_generate(janus, lengths):
+def test_greedy_guided_speculation_equals_janus_generate(janus, lengths, step):
+    """Static: the guided Janus's fixed-shape engine (`StaticJanusFeed`: the nodes' image and text-root
+    embeddings computed before the fixed-shape call) runs both halves."""
     ids, mask = janus_prompts(lengths)
     assert isinstance(as_target(janus), JanusImageTarget)
     out = speculative_generate(GuidedTarget(janus, SCALE), _guided_draft(janus), ids, mask,
-                               max_new_tokens=NUM_IMAGE_TOKENS, tree=3)
+                               max_new_tokens=NUM_IMAGE_TOKENS, tree=3, engine=EngineConfig(step=step))
     new = out.sequences[:, -NUM_IMAGE_TOKENS:]
     for r in range(len(lengths)):
         alone = ids[r, mask[r].bool()][None]
@@ -38,6 +41,9 @@ def test_greedy_guided_speculation_equals_janus_generate(janus, lengths):
                                   do_sample=False, guidance_scale=SCALE)
         assert torch.equal(new[r], want[0]), r
     assert out.stats.mean_accepted_length >= 1.5, out.stats
+    if step == "static":
+        (engine,) = janus.__dict__["_multispec_static_engines"].values()
+        assert type(engine).__name__ == "StaticJanusImageTarget" and engine.static_calls > 0
 
 
 def _guided_first_token_probs(model, prompt: torch.Tensor, scale: float, sampling) -> torch.Tensor:
@@ -57,7 +63,8 @@ N = 4000
 
 
 @pytest.mark.slow
-def test_sampled_first_image_token_follows_the_guided_distribution():
+@pytest.mark.parametrize("step", ["eager", "static"])
+def test_sampled_first_image_token_follows_the_guided_distribution(step):
     """Power (`detectable_deviation(4000, p, 64)`, level 1e-3, 90%): a 0.10 token moved by 3.8 points, a
     0.02 token by 1.8 points. Negative control: the unguided distribution (scale 1) fails the same samples
     (the two laws differ by total variation 0.11)."""
@@ -66,7 +73,8 @@ def test_sampled_first_image_token_follows_the_guided_distribution():
     sampling = SamplingConfig(do_sample=True, temperature=1.0)
     rows = ids.expand(N, -1).contiguous()
     out = speculative_generate(GuidedTarget(model, SCALE), _guided_draft(model, noise=0.3), rows, max_new_tokens=1,
-                               tree=2, sampling=sampling, generator=torch.Generator().manual_seed(0))
+                               tree=2, sampling=sampling, generator=torch.Generator().manual_seed(0),
+                               engine=EngineConfig(step=step))
     first = out.sequences[:, -1]
     assert out.stats.steps[0].accepted > N // 10
     assert chi_square_pvalue(first, _guided_first_token_probs(model, ids, SCALE, sampling)) > 1e-3
