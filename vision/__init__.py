@@ -14,6 +14,7 @@ trained with `VisionDistiller` (online logit distillation). The zoo pair `vqa-ll
 
 from multispec.generate_cli import register_generate_mode
 from multispec.targets import register_target_adapter
+from multispec.targets.static import register_fixed_shape
 from multispec.zoo import register_entry
 
 from . import cli as _cli
@@ -22,12 +23,13 @@ from .compress import ElasticCompressor, QueryAdaptor
 from .distill import DistillConfig, VisionDistiller
 from .drafters import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead, build_draft_sequence
 from .targets import (Gemma3VLTarget, Idefics3Target, LlavaTarget, PaliGemmaTarget, Qwen2VLTarget, Qwen3VLTarget,
-                      VisionLanguageTarget, vision_adapter_for)
+                      VisionLanguageTarget, static_paligemma_class, vision_adapter_for)
 from .zoo_pair import zoo_entry
 from .zoo_words import zoo_entry as words_zoo_entry
 
 register_target_adapter(lambda model: vision_adapter_for(model) is not None,
                         lambda model: vision_adapter_for(model)(model))
+register_fixed_shape(PaliGemmaTarget, static_paligemma_class)  # its prefix root's masks: tensors of its own
 register_entry(zoo_entry())
 register_entry(words_zoo_entry())
 _cli.register()

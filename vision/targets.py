@@ -22,6 +22,7 @@ from transformers import PreTrainedModel
 from multispec.prompt import Prompt
 from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
 from multispec.targets.lean import LeanCausalLM, lean_unsupported
+from multispec.targets.static_hf import StaticFeed
 
 
 class VisionLanguageTarget(HFCausalLM):
@@ -304,6 +305,44 @@ class PaliGemmaTarget(VisionLanguageTarget):
         super().select(rows)
         if self._prefix is not None:
             self._prefix = self._prefix[rows.to(self.device)]
+
+
+class StaticPaliGemmaFeed(StaticFeed):
+    """Mixed in before `PaliGemmaTarget`: its feeds at fixed shapes (`multispec.targets.static_hf`), the first
+    root's reach past the sliding window over the prefix (`_feed_unwindowed`) given as tensors the captured graph
+    reads: the prefix over every cache column and, per row, whether the next root is the prompt's last prefix
+    token."""
+
+    graph_attributes = ("_prefix_cols", "_root_flag")
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
+        out = super().start(input_ids, attention_mask, **kwargs)
+        b = input_ids.shape[0]
+        self._prefix_cols = torch.zeros(b, self.capacity, dtype=torch.bool, device=self.device)
+        self._root_flag = torch.zeros(b, dtype=torch.bool, device=self.device)
+        if self._prefix is not None:
+            self._prefix_cols[:, : self._prefix.shape[1]] = self._prefix
+            self._root_flag = self._prefix[:, -1] & self._root_in_prefix
+        return out
+
+    def _unwindowed(self, allowed: torch.Tensor) -> torch.Tensor:
+        extra = torch.zeros_like(allowed)
+        extra[:, :, 0] = allowed[:, :, 0] & self._prefix_cols[:, None] & self._root_flag[:, None, None]
+        return extra
+
+    def commit(self, path: torch.Tensor, counts=None) -> None:
+        super().commit(path, counts)
+        self._root_flag = torch.zeros_like(self._root_flag)
+
+    def select(self, rows: torch.Tensor) -> None:
+        super().select(rows)
+        rows = rows.to(self.device)
+        self._prefix_cols, self._root_flag = self._prefix_cols[rows], self._root_flag[rows]
+
+
+def static_paligemma_class(base: type) -> type:
+    """`base` (`PaliGemmaTarget` or a subclass) with the fixed-shape feed mixed in."""
+    return type(f"Static{base.__name__}", (StaticPaliGemmaFeed, base), {"__module__": __name__})
 
 
 class Qwen3VLTarget(Qwen2VLTarget):

@@ -215,12 +215,18 @@ class StaticFeed(CapturedFeed):
         if self.sliding_window is not None:
             sliding = static_feed_tables(parents, valid, pending_parents, length, start_col, cols,
                                          sliding_window=self.sliding_window, **tables)[-1]
+            sliding = sliding | self._unwindowed(allowed)
         masks = self._additive_masks(allowed, sliding)
         self.cache.cols = cols
         request = FeatureRequest(hidden=want_hidden, layers=layers_wanted)
         tokens = dict(input_ids=inp) if inp.dim() == 2 else dict(inputs_embeds=inp)
         logits, hidden, layers = self._step(self, request, masks, self._positions(positions), tokens)
         return logits, hidden, layers, ok, kept_parents, pos, anc
+
+    def _unwindowed(self, allowed: torch.Tensor) -> torch.Tensor | bool:
+        """Pairs of the bool mask [B, 1, N, C] that sliding windows do not cut (the eager feed's
+        `_feed_unwindowed`): none, unless an adapter says otherwise from tensors (`graph_attributes`)."""
+        return False
 
     def _additive_masks(self, allowed: torch.Tensor, sliding: torch.Tensor | None):
         """The bool masks [B, 1, N, C] as the model reads them: additive, one per attention layer type."""

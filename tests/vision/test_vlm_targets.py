@@ -9,6 +9,7 @@ import torch
 
 from multispec import DynamicTree, EngineConfig, Prompt, SamplingConfig, StoppingConfig, speculative_generate
 from multispec.drafters.controlled import ControlledDrafter
+from multispec.targets.static import fixed_shape_class
 from multispec.drafters import ModelDrafter
 from multispec.targets import FeatureRequest, as_target
 from multispec.testing import chi_square_pvalue, make_perturbed_copy, make_target
@@ -156,16 +157,18 @@ def test_sampled_first_token_follows_the_target(kind, step):
     assert chi_square_pvalue(control, p) < 1e-6
 
 
+@pytest.mark.parametrize("step", ["eager", "static"])
 @pytest.mark.parametrize("kind", ["gemma3", "paligemma"])
-def test_bidirectional_blocks_wider_than_the_sliding_window(kind):
+def test_bidirectional_blocks_wider_than_the_sliding_window(kind, step):
     """An image block (Gemma 3) or a prefix (PaliGemma) wider than the sliding window: `transformers` cuts
     Gemma 3's blocks with the window and lets PaliGemma's prefix attend across it; tree logits (the first root
-    included) follow the model's forward either way, and the blocks change the logits here."""
+    included) follow the model's forward either way, on the eager and the fixed-shape step, and the blocks change
+    the logits here."""
     model = make_vlm(kind, seed=1)
     model.config.text_config.sliding_window = 3
     model.model.language_model.config.sliding_window = 3
     inputs = vlm_prompts(kind)
-    target = as_target(model)
+    target = as_target(model) if step == "eager" else fixed_shape_class(model)(model, capacity=96, node_budget=4)
     prefilled = target.prefill(Prompt.build(**inputs))
     tokens = torch.cat([prefilled.roots[:, None], torch.randint(7, 128, (3, 2), generator=torch.Generator())], 1)
     logits = target.score(tokens, torch.tensor([[-1, 0, 1]] * 3)).logits
@@ -283,8 +286,8 @@ def test_idefics3_pixel_values_without_the_images_axis_are_refused_by_name():
 @pytest.mark.parametrize("batch", [1, 3])
 def test_static_step_equals_generate(vlm, batch):
     """The fixed-shape step (`step="static"`: the adapter's prefill with its images, then text nodes at fixed
-    shapes, `multispec.targets.static_hf`): greedy output equal to `generate`, drafts accepted. PaliGemma, whose
-    feed is its own (the prefix root), is refused by name."""
+    shapes, `multispec.targets.static_hf`): greedy output equal to `generate`, drafts accepted (PaliGemma through
+    its own variant, `StaticPaliGemmaFeed`)."""
     kind, model = vlm
     inputs = vlm_prompts(kind)
     if batch == 1:
@@ -293,10 +296,6 @@ def test_static_step_equals_generate(vlm, batch):
     drafter = ControlledDrafter(model, acceptance=0.8, horizon=n)
     run = lambda: speculative_generate(model, drafter, max_new_tokens=n, tree=4, **inputs,  # noqa: E731
                                        stopping=StoppingConfig.never(), engine=EngineConfig(step="static"))
-    if kind == "paligemma":
-        with pytest.raises(ValueError, match="served by PaliGemmaTarget, whose feed is its own .*_feed_unwindowed"):
-            run()
-        return
     out = run()
     with torch.no_grad():
         for r in range(batch):
