@@ -58,6 +58,9 @@ DECODERS = {
         rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=64))),
     "llama-rope-linear": ("LlamaConfig", "LlamaForCausalLM", dict(rope_parameters=dict(
         rope_type="linear", rope_theta=10000.0, factor=2.0))),
+    # dynamic NTK past a 16-token original context: its frequencies grow during the tests' generations
+    "llama-rope-dynamic": ("LlamaConfig", "LlamaForCausalLM", dict(max_position_embeddings=16, rope_parameters=dict(
+        rope_type="dynamic", rope_theta=10000.0, factor=2.0))),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=16)),
     "qwen3-moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(head_dim=16, num_experts=4, num_experts_per_tok=2,
                                                               moe_intermediate_size=32)),
@@ -89,10 +92,10 @@ def make_decoder(name: str, seed: int = 0, vocab: int = VOCAB, layers: int = 2, 
     fields = dict(fields)
     if "layer_types" in fields:
         fields["layer_types"] = (fields["layer_types"] * layers)[:layers]
-    config = getattr(transformers, config_class)(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0, **fields)
+    config = getattr(transformers, config_class)(**dict(
+        dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False,
+             bos_token_id=1, eos_token_id=2, pad_token_id=0), **fields))
     torch.manual_seed(seed)
     model = getattr(transformers, model_class)(config)
     with torch.no_grad():

@@ -47,6 +47,7 @@ class StaticHybrid(StaticFeed):
         self._pool: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self._state_pool: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
         self._layout: list[tuple[int, type]] = []
+        self._rope = None  # (a dynamic rotary embedding is StaticFeed's; no hybrid here has one)
 
     # ---- buffers --------------------------------------------------------------------------------------
     def _dynamic_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:

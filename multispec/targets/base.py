@@ -179,8 +179,13 @@ class Target(_Committing):
 
     @property
     def max_positions(self) -> int | None:
-        """The model config's `max_position_embeddings` (None: no model, or no such limit)."""
-        value = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        """The model config's `max_position_embeddings` (None: no model, no such limit, or dynamic NTK RoPE,
+        which rescales its frequencies past it by design)."""
+        config = getattr(self.model, "config", None)
+        rope = getattr(config, "rope_parameters", None)
+        if isinstance(rope, dict) and rope.get("rope_type") == "dynamic":
+            return None
+        value = getattr(config, "max_position_embeddings", None)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def generation_defaults(self) -> tuple[tuple[int, ...], int | None]:

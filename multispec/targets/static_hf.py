@@ -33,6 +33,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from .base import NO_FEATURES, FeatureRequest, TargetOutput
 from .hf import HFCausalLM, keeps_state
 from .lean import dispatched
+from .static_rope import DynamicRope, dynamic_rotary
 from .static_step import CapturedFeed, padded, static_feed_tables
 
 
@@ -45,10 +46,10 @@ def model_unsupported(model: object) -> str | None:
                 f"attention caches and multispec.ssm's pure state-space targets)")
     if dispatched(model):
         return "dispatched by accelerate (device_map): its offloaded weights move in per call"
-    rope = getattr(model.config.get_text_config(decoder=True), "rope_parameters", None) or {}
-    rope_types = {p.get("rope_type") for p in rope.values() if isinstance(p, dict)} | {rope.get("rope_type")}
-    if "dynamic" in rope_types:  # its frequencies follow the longest position seen: a host read per forward
-        return "rope_type 'dynamic' (its frequencies change with the sequence length)"
+    try:
+        dynamic_rotary(model)  # dynamic NTK RoPE runs as tensors (`static_rope`), one state per model
+    except ValueError as e:
+        return str(e)
     return None
 
 
@@ -109,6 +110,10 @@ class StaticFeed(CapturedFeed):
         self.init_static(generic_step, model.config.get_text_config(decoder=True), capacity, node_budget, compile,
                          compile_mode, cuda_graphs)
         self._pool: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        rotary = dynamic_rotary(model)
+        self._rope = None if rotary is None else DynamicRope(rotary)
+        if self._rope is not None:  # its state enters each call as tensors (see `static_rope`)
+            self.graph_attributes = (*type(self).graph_attributes, "_rope_inv", "_rope_cached")
 
     # ---- buffers --------------------------------------------------------------------------------------
     def _buffers(self, batch: int, like: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list:
@@ -184,9 +189,14 @@ class StaticFeed(CapturedFeed):
         self.check_capacity(used + n)
         valid = torch.ones(b, m, dtype=torch.bool, device=device) if valid is None else valid.to(device)
         inp = tokens.to(device) if inputs_embeds is None else inputs_embeds.to(device)
+        if self._rope is not None:
+            self._rope_inv, self._rope_cached = self._rope.state()
         dynamic = (padded(inp, n), parents.to(device), valid, self.pending.parents, self.length, self.start_col,
                    torch.arange(used, used + n, device=device), *(getattr(self, a) for a in self.graph_attributes))
-        return self.finish_feed(self.run_feed(dynamic, p0, tuple(request.layers), request.hidden), m, request)
+        out = self.run_feed(dynamic, p0, tuple(request.layers), request.hidden)
+        if self._rope is not None:  # the rotary embedding's new state, for its eager code too
+            self._rope.store(*out[7:])
+        return self.finish_feed(out[:7], m, request)
 
     # tensor attributes an adapter's feed reads (e.g. Qwen2-VL's rope deltas in `_positions`): a captured graph
     # must read them as inputs, copied in at each replay, not at the addresses they had when it was captured
@@ -220,8 +230,12 @@ class StaticFeed(CapturedFeed):
         self.cache.cols = cols
         request = FeatureRequest(hidden=want_hidden, layers=layers_wanted)
         tokens = dict(input_ids=inp) if inp.dim() == 2 else dict(inputs_embeds=inp)
-        logits, hidden, layers = self._step(self, request, masks, self._positions(positions), tokens)
-        return logits, hidden, layers, ok, kept_parents, pos, anc
+        if self._rope is None:
+            logits, hidden, layers = self._step(self, request, masks, self._positions(positions), tokens)
+            return logits, hidden, layers, ok, kept_parents, pos, anc
+        with self._rope.patched(self._rope_inv, self._rope_cached) as rope:
+            logits, hidden, layers = self._step(self, request, masks, self._positions(positions), tokens)
+        return logits, hidden, layers, ok, kept_parents, pos, anc, rope["inv"], rope["cached"]
 
     def _unwindowed(self, allowed: torch.Tensor) -> torch.Tensor | bool:
         """Pairs of the bool mask [B, 1, N, C] that sliding windows do not cut (the eager feed's

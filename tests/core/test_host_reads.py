@@ -147,7 +147,7 @@ def test_counter_sees_a_read():
     assert reads.total == 3
 
 
-@pytest.mark.parametrize("name", ["gemma2", "qwen3-moe"])
+@pytest.mark.parametrize("name", ["gemma2", "qwen3-moe", "llama-rope-dynamic"])
 def test_static_step_reads_the_device_once_per_step(name, as_on_cuda):
     model = make_decoder(name, seed=2)
     ids, mask = ragged_prompts(1, seed=4)
