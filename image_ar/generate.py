@@ -73,12 +73,13 @@ class _Trace:
 def generate_images(target, labels, *, drafter=None, rule=None, tree=None, guidance_scale: float | None = None,
                     do_sample: bool = True, temperature: float = 1.0, top_k: int | None = None,
                     top_p: float | None = None, generator: torch.Generator | None = None, vqvae=None,
-                    progress: bool = False) -> ImageGenerationOutput:
+                    progress: bool = False, step: str = "eager") -> ImageGenerationOutput:
     """Generate one image per class label with `target` (a `ClassConditionalGPT`, or a Janus-style target
     adapter whose prompts are class tokens). `drafter=None` decodes plainly through the same adapter (one
     token per target forward); otherwise speculative decoding with `rule` (None: Exact when sampling,
     Greedy otherwise; a `Relaxed` for LANTERN) over `tree` (None: a 4-token chain). Guidance, temperature,
-    top-k and top-p apply identically to target and draft."""
+    top-k and top-p apply identically to target and draft. `step`: `EngineConfig.step` ("static": the fixed-shape
+    step, guidance included)."""
     if not isinstance(target, ClassConditionalGPT):
         raise TypeError(f"target: expected a ClassConditionalGPT, got {type(target).__name__}")
     labels = _labels(labels, target)
@@ -91,7 +92,8 @@ def generate_images(target, labels, *, drafter=None, rule=None, tree=None, guida
     guided = target if guidance_scale is None else GuidedTarget(target, guidance_scale)
     out = speculative_generate(guided, NGramDrafter() if plain else drafter, prompt, torch.ones_like(prompt),
                                max_new_tokens=n, tree=0 if plain else tree, rule=rule, sampling=sampling,
-                               engine=EngineConfig(progress=progress), generator=generator, on_step=trace)
+                               engine=EngineConfig(progress=progress, step=step), generator=generator,
+                               on_step=trace)
     seconds = time.perf_counter() - start
     codes = out.sequences[:, prompt.shape[1]:]
     if codes.shape[1] != n:

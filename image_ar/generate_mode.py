@@ -53,6 +53,8 @@ def _check(args: argparse.Namespace) -> tuple[list[int], int, Path]:
             raise ValueError(f"--delta: expected a total-variation budget in [0, 1], got {args.delta}")
     if args.prompt is not None or args.prompts is not None:
         raise ValueError("--prompt: the image pairs take --class, not text")
+    if args.step != "eager" and args.pair == CONTINUOUS:
+        raise ValueError(f"--step: {args.pair}'s continuous loop runs the eager step ({NAME} takes {args.step!r})")
     if args.sample or args.temperature != 1.0:
         raise ValueError("--sample: the image pairs always sample (temperature 1, as the papers); drop "
                          "--sample/--temperature")
@@ -91,7 +93,7 @@ def _draw(args: argparse.Namespace, classes: list[int], k: int):
         what = f"EAGLE chain k={k}, LANTERN delta={args.delta:g}"
     common = dict(guidance_scale=CFG_SCALE, top_k=TOP_K, vqvae=pair.vqvae)
     spec = generate_images(pair.target, classes, drafter=image_drafter(pair, "eagle"), rule=rule, tree=k,
-                           generator=gen(), **common)
+                           generator=gen(), step=args.step, **common)
     plain = generate_images(pair.target, classes, generator=gen(), **common) if args.compare else None
     return spec, plain, what
 
@@ -129,4 +131,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-MODE = GenerateMode("image AR", (NAME, CONTINUOUS), {"digit_classes": "--class", "out": "--out", "delta": "--delta"}, _add_arguments, run)
+MODE = GenerateMode("image AR", (NAME, CONTINUOUS), {"digit_classes": "--class", "out": "--out", "delta": "--delta"},
+                    _add_arguments, run, static_step=True)

@@ -42,7 +42,7 @@ from .tree import DynamicTree
 class GenerateMode:
     """How `multispec generate` serves one modality's zoo pairs: its own options (added under a heading by
     `add_arguments`; `options` maps each one's dest to its flag: they default to None and are refused with any
-    other pair) and `run(args)`; `static_step`: whether its generation honours `--step` (it runs `generate_one`)."""
+    other pair) and `run(args)`; `static_step`: whether its generation honours `--step` (per pair, its own checks refuse the others)."""
 
     name: str
     pairs: tuple[str, ...]

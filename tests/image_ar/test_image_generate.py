@@ -24,6 +24,16 @@ def test_lantern_digits_are_written_with_their_figures(tmp_path, capsys):
     assert "2 images in" in capsys.readouterr().out
 
 
+def test_the_static_step_draws_the_same_digits(tmp_path):
+    """`--step static` (the guided image GPT on the fixed-shape step): the same codes as the eager step for the
+    same seed, and so the same PNG."""
+    for step in ("eager", "static"):
+        assert main(["generate", "--pair", "mnist-vq-gpt", "--class", "5", "--seed", "2", "--step", step,
+                     "--out", str(tmp_path / step)]) == 0
+    eager, static = (Image.open(tmp_path / s / "mnist-vq-gpt_0_class5.png") for s in ("eager", "static"))
+    assert list(eager.getdata()) == list(static.getdata())
+
+
 def test_exact_and_continuous_runs_move_no_mass(tmp_path, capsys):
     out = tmp_path / "exact.json"
     assert main(["generate", "--pair", "mnist-vq-gpt", "--class", "1", "--out", str(tmp_path), "--json",
@@ -44,7 +54,9 @@ def test_bad_image_options_name_themselves_before_loading(tmp_path, capsys, monk
                           (["--pair", "mnist-vq-gpt", "--class", "3", "--tree", "4/4/15"], "--tree: the image pairs"),
                           (["--pair", "mnist-vq-gpt", "--class", "3", "--sample"], "--sample: the image pairs"),
                           (["--pair", "mnist-vq-gpt", "--class", "3", "--prompt", "a three"], "--prompt: the image"),
-                          (["--pair", "stdlib-bytes", "--prompt", "x", "--class", "3"], "--class: only for image AR")]:
+                          (["--pair", "stdlib-bytes", "--prompt", "x", "--class", "3"], "--class: only for image AR"),
+                          (["--pair", "mnist-patch-diffusion", "--class", "3", "--step", "static"],
+                           "--step: mnist-patch-diffusion's continuous loop runs the eager step")]:
         assert main(["generate", "--out", str(tmp_path), *args]) == 2, args
         assert message in capsys.readouterr().err, args
     with pytest.raises(SystemExit):
