@@ -1,6 +1,8 @@
 """The fixed-shape step over each class's own forward, captured in CUDA graphs (`multispec.targets.static_hf`):
 replays give the eager step's tokens and `generate`'s (fp32), with drafts accepted; one class also under
-`torch.compile` (inductor). CPU twins: tests/core/test_static_classes.py, tests/vision/test_vlm_targets.py."""
+`torch.compile` (inductor); the state-space, PaliGemma and Janus engines too. CPU twins:
+tests/core/test_static_classes.py, tests/vision/test_vlm_targets.py, tests/ssm/test_ssm_static.py,
+tests/image_ar/test_janus.py."""
 
 import pytest
 import torch
@@ -54,3 +56,46 @@ def test_vlm_captured_decode_equals_generate(kind):
             want = model.generate(**row_of(inputs, r), max_new_tokens=12, do_sample=False, eos_token_id=None,
                                   pad_token_id=0)[0, -12:]
             assert torch.equal(out.sequences[r, -12:], want), (kind, r)
+
+
+@pytest.mark.parametrize("kind", ["paligemma"])
+def test_paligemma_captured_decode_equals_generate(kind):
+    """PaliGemma's own variant (`StaticPaliGemmaFeed`): the prefix root's flags are graph-read tensors."""
+    test_vlm_captured_decode_equals_generate(kind)
+
+
+@pytest.mark.parametrize("kind", ["mamba2", "mamba", "bamba", "jamba", "qwen3_next", "zamba2"])
+def test_ssm_captured_step_replays_equal_eager_and_generate(kind):
+    """The state-space engines (`ssm/static.py`, `ssm/static_hybrid.py`) captured in CUDA graphs: the Triton tree
+    kernels inside the graph, the states in fixed buffers. CPU twin: tests/ssm/test_ssm_static.py."""
+    from multispec.ssm import testing as ssm_testing
+    from multispec.testing import greedy_rows_alone
+
+    maker = {"mamba2": ssm_testing.make_mamba2, "mamba": ssm_testing.make_mamba, "bamba": ssm_testing.make_bamba,
+             "jamba": ssm_testing.make_jamba, "qwen3_next": ssm_testing.make_qwen3_next,
+             "zamba2": ssm_testing.make_zamba2}[kind]
+    model = maker(seed=1).to(CUDA)
+    ids, mask = (t.to(CUDA) for t in ragged_prompts(3, seed=3))
+    eager, static = _run(model, ids, mask, "eager"), _run(model, ids, mask, "static")
+    assert torch.equal(static.sequences, eager.sequences), kind
+    assert torch.equal(static.sequences[:, -24:], greedy_rows_alone(model, ids, mask, 24)), kind
+    engine = next(iter(model._multispec_static_engines.values()))
+    assert engine.cuda_graphs and engine._graphs and engine.static_calls > 0
+
+
+def test_janus_captured_guided_step_equals_janus_generate():
+    from multispec.drafters import ModelDrafter
+    from multispec.image_ar.testing import NUM_IMAGE_TOKENS, janus_prompts, make_janus
+    from multispec.targets import GuidedTarget
+    from multispec.testing import make_perturbed_copy
+
+    janus = make_janus(seed=1).to(CUDA)
+    draft = ModelDrafter(GuidedTarget(make_perturbed_copy(janus, noise=0.05), 3.0))
+    ids, mask = (t.to(CUDA) for t in janus_prompts((6, 4, 5)))
+    out = speculative_generate(GuidedTarget(janus, 3.0), draft, ids, mask, max_new_tokens=NUM_IMAGE_TOKENS, tree=3,
+                               engine=EngineConfig(step="static"))
+    for r in range(3):
+        alone = ids[r, mask[r].bool()][None]
+        want = janus.generate(alone, attention_mask=torch.ones_like(alone), generation_mode="image",
+                              do_sample=False, guidance_scale=3.0)
+        assert torch.equal(out.sequences[r, -NUM_IMAGE_TOKENS:], want[0]), r
