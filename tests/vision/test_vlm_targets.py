@@ -39,10 +39,13 @@ def _own_logits(model, inputs: dict) -> torch.Tensor:
         return model(**inputs).logits[0, -1]
 
 
-def test_tree_logits_equal_the_model_forward_on_each_path(vlm):
+@pytest.mark.parametrize("step", ["eager", "static"])
+def test_tree_logits_equal_the_model_forward_on_each_path(vlm, step):
+    """Every node of a tree after the prompt, then a node after a commit of different paths, on the eager adapter
+    and on its fixed-shape variant (budget 4: the six-node tree pads to 8)."""
     kind, model = vlm
     inputs = vlm_prompts(kind)
-    target = as_target(model)
+    target = as_target(model) if step == "eager" else fixed_shape_class(model)(model, capacity=128, node_budget=4)
     assert isinstance(target, Qwen2VLTarget if kind.startswith("qwen") else
                       Idefics3Target if kind in ("idefics3", "smolvlm") else
                       Gemma3VLTarget if kind == "gemma3" else PaliGemmaTarget if kind == "paligemma" else
@@ -79,6 +82,7 @@ def test_tree_logits_equal_the_model_forward_on_each_path(vlm):
         extra = torch.cat([tokens[r, kept[r]], nxt[r]])
         want = _own_logits(model, _extend(row_of(inputs, r), extra, kind))
         assert torch.allclose(after[r, 0], want, atol=1e-4), (kind, r)
+    assert step == "eager" or target.static_calls == 2
 
 
 def test_a_forgotten_rope_delta_is_caught():
