@@ -32,8 +32,9 @@ from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
 from multispec.drafters.eagle_train import EagleTrainConfig, EagleTrainer
 from multispec.prompt import Prompt
 from multispec.targets import GuidedTarget
+from multispec.training.cli import loop_config, loop_report, write_report
 from multispec.training.kinds import DraftKind
-from multispec.training.loop import LoopConfig, TrainLoop, item_generator
+from multispec.training.loop import TrainLoop, item_generator
 
 from .targets import JanusImageTarget
 
@@ -297,22 +298,17 @@ def run(args: argparse.Namespace, scale: float, per_prompt: int) -> int:
     kind = JanusEagleKind(model, rows, row_mask, unconditional(model, rows, row_mask, width), width, scale, args.seed)
     held_ids, held_mask = left_padded(held, pad, model.device)
     untrained = accepted(model, kind.drafter(), held_ids, held_mask, scale) if shards.main else None
-    loop = LoopConfig(steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum or 1, lr=args.lr,
-                      warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every,
-                      halt_after=args.halt_after, seed=args.seed, autocast=args.autocast)
+    loop = loop_config(args)
     trainer = TrainLoop(kind.module, kind.losses, len(rows), loop, args.out, shards, desc="train eagle (Janus)")
     history = trainer.run()
-    report = {"kind": "eagle", "target": args.target, "data": args.data, "guidance_scale": scale,
-              "prompts": len(train), "heldout_prompts": len(held), "images": len(rows), "steps": trainer.step,
-              "finished": trainer.finished, "processes": shards.world,
-              "final_loss": history[-1]["total"] if history else None, "untrained_accepted_length": untrained}
+    report = loop_report(args, trainer, history, guidance_scale=scale, prompts=len(train), heldout_prompts=len(held),
+                         images=len(rows), untrained_accepted_length=untrained)
     if shards.main:
         if trainer.finished:
             kind.save(args.out)
             report["accepted_length"] = accepted(model, kind.drafter(), held_ids, held_mask, scale)
             report["eval"] = {"prompts": len(held), "chain_k": 4, "guided": scale, "greedy": True}
-        Path(args.out, "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        print(json.dumps(report, indent=2))
+        write_report(args.out, report)
     return 0
 
 

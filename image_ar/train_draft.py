@@ -23,9 +23,9 @@ from multispec.bench.shards import current
 from multispec.cli import positive_int
 from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
 from multispec.drafters.eagle_train import EagleTrainConfig
-from multispec.training.cli import TargetTrainer
+from multispec.training.cli import TargetTrainer, loop_config, loop_report, write_report
 from multispec.training.kinds import DraftKind
-from multispec.training.loop import LoopConfig, TrainLoop, item_generator
+from multispec.training.loop import TrainLoop, item_generator
 
 from . import janus_draft
 from .generate import generate_ar, generate_images
@@ -123,22 +123,17 @@ def run(args: argparse.Namespace) -> int:
     kind = ImageEagleKind(target, sequences, scale, args.seed)
     held = sorted(set(labels))
     untrained = accepted(target, kind.drafter(), held, scale) if shards.main else None
-    loop = LoopConfig(steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum or 1, lr=args.lr,
-                      warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every,
-                      halt_after=args.halt_after, seed=args.seed, autocast=args.autocast)
+    loop = loop_config(args)
     trainer = TrainLoop(kind.module, kind.losses, len(sequences), loop, args.out, shards, desc="train eagle (image)")
     history = trainer.run()
-    report = {"kind": "eagle", "target": args.target, "data": args.data, "guidance_scale": scale,
-              "images": len(sequences), "steps": trainer.step, "finished": trainer.finished,
-              "processes": shards.world, "final_loss": history[-1]["total"] if history else None,
-              "untrained_accepted_length": untrained}
+    report = loop_report(args, trainer, history, guidance_scale=scale, images=len(sequences),
+                         untrained_accepted_length=untrained)
     if shards.main:
         if trainer.finished:
             kind.save(args.out)
             report["accepted_length"] = accepted(target, kind.drafter(), held, scale)
             report["eval"] = {"classes": held, "chain_k": 4, "guided": scale, "greedy": True}
-        Path(args.out, "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        print(json.dumps(report, indent=2))
+        write_report(args.out, report)
     return 0
 
 

@@ -13,8 +13,8 @@ from multispec import StoppingConfig, speculative_generate, zoo
 from multispec.bench.recorder import LEGEND, format_table
 from multispec.bench.shards import current
 from multispec.cli import parse_tree, positive_int, register_command
-from multispec.training.cli import TargetTrainer, register_trainer
-from multispec.training.loop import LoopConfig, TrainLoop
+from multispec.training.cli import TargetTrainer, loop_config, loop_report, register_trainer, write_report
+from multispec.training.loop import TrainLoop
 
 from .bench import ANSWER_KINDS, PAIRS, SPLITS, run
 from .compress import BRANCHES, COMPRESSORS
@@ -227,22 +227,16 @@ def _train(args: argparse.Namespace) -> int:
     answer_type = getattr(vision_adapter_for(model), "appended_token_type", 0)  # PaliGemma's suffix: 1
     distiller = VisionDistiller(model, head, config)
     losses = distiller.loop_losses(examples, lambda b: collate_examples(b, pad, answer_type), args.seed)
-    loop = LoopConfig(steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum or 1, lr=args.lr,
-                      warmup_steps=args.warmup_steps, grad_clip=config.grad_clip,
-                      checkpoint_every=args.checkpoint_every, halt_after=args.halt_after, seed=args.seed,
-                      autocast=args.autocast)
-    trainer = TrainLoop(head, losses, len(examples), loop, args.out, shards, desc=f"train {args.kind}")
+    trainer = TrainLoop(head, losses, len(examples), loop_config(args, grad_clip=config.grad_clip), args.out, shards,
+                        desc=f"train {args.kind}")
     history = trainer.run()
-    report = {"kind": args.kind, "target": args.target, "data": args.data, "questions": len(train),
-              "heldout_questions": len(held), "steps": trainer.step, "finished": trainer.finished,
-              "processes": shards.world, "final_loss": history[-1]["total"] if history else None,
-              "untrained_accepted_length": untrained}
+    report = loop_report(args, trainer, history, questions=len(train), heldout_questions=len(held),
+                         untrained_accepted_length=untrained)
     if shards.main:
         if trainer.finished:
             head.save(args.out)
             report["accepted_length"] = _accepted(model, head, processor, held, n, eos, pad)
-        Path(args.out, "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        print(json.dumps(report, indent=2))
+        write_report(args.out, report)
     return 0
 
 

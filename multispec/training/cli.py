@@ -133,6 +133,27 @@ def run(args: argparse.Namespace) -> int:
     return _run_text(args)
 
 
+def loop_config(args: argparse.Namespace, **overrides) -> LoopConfig:
+    """The shared loop's settings from the "training" options (every family's)."""
+    fields = dict(steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum or 1, lr=args.lr,
+                  warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, halt_after=args.halt_after,
+                  seed=args.seed, autocast=args.autocast)
+    return LoopConfig(**(fields | overrides))
+
+
+def loop_report(args: argparse.Namespace, trainer, history: list[dict], **fields) -> dict:
+    """What every family's report.json starts with: the run, how far the loop went, its last loss; then `fields`."""
+    return {"kind": args.kind, "target": args.target, "data": args.data, **fields, "steps": trainer.step,
+            "finished": trainer.finished, "processes": trainer.shards.world,
+            "final_loss": history[-1]["total"] if history else None}
+
+
+def write_report(out: str | Path, report: dict) -> None:
+    """report.json beside the drafter, and the same on stdout (rank 0 calls it)."""
+    Path(out, "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
 def _run_text(args: argparse.Namespace) -> int:
     if args.aux_layers is not None and len(args.aux_layers) != 3:
         raise ValueError(f"--aux-layers: expected three layer ids, got {list(args.aux_layers)}")
@@ -141,14 +162,12 @@ def _run_text(args: argparse.Namespace) -> int:
     options = KindOptions(draft_vocab=args.draft_vocab, intermediate_size=args.intermediate_size, heads=args.heads,
                           kv_heads=args.kv_heads, sliding_window=args.sliding_window, ttt_steps=args.ttt_steps or 7,
                           aux_layers=args.aux_layers, draft_layers=args.draft_layers, seed=args.seed)
-    loop = LoopConfig(steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum or 1, lr=args.lr,
-                      warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every,
-                      halt_after=args.halt_after, seed=args.seed, autocast=args.autocast)
-    report = train_draft(args.target, args.data, args.out, draft_run, options, loop, device=args.device)
+    report = train_draft(args.target, args.data, args.out, draft_run, options, loop_config(args), device=args.device)
     shown = {k: report[k] for k in ("kind", "steps", "finished", "sequences", "tokens", "final_loss", "final_acc",
                                     "untrained_accepted_length", "accepted_length", "seconds") if k in report}
     print(json.dumps(shown, indent=2))
     return 0
 
 
-__all__ = ["DESCRIPTION", "TargetTrainer", "add_arguments", "register_trainer", "run", "trainer_for"]
+__all__ = ["DESCRIPTION", "TargetTrainer", "add_arguments", "loop_config", "loop_report", "register_trainer", "run", "trainer_for",
+           "write_report"]
