@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import SimpleNamespace
+from typing import NamedTuple
 
 import torch
 from transformers import PreTrainedModel
@@ -45,6 +45,12 @@ class ImageGPTTarget(LeanCausalLM):
 
     def unconditional_prompt(self, prompt: Prompt) -> Prompt:
         return Prompt(self.model.unconditional_tokens(prompt.input_ids), prompt.attention_mask, dict(prompt.inputs))
+
+
+class ImageLogits(NamedTuple):
+    """What `JanusImageTarget._run` returns in place of a model output (a named tuple: `torch.compile` traces it)."""
+
+    logits: torch.Tensor
 
 
 class JanusImageTarget(HFCausalLM):
@@ -106,7 +112,7 @@ class JanusImageTarget(HFCausalLM):
         features = Features(hidden) if request.hidden else None
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
-        return SimpleNamespace(logits=self.model.model.generation_head(hidden)), features
+        return ImageLogits(self.model.model.generation_head(hidden)), features
 
     def _score(self, inputs: dict, masks, positions, cache_position, request, parents):
         out, features = self._run(request, attention_mask=masks, position_ids=positions,

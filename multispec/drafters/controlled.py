@@ -37,16 +37,18 @@ class ControlledDrafter(Drafter):
     `seed`: the drafter's own coin (not the caller's generator: the coin must not change what is verified).
     `continuation` [B, >= horizon]: the target's greedy tokens after the prompt when the caller has them (e.g.
     from a `generate` baseline it times), so that `start` does not run `generate` again; the same for every
-    call, so one prompt batch."""
+    call, so one prompt batch. `vocab_size`: the vocabulary the target generates from (default: its output
+    head's)."""
 
     def __init__(self, target, acceptance: float, horizon: int, seed: int = 0,
-                 continuation: torch.Tensor | None = None):
+                 continuation: torch.Tensor | None = None, vocab_size: int | None = None):
         if not 0.0 <= acceptance <= 1.0:
             raise ValueError(f"acceptance: expected a probability in [0, 1], got {acceptance!r}")
         if horizon < 1:
             raise ValueError(f"horizon: expected >= 1, got {horizon}")
         self.target, self.acceptance, self.horizon = target, float(acceptance), int(horizon)
-        self.vocab_size = int(target.get_output_embeddings().weight.shape[0])
+        # the generated tokens' vocabulary (default the output head's; Janus generates from its image codebook)
+        self.vocab_size = int(vocab_size or target.get_output_embeddings().weight.shape[0])
         self.coin = random.Random(seed)  # host-side: drawing reads nothing from any tensor
         if continuation is not None and (continuation.dim() != 2 or continuation.shape[1] < horizon):
             raise ValueError(f"continuation: expected [B, >= {horizon}] tokens, got {tuple(continuation.shape)}")

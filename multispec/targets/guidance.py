@@ -9,7 +9,7 @@ halves together, so each half's cache stays exactly what decoding that half alon
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -97,8 +97,16 @@ class GuidedTarget(Target, FeedingEngine):
         return self._guide(self.inner.score(_both(tokens), _both(parents), None if valid is None else _both(valid),
                                             request))
 
-    def commit(self, path: torch.Tensor) -> None:
-        self.inner.commit(_both(path))
+    @property
+    def accepts_host_counts(self) -> bool:
+        return self.inner.accepts_host_counts
+
+    def commit(self, path: torch.Tensor, counts: Sequence[int] | None = None) -> None:
+        """Both halves move along the same path; `counts` (the host's, when the inner adapter takes them) twice."""
+        if counts is None:
+            self.inner.commit(_both(path))
+        else:
+            self.inner.commit(_both(path), counts=[*counts, *counts])
 
     def discard(self) -> None:
         self.inner.discard()

@@ -5,12 +5,15 @@ distribution, and guidance is refused for targets that cannot build an unconditi
 import pytest
 import torch
 
-from multispec import EngineConfig, SamplingConfig, speculative_generate
+from multispec import EngineConfig, SamplingConfig, Session, StoppingConfig, speculative_generate
+from multispec.drafters.controlled import ControlledDrafter
 from multispec.drafters import ModelDrafter
 from multispec.image_ar import JanusImageTarget
-from multispec.image_ar.testing import NUM_IMAGE_TOKENS, janus_prompts, make_janus
-from multispec.targets import GuidedTarget, as_target
-from multispec.testing import chi_square_pvalue, make_perturbed_copy, make_target
+from multispec.image_ar.testing import IMAGE_VOCAB, NUM_IMAGE_TOKENS, janus_prompts, make_janus
+from multispec.targets import FeatureRequest, GuidedTarget, as_target
+from multispec.targets.static import fixed_shape_class
+from multispec.testing import (CountReads, chi_square_pvalue, compare_tree_feeds, make_perturbed_copy, make_target,
+                               step_read_line)
 
 SCALE = 3.0
 
@@ -114,3 +117,35 @@ def test_lantern_on_janus_neighbourhoods_from_its_vq_codebook(janus):
     assert torch.equal(results["zero"][0], results["exact"][0]) and results["zero"][2] == 0.0
     assert 0.0 < results["lantern"][2] <= 0.3 + 1e-6
     assert results["lantern"][1] > results["exact"][1]
+
+
+def test_static_feed_logits_equal_eager_on_every_tree_node(janus):
+    """Janus's fixed-shape variant against its eager adapter: trees fed in calls, commits, a dropped row; the first
+    root's text embedding included (`compare_tree_feeds`)."""
+    ids, mask = janus_prompts((6, 4, 5))
+    engine = fixed_shape_class(janus)(janus, capacity=64, node_budget=(2, 4))
+    compare_tree_feeds(JanusImageTarget(janus), engine, ids, mask, FeatureRequest(hidden=True), counts=True)
+    assert engine.static_calls == 7
+
+
+def test_the_compiled_guided_step_has_no_graph_break_and_reads_once(janus, as_on_cuda):
+    """`torch.compile(fullgraph=True)` (eager backend) over the guided Janus step, greedy output equal to Janus's
+    `generate`; a step reads the device once (the drafter reads nothing itself)."""
+    ids, mask = janus_prompts((6,))
+    engine = fixed_shape_class(janus)(janus, capacity=64, node_budget=8, compile="eager")
+    alone = ids[0, mask[0].bool()][None]
+    with torch.no_grad():
+        want = janus.generate(alone, attention_mask=torch.ones_like(alone), generation_mode="image", do_sample=False,
+                              guidance_scale=SCALE)
+    drafter = ControlledDrafter(janus, acceptance=0.8, horizon=NUM_IMAGE_TOKENS,
+                                continuation=want[:, -NUM_IMAGE_TOKENS:], vocab_size=IMAGE_VOCAB)
+    session = Session(GuidedTarget(engine, SCALE), drafter, tree=4, rollback=False,
+                      stopping=StoppingConfig.never())
+    session.append(ids, mask)
+    with CountReads() as loop:
+        new = session.generate(NUM_IMAGE_TOKENS)
+    assert new[0] == want[0, -NUM_IMAGE_TOKENS:].tolist()
+    steps = len(session.stats.steps)
+    assert session.stats.mean_accepted_length > 2.0 and engine.static_calls == steps
+    assert loop.where[step_read_line()] == steps, dict(loop.where)
+    assert loop.total - steps <= 1, f"{loop.total} reads in {steps} steps: {dict(loop.where)}"

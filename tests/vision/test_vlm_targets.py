@@ -309,3 +309,29 @@ def test_static_step_equals_generate(vlm, batch):
     assert out.stats.mean_accepted_length > 2.0, (kind, out.stats)
     engine = next(iter(model._multispec_static_engines.values()))
     assert type(engine).__name__.startswith("Static") and engine.static_calls > 0
+
+
+@pytest.mark.parametrize("kind", ["qwen2-vl", "paligemma"])
+def test_the_compiled_vlm_step_has_no_graph_break_and_reads_once(kind, as_on_cuda):
+    """`torch.compile(fullgraph=True)` (eager backend) over a VLM's fixed-shape decode (Qwen2-VL: its rope deltas,
+    PaliGemma: its prefix flags, both graph-read attributes); greedy output equal to `generate`; a step reads the
+    device once (the controlled drafter reads nothing itself)."""
+    from multispec.session import Session
+    from multispec.testing import CountReads, step_read_line
+
+    model = make_vlm(kind, seed=1)
+    inputs = row_of(vlm_prompts(kind), 1)
+    n = 12
+    with torch.no_grad():
+        want = model.generate(**inputs, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+    engine = fixed_shape_class(model)(model, capacity=128, node_budget=8, compile="eager")
+    drafter = ControlledDrafter(model, acceptance=0.8, horizon=n, continuation=want[:, -n:])
+    session = Session(engine, drafter, tree=4, rollback=False, stopping=StoppingConfig.never())
+    session.append(**inputs)
+    with CountReads() as loop:
+        new = session.generate(n)
+    assert new[0] == want[0, -n:].tolist()
+    steps = len(session.stats.steps)
+    assert session.stats.mean_accepted_length > 2.0 and engine.static_calls == steps
+    assert loop.where[step_read_line()] == steps, dict(loop.where)
+    assert loop.total - steps <= 1, f"{loop.total} reads in {steps} steps: {dict(loop.where)}"
