@@ -42,8 +42,8 @@ def model_unsupported(model: object) -> str | None:
     if not isinstance(model, PreTrainedModel):
         return f"not a transformers PreTrainedModel ({type(model).__name__})"
     if keeps_state(model):
-        return (f"{type(model).__name__} keeps a recurrent state beside attention (the fixed-shape steps cover "
-                f"attention caches and multispec.ssm's pure state-space targets)")
+        return (f"{type(model).__name__} keeps a recurrent state, and no fixed-shape engine is registered for its "
+                f"adapter (`register_fixed_shape`)")
     if dispatched(model):
         return "dispatched by accelerate (device_map): its offloaded weights move in per call"
     try:
