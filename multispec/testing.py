@@ -353,3 +353,10 @@ def step_read_line() -> str:
     """Where the session's one read per step happens ("step_read.py:LINE"), as `CountReads` names it."""
     lines, start = inspect.getsourcelines(step_read.read_step)
     return f"step_read.py:{start + next(i for i, line in enumerate(lines) if '.tolist()' in line)}"
+
+
+def assert_one_read_per_step(reads: CountReads, steps: int) -> None:
+    """The speculative loop read the device once a step (`read_step`), plus at most one read besides: the last
+    step's cut at the token budget builds the shortened path from the host's counts."""
+    assert reads.where[step_read_line()] == steps, dict(reads.where)
+    assert reads.total - steps <= 1, f"{reads.total} reads in {steps} steps: {dict(reads.where)}"

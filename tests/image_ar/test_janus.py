@@ -12,8 +12,8 @@ from multispec.image_ar import JanusImageTarget
 from multispec.image_ar.testing import IMAGE_VOCAB, NUM_IMAGE_TOKENS, janus_prompts, make_janus
 from multispec.targets import FeatureRequest, GuidedTarget, as_target
 from multispec.targets.static import fixed_shape_class
-from multispec.testing import (CountReads, chi_square_pvalue, compare_tree_feeds, make_perturbed_copy, make_target,
-                               step_read_line)
+from multispec.testing import (CountReads, assert_one_read_per_step, chi_square_pvalue, compare_tree_feeds,
+                               make_perturbed_copy, make_target)
 
 SCALE = 3.0
 
@@ -147,5 +147,4 @@ def test_the_compiled_guided_step_has_no_graph_break_and_reads_once(janus, as_on
     assert new[0] == want[0, -NUM_IMAGE_TOKENS:].tolist()
     steps = len(session.stats.steps)
     assert session.stats.mean_accepted_length > 2.0 and engine.static_calls == steps
-    assert loop.where[step_read_line()] == steps, dict(loop.where)
-    assert loop.total - steps <= 1, f"{loop.total} reads in {steps} steps: {dict(loop.where)}"
+    assert_one_read_per_step(loop, steps)
