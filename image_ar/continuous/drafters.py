@@ -25,7 +25,7 @@ from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
 from .head_sampler import HeadConditions, HeadSampler
-from .patch_ar import PatchAR, PatchCache, run_layers
+from .patch_ar import PatchAR, PatchCache, run_layers, run_layers_at
 from .runner import Runner
 from .trajectory import TrajectoryDraft, TrajectoryNodes
 
@@ -106,20 +106,32 @@ class PatchEagle(nn.Module, PyTorchModelHubMixin):
         self.fc2 = each(lambda: nn.Linear(c.ffn * c.hidden, c.hidden, bias=False))
         self.norm_out = nn.RMSNorm(c.hidden)
 
-    def new_cache(self, batch: int) -> PatchCache:
+    def new_cache(self, batch: int, extra: int = 0) -> PatchCache:
+        """Room for every draft position, plus `extra` (a static step's pairs past the end)."""
         c = self.config
-        return PatchCache(c.layers, batch, c.heads, c.tokens, c.hidden // c.heads, self.pos.device, self.pos.dtype)
+        return PatchCache(c.layers, batch, c.heads, c.tokens + extra, c.hidden // c.heads, self.pos.device,
+                          self.pos.dtype)
+
+    def _fused(self, features: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        f = F.rms_norm(features, (c.hidden,), self.norm_feature.weight, self.norm_feature.eps)
+        return F.linear(torch.cat([f, F.linear(tokens, self.embed.weight, self.embed.bias)], -1),
+                        self.fuse.weight, self.fuse.bias)
 
     def forward(self, features: torch.Tensor, tokens: torch.Tensor, cache: PatchCache | None = None,
                 offset: int = 0) -> torch.Tensor:
         """Predicted conditions [B, T, H] from pairs (features [B, T, H], tokens [B, T, D]) at draft
         positions cache.length + offset + 1.. (written to the cache, not committed)."""
-        c = self.config
         start = (0 if cache is None else cache.length) + offset
-        f = F.rms_norm(features, (c.hidden,), self.norm_feature.weight, self.norm_feature.eps)
-        h = F.linear(torch.cat([f, F.linear(tokens, self.embed.weight, self.embed.bias)], -1),
-                     self.fuse.weight, self.fuse.bias)
+        h = self._fused(features, tokens)
         return run_layers(self, h + self.pos[start: start + h.shape[1]], cache, offset)
+
+    def forward_at(self, features: torch.Tensor, tokens: torch.Tensor, cache: PatchCache,
+                   positions: torch.Tensor) -> torch.Tensor:
+        """`forward` at cache positions `positions` [T] (a tensor: the continuous loop's static step); a position
+        past the last (pairs overhanging the image) takes the last position's embedding, its output unused."""
+        pos = self.pos[positions.clamp(max=len(self.pos) - 1)]
+        return run_layers_at(self, self._fused(features, tokens) + pos, cache, positions)
 
 
 def check_eagle(target: PatchAR, eagle: PatchEagle) -> None:

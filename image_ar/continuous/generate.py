@@ -13,13 +13,15 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec.continuous import continuous_generate
+from multispec.config import STEPS
+from multispec.continuous import ContinuousOutput, continuous_generate
 from multispec.metrics import SpeculativeStats
 
 from .diffusion_head import Trajectory
 from .drafters import PatchARDrafter, PatchEagle, PatchEagleDrafter, check_eagle
 from .head_sampler import HeadSampler
 from .patch_ar import PatchAR, check_pair, unpatchify
+from .static import StaticContinuous
 from .targets import PatchARTarget, plain_trajectories
 from .trajectory_ratio import TrajectoryRatio
 
@@ -60,18 +62,41 @@ def _check_labels(model: PatchAR, labels) -> torch.Tensor:
     return labels.to(model.pos.device)
 
 
+def _speculate(target: PatchAR, labels: torch.Tensor, sampler: HeadSampler, draft, draft_sampler: HeadSampler,
+               trajs: torch.Tensor, new: int, k: int, rule, generator, step: str) -> tuple[ContinuousOutput, torch.Tensor]:
+    """The speculative part: `new` trajectories after `trajs` on the eager loop or the fixed-shape step, and
+    their readouts."""
+    if step != "eager":
+        engine = StaticContinuous(target, labels, sampler, draft, draft_sampler, k, rule, compile=step == "compiled")
+        result = engine.generate(trajs, new, generator)
+        return result.output, result.readouts
+    adapter = PatchARTarget(target, labels, sampler)
+    if isinstance(draft, PatchEagle):  # the draft samples with the target's own head
+        drafter = PatchEagleDrafter(draft, adapter, sampler)
+    else:
+        drafter = PatchARDrafter(draft, labels, draft_sampler)
+    spec = continuous_generate(adapter, drafter, trajs, new, k=k, rule=rule, generator=generator)
+    return spec, torch.cat(adapter.readouts, 1)
+
+
 @torch.no_grad()
 def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | None = None, *, k: int = 4,
                         prefill: float = 0.1, guidance_scale: float | None = 2.0, steps: int | None = None,
                         temperature: float = 1.0, rule: TrajectoryRatio | None = None,
-                        generator: torch.Generator | None = None) -> ContinuousImageOutput:
+                        generator: torch.Generator | None = None, step: str = "eager") -> ContinuousImageOutput:
     """Class-conditional images from `target`: plainly (draft None) or speculatively with `draft`, a small
     `PatchAR` (a draft model with its own head) or a `PatchEagle` (which samples with the target's head).
 
     `prefill`: the fraction of tokens the target generates alone before drafting starts (at least one).
     `steps`: grid points of the heads' trajectories (default: the target's config); `temperature`: MAR's
-    noise temperature (both models); `guidance_scale`: classifier-free guidance on ε (None: unguided)."""
+    noise temperature (both models); `guidance_scale`: classifier-free guidance on ε (None: unguided).
+    `step`: "eager", "static" (the speculative steps at fixed shapes, `static.StaticContinuous`, in a CUDA graph on
+    CUDA) or "compiled" (that step under `torch.compile`); the target's plain prefill runs eagerly."""
     labels = _check_labels(target, labels)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k: expected a positive int, got {k!r}")
+    if step not in STEPS:
+        raise ValueError(f"step: expected one of {', '.join(map(repr, STEPS))}, got {step!r}")
     c = target.config
     if not 0 <= prefill <= 1:
         raise ValueError(f"prefill: expected a fraction in [0, 1], got {prefill!r}")
@@ -92,15 +117,11 @@ def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | 
         m = min(c.tokens, max(1, math.ceil(prefill * c.tokens)))
         trajs, reads = plain_trajectories(target, labels, sampler, m, generator)
         if m < c.tokens:
-            adapter = PatchARTarget(target, labels, sampler)
-            if eagle:  # the draft samples with the target's own head
-                drafter = PatchEagleDrafter(draft, adapter, sampler)
-            else:
-                drafter = PatchARDrafter(draft, labels, HeadSampler(draft, trajectory, guidance_scale))
-            spec = continuous_generate(adapter, drafter, trajs, c.tokens - m, k=k, rule=rule or TrajectoryRatio(),
-                                       generator=generator)
+            draft_sampler = sampler if eagle else HeadSampler(draft, trajectory, guidance_scale)
+            spec, new_reads = _speculate(target, labels, sampler, draft, draft_sampler, trajs, c.tokens - m, k,
+                                         rule or TrajectoryRatio(), generator, step)
             trajs = spec.values
-            reads = torch.cat([reads, *adapter.readouts], 1)[:, : c.tokens]  # the last step may overshoot
+            reads = torch.cat([reads, new_reads], 1)[:, : c.tokens]  # the last step may overshoot
             stats = spec.stats
             out = ContinuousImageOutput(reads.new_zeros(0), reads, trajs, 0.0, stats.accepted, stats.drafted,
                                         spec.residual_fallbacks, stats, m, spec.tv_per_token)

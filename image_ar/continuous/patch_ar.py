@@ -77,33 +77,54 @@ class PatchCache:
         self.length += n
 
 
+def _block(model: nn.Module, i: int, h: torch.Tensor, attend) -> torch.Tensor:
+    """Layer i of `model` on h [B, T, H]; `attend(i, q, k, v)` [B, heads, T, head_dim] -> attention output."""
+    c = model.config
+    b, t, _ = h.shape
+    x = F.rms_norm(h, (c.hidden,), model.norm1[i].weight, model.norm1[i].eps)
+    q, k, v = F.linear(x, model.qkv[i].weight).view(b, t, 3, c.heads, c.hidden // c.heads).permute(2, 0, 3, 1, 4)
+    h = h + F.linear(attend(i, q, k, v).transpose(1, 2).reshape(b, t, c.hidden), model.proj[i].weight)
+    x = F.rms_norm(h, (c.hidden,), model.norm2[i].weight, model.norm2[i].eps)
+    return h + F.linear(F.gelu(F.linear(x, model.fc1[i].weight)), model.fc2[i].weight)
+
+
 def run_layers(model: nn.Module, h: torch.Tensor, cache: PatchCache | None = None, offset: int = 0) -> torch.Tensor:
     """The causal pre-norm layers of `model` (its `norm1`, `qkv`, `proj`, `norm2`, `fc1`, `fc2` lists and
     `norm_out`; `model.config.hidden` / `.heads`) on inputs h [B, T, H] at positions cache.length + offset..
     Keys and values are written to `cache` without committing them. Shared by `PatchAR` and the draft
     `PatchEagle`, which differ in their inputs, not their layers."""
-    c = model.config
-    b, t, _ = h.shape
-    nh, hd = c.heads, c.hidden // c.heads
+    t = h.shape[1]
     start = 0 if cache is None else cache.length + offset
     end = start + t
-    if t > 1 or cache is None:
-        mask = torch.ones(t, end, dtype=torch.bool, device=h.device).tril(start)
-    for i in range(len(model.qkv)):
-        x = F.rms_norm(h, (c.hidden,), model.norm1[i].weight, model.norm1[i].eps)
-        q, k, v = F.linear(x, model.qkv[i].weight).view(b, t, 3, nh, hd).permute(2, 0, 3, 1, 4)
+    mask = torch.ones(t, end, dtype=torch.bool, device=h.device).tril(start) if t > 1 or cache is None else None
+
+    def attend(i, q, k, v):
         if cache is not None:
             cache.k[i, :, :, start:end] = k
             cache.v[i, :, :, start:end] = v
             k, v = cache.k[i, :, :, :end], cache.v[i, :, :, :end]
-        if t == 1:
-            a = F.scaled_dot_product_attention(q, k, v)
-        else:
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        h = h + F.linear(a.transpose(1, 2).reshape(b, t, c.hidden), model.proj[i].weight)
-        x = F.rms_norm(h, (c.hidden,), model.norm2[i].weight, model.norm2[i].eps)
-        h = h + F.linear(F.gelu(F.linear(x, model.fc1[i].weight)), model.fc2[i].weight)
-    return F.rms_norm(h, (c.hidden,), model.norm_out.weight, model.norm_out.eps)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    for i in range(len(model.qkv)):
+        h = _block(model, i, h, attend)
+    return F.rms_norm(h, (model.config.hidden,), model.norm_out.weight, model.norm_out.eps)
+
+
+def run_layers_at(model: nn.Module, h: torch.Tensor, cache: PatchCache, positions: torch.Tensor) -> torch.Tensor:
+    """`run_layers` at fixed shapes (the continuous loop's static step): inputs h [B, T, H] at cache positions
+    `positions` [T] (a tensor, so one captured graph serves every position), their keys and values written
+    there; a query attends to every column at or before its position over the cache's whole capacity (the
+    columns after it are masked, not sliced off). `cache.length` is neither read nor moved."""
+    mask = torch.arange(cache.k.shape[3], device=h.device)[None] <= positions[:, None]  # [T, capacity]
+
+    def attend(i, q, k, v):
+        cache.k[i].index_copy_(2, positions, k)
+        cache.v[i].index_copy_(2, positions, v)
+        return F.scaled_dot_product_attention(q, cache.k[i], cache.v[i], attn_mask=mask)
+
+    for i in range(len(model.qkv)):
+        h = _block(model, i, h, attend)
+    return F.rms_norm(h, (model.config.hidden,), model.norm_out.weight, model.norm_out.eps)
 
 
 class PatchAR(nn.Module, PyTorchModelHubMixin):
@@ -139,9 +160,10 @@ class PatchAR(nn.Module, PyTorchModelHubMixin):
 
     # ---- transformer ----------------------------------------------------------------------------------
 
-    def new_cache(self, batch: int, device=None, dtype=torch.float32) -> PatchCache:
+    def new_cache(self, batch: int, device=None, dtype=torch.float32, extra: int = 0) -> PatchCache:
+        """Room for the class and every token, plus `extra` positions (a static step's chain past the end)."""
         c = self.config
-        return PatchCache(c.layers, batch, c.heads, c.tokens + 1, c.hidden // c.heads,
+        return PatchCache(c.layers, batch, c.heads, c.tokens + 1 + extra, c.hidden // c.heads,
                           device or self.pos.device, dtype)
 
     def inputs(self, labels: torch.Tensor | None, tokens: torch.Tensor | None, start: int) -> torch.Tensor:
@@ -153,6 +175,12 @@ class PatchAR(nn.Module, PyTorchModelHubMixin):
             parts.append(F.linear(tokens, self.embed.weight, self.embed.bias))
         h = torch.cat(parts, 1)
         return h + self.pos[start: start + h.shape[1]]
+
+    def inputs_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Input embeddings of tokens [B, T, D] at positions [T] (a tensor); a position past the last token's
+        (a static step's chain overhanging the image) takes the last position's embedding: what it computes
+        is never emitted."""
+        return F.linear(tokens, self.embed.weight, self.embed.bias) + self.pos[positions.clamp(max=len(self.pos) - 1)]
 
     def transform(self, h: torch.Tensor, cache: PatchCache | None = None, offset: int = 0) -> torch.Tensor:
         """Run the layers on inputs h [B, T, H] at positions cache.length + offset.. (causal over the cache
@@ -185,4 +213,4 @@ def check_pair(target: PatchAR, draft: PatchAR) -> None:
 
 
 __all__ = ["PatchAR", "PatchARConfig", "PatchCache", "TRAIN_STEPS", "check_pair", "patchify", "run_layers",
-           "unpatchify"]
+           "run_layers_at", "unpatchify"]

@@ -25,13 +25,26 @@ missing from the residual), and the rule reports that difference at every judged
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from multispec.rules import ContinuousVerdict, DensityRatio
 from multispec.sampling import uniform
 
 from .trajectory import TrajectoryDraft, TrajectoryNodes
-from .trajectory_kernel import trajectory_log_ratio
+from .trajectory_kernel import trajectory_log_ratio, trajectory_log_ratio_ref
+
+
+@dataclass
+class FixedVerdict:
+    """`TrajectoryRatio.accept_fixed`'s verdict, every field a tensor of a fixed shape (nothing read back)."""
+
+    payload: torch.Tensor  # [B, k + 1, S*D]: the accepted drafts, then the correction (or the bonus draw)
+    num_accepted: torch.Tensor  # [B] long: the first rejected node (k: none)
+    fallbacks: torch.Tensor  # [] long: rows whose residual tries all failed (a fresh target draw)
+    tv_sum: torch.Tensor  # [] float: a relaxed rule's TV terms over the judged drafts within reach
+    judged: torch.Tensor  # [] long
 
 
 class TrajectoryRatio(DensityRatio):
@@ -47,8 +60,16 @@ class TrajectoryRatio(DensityRatio):
         self.proposals, self.relax, self.backend, self.bonus = proposals, float(relax), backend, bool(bonus)
         self.lossless = self.relax == 1.0
 
-    def log_ratios(self, draft: TrajectoryDraft, target: TrajectoryNodes) -> torch.Tensor:
-        """[B, k] log p(τ_i) - log q(τ_i) of the draft trajectories (target nodes 0..k-1)."""
+    @property
+    def fixed_tries(self) -> int:
+        """The residual's proposals per row in all, as `residual` runs them (`proposals` at a time while another
+        batch fits in `max_tries`): `accept_fixed` draws them at once."""
+        return self.max_tries // self.proposals * self.proposals
+
+    def log_ratios(self, draft: TrajectoryDraft, target: TrajectoryNodes, checked: bool = True) -> torch.Tensor:
+        """[B, k] log p(τ_i) - log q(τ_i) of the draft trajectories (target nodes 0..k-1); `checked` False: the
+        PyTorch reference without the kernel's input checks (they read the device; a fixed-shape step's
+        compiler fuses the reference)."""
         b, k = draft.payload.shape[:2]
         sampler = target.sampler
         states = draft.payload.reshape(b * k, sampler.steps, sampler.dim)
@@ -56,6 +77,8 @@ class TrajectoryRatio(DensityRatio):
         nodes = torch.arange(k, device=states.device).repeat(b)
         mean_p, _ = sampler.means(target.node(rows, nodes), states)
         mean_q = draft.means.reshape(b * k, sampler.steps - 1, sampler.dim)
+        if not checked:
+            return trajectory_log_ratio_ref(states[:, 1:], mean_p, mean_q, sampler.std).view(b, k)
         return trajectory_log_ratio(states[:, 1:], mean_p, mean_q, sampler.std, backend=self.backend).view(b, k)
 
     def accept(self, draft: TrajectoryDraft, target: TrajectoryNodes,
@@ -125,3 +148,52 @@ class TrajectoryRatio(DensityRatio):
             fresh, _ = p.sample(target.node(lost, first[failed]), p.noise(len(lost), generator))
             result[failed] = fresh.reshape(len(lost), -1)
         return result, int(failed.sum())
+
+    def accept_fixed(self, draft: TrajectoryDraft, target: TrajectoryNodes, u_accept: torch.Tensor,
+                     proposal_noise: torch.Tensor, u_proposals: torch.Tensor, fallback_noise: torch.Tensor,
+                     reach: torch.Tensor) -> FixedVerdict:
+        """`accept` at fixed shapes and without a host read (the continuous loop's static step), on the caller's
+        draws: `u_accept` [B, k] (the drafts' coins), `proposal_noise` [B * fixed_tries, S, D] and `u_proposals`
+        [B, fixed_tries] (the residual's proposals and coins), `fallback_noise` [B, S, D]. The residual tests
+        every proposal of a row at once and keeps the first kept one: the law of `residual`'s batches, which stop
+        at the first. Every row computes its residual and its fallback draw, used or not. `reach` []: the drafts
+        that can still be emitted, so the TV account judges what `accept` on a chain cut to `reach` would."""
+        x = draft.payload
+        b, k, _ = x.shape
+        device = x.device
+        log_ratio = self.log_ratios(draft, target, checked=False)
+        ratio = (log_ratio / self.relax ** 2).clamp(max=0).exp()
+        rejected = u_accept >= ratio
+        first = torch.where(rejected.any(1), rejected.float().argmax(1), torch.full((b,), k, device=device)).long()
+        correction, failed = self._fixed_residual(draft, target, first, proposal_noise, u_proposals, fallback_noise)
+        out = torch.cat([x, correction[:, None]], 1)
+        keep_draft = torch.arange(k + 1, device=device)[None] < first[:, None]
+        out = torch.where(keep_draft[..., None], out, correction[:, None].expand_as(out))
+        nodes = torch.arange(k, device=device)[None]
+        judged = (nodes <= first[:, None]) & (nodes < reach)
+        tv = ((ratio - log_ratio.clamp(max=0).exp()) * judged).sum()
+        # as `accept` on the chain cut to `reach` counts them: the rows whose residual ran and failed
+        fallbacks = (failed & (first < reach)).sum()
+        return FixedVerdict(out, first, fallbacks, tv, judged.sum())
+
+    def _fixed_residual(self, draft: TrajectoryDraft, target: TrajectoryNodes, first: torch.Tensor,
+                        noise: torch.Tensor, u: torch.Tensor, fallback_noise: torch.Tensor):
+        """Per row the correction at node first[b] (`residual`'s law; after a fully accepted chain a plain target
+        draw, the bonus) and which rows fell back (every try failed), at fixed shapes."""
+        b, k = draft.payload.shape[:2]
+        p, q = target.sampler, draft.draft_dists.sampler
+        tries = self.fixed_tries
+        rows = torch.arange(b, device=first.device)
+        each = rows.repeat_interleave(tries)
+        states, mean_p = p.sample(target.node(rows, first).take(each), noise)
+        mean_q, _ = q.means(draft.draft_dists.node(rows, first.clamp(max=k - 1)).take(each), states)
+        log_pq = trajectory_log_ratio_ref(states[:, 1:], mean_p, mean_q, p.std).view(b, tries)
+        keep = u < (1 - (-log_pq).exp()).clamp(min=0)
+        hit = keep.any(1)
+        flat = states.reshape(b, tries, -1)
+        picked = flat[rows, keep.float().argmax(1)]
+        fresh, _ = p.sample(target.node(rows, first), fallback_noise)
+        done = first == k  # the bonus: a plain target draw, the first proposal (untested)
+        result = torch.where(hit[:, None], picked, fresh.reshape(b, -1))
+        result = torch.where(done[:, None], flat[:, 0], result)
+        return result, ~hit & ~done

@@ -173,12 +173,30 @@ class _StaticCache:
 
 
 @dataclass
-class _Graph:
+class CapturedGraph:
     """One captured CUDA graph: the per-call inputs it reads, the outputs it writes."""
 
     graph: torch.cuda.CUDAGraph
     inputs: tuple[torch.Tensor, ...]
     outputs: tuple
+
+
+def capture_graph(run: Callable, dynamic: tuple, device: torch.device, pool) -> CapturedGraph:
+    """`run(*inputs)` captured in a CUDA graph (in memory pool `pool`) over copies of `dynamic`: two warm-up runs
+    on a side stream (a compiled `run` compiles there), the capture, one replay; the replay's outputs are this
+    call's result. A later call copies its inputs into `graph.inputs` and replays."""
+    inputs = tuple(t.clone() for t in dynamic)
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            run(*inputs)
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = run(*inputs)
+    graph.replay()
+    return CapturedGraph(graph, inputs, outputs)
 
 
 class CapturedFeed(abc.ABC):
@@ -203,7 +221,7 @@ class CapturedFeed(abc.ABC):
         self.cuda_graphs = self.device.type == "cuda" if cuda_graphs is None else bool(cuda_graphs)
         if self.cuda_graphs and self.device.type != "cuda":
             raise ValueError("cuda_graphs: the model is not on a CUDA device")
-        self._graphs: dict[tuple, _Graph] = {}
+        self._graphs: dict[tuple, CapturedGraph] = {}
         self._graph_pool = None
         self.compiled = compile is not False
         self.static_calls = 0  # feeding calls that ran the static step (the rest ran eagerly)
@@ -247,24 +265,13 @@ class CapturedFeed(abc.ABC):
             graph.graph.replay()
         return graph.outputs
 
-    def _capture(self, run: Callable, dynamic: tuple) -> _Graph:
+    def _capture(self, run: Callable, dynamic: tuple) -> CapturedGraph:
         """Warm up (and compile) on a side stream, then capture the feed; the capture's own run is this call's
         result (the K/V it writes go to this call's columns)."""
         self.before_capture()
-        inputs = tuple(t.clone() for t in dynamic)
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                run(*inputs)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
         if self._graph_pool is None:
             self._graph_pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._graph_pool):
-            outputs = run(*inputs)
-        graph.replay()
-        return _Graph(graph, inputs, outputs)
+        return capture_graph(run, dynamic, self.device, self._graph_pool)
 
     def before_capture(self) -> None:
         """What must exist before a capture (allocations of the engine's own): nothing by default."""

@@ -18,49 +18,16 @@ from multispec.rules import ContinuousVerdict
 from multispec.image_ar.continuous import TrajectoryRatio, generate_continuous
 from multispec.image_ar.continuous.patch_ar import PatchAR, PatchARConfig
 from multispec.testing import energy_distance_pvalue
-
-N = 2000
-CFG = dict(image_size=2, patch=1, hidden=16, heads=2, head_width=16, head_blocks=1, steps=4, stop=50, num_classes=2)
-
-
-def _walks(n, g):
-    x1 = (0.4 * torch.randn(n, 1, generator=g)).clamp(-1, 1)
-    return torch.cat([x1, x1 + (0.15 * torch.randn(n, 3, generator=g)).cumsum(1)], 1).clamp(-1, 1).view(n, 2, 2)
-
-
-def _target():
-    """The tiny model trained on the random walk (400 steps of 256)."""
-    torch.manual_seed(0)
-    model = PatchAR(PatchARConfig(layers=2, **CFG))
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    g = torch.Generator().manual_seed(0)
-    for _ in range(400):
-        x = _walks(256, g)
-        loss = model.loss(x, torch.randint(0, 2, (256,), generator=g), generator=g)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval()
-
-
-def _perturbed(model, scale, seed=1):
-    d = PatchAR(model.config)
-    d.load_state_dict(model.state_dict())
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in d.parameters():
-            p.add_(scale * p.abs().mean() * torch.randn(p.shape, generator=g))
-    return d.eval()
-
+from walk_model import CFG, N, perturbed, walk_target, walks
 
 @pytest.fixture(scope="module")
 def trained():
-    return _target()
+    return walk_target()
 
 
 @pytest.fixture(scope="module")
 def pair(trained):
-    return trained, _perturbed(trained, 0.1)
+    return trained, perturbed(trained, 0.1)
 
 
 @pytest.fixture(scope="module")
@@ -113,14 +80,14 @@ def test_broken_acceptance_fails_the_same_test(pair, reference, broken):
 
 def test_a_draft_equal_to_the_target_is_always_accepted(pair):
     target, _ = pair
-    out = generate_continuous(target, torch.zeros(50, dtype=torch.long), _perturbed(target, 0.0), k=3,
+    out = generate_continuous(target, torch.zeros(50, dtype=torch.long), perturbed(target, 0.0), k=3,
                               prefill=0.25, generator=torch.Generator().manual_seed(0))
     assert out.acceptance_rate > 0.99
 
 
 def test_guided_batch_rows_and_outputs(trained):
     target = trained
-    draft = _perturbed(target, 0.05)
+    draft = perturbed(target, 0.05)
     labels = torch.tensor([0, 1, 1])
     out = generate_continuous(target, labels, draft, k=2, guidance_scale=2.0, generator=torch.Generator().manual_seed(0))
     assert out.images.shape == (3, 2, 2) and out.tokens.shape == (3, 4, 1) and out.trajectories.shape == (3, 4, 4, 1)
@@ -184,8 +151,8 @@ def eagle(trained):
     from multispec.image_ar.continuous import train_eagle
 
     g = torch.Generator().manual_seed(5)
-    walks = _walks(512, g)
-    eagle, losses = train_eagle(trained, ((walks + 1) / 2)[:, None], torch.randint(0, 2, (512,), generator=g),
+    x = walks(512, g)
+    eagle, losses = train_eagle(trained, ((x + 1) / 2)[:, None], torch.randint(0, 2, (512,), generator=g),
                                 steps=150, batch_size=64, pool=512, progress=False)
     assert losses[-1] < losses[0]
     return eagle
