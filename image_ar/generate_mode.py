@@ -53,8 +53,6 @@ def _check(args: argparse.Namespace) -> tuple[list[int], int, Path]:
             raise ValueError(f"--delta: expected a total-variation budget in [0, 1], got {args.delta}")
     if args.prompt is not None or args.prompts is not None:
         raise ValueError("--prompt: the image pairs take --class, not text")
-    if args.step != "eager" and args.pair == CONTINUOUS:
-        raise ValueError(f"--step: {args.pair}'s continuous loop runs the eager step ({NAME} takes {args.step!r})")
     if args.sample or args.temperature != 1.0:
         raise ValueError("--sample: the image pairs always sample (temperature 1, as the papers); drop "
                          "--sample/--temperature")
@@ -82,10 +80,12 @@ def _draw(args: argparse.Namespace, classes: list[int], k: int):
     if args.pair == CONTINUOUS:
         pair = load_continuous_pair()
         labels = torch.tensor(classes)
-        spec = generate_continuous(pair.target, labels, pair.draft, k=k, guidance_scale=CFG_SCALE, generator=gen())
+        spec = generate_continuous(pair.target, labels, pair.draft, k=k, guidance_scale=CFG_SCALE, generator=gen(),
+                                   step=args.step)
         plain = (generate_continuous(pair.target, labels, guidance_scale=CFG_SCALE, generator=gen())
                  if args.compare else None)
-        return spec, plain, f"continuous speculative decoding, chain k={k} (exact)"
+        where = "" if args.step == "eager" else f", {args.step} step"
+        return spec, plain, f"continuous speculative decoding, chain k={k} (exact{where})"
     pair = load_image_pair()
     rule, what = None, f"EAGLE chain k={k}, exact"
     if args.delta is not None:

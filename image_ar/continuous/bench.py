@@ -51,6 +51,8 @@ def methods(pair, k: int, steps: int) -> dict:
         if s < steps:
             out[f"ar_steps{s}"] = dict(steps=s)
     out[f"spec_k{k}"] = dict(draft=pair.draft, k=k, steps=steps)
+    # the same chain on the fixed-shape step (`static.py`): every residual try at once, made for a GPU's graphs
+    out[f"spec_k{k}_static"] = dict(draft=pair.draft, k=k, steps=steps, step="static")
     out[f"spec_k{k // 2}"] = dict(draft=pair.draft, k=k // 2, steps=steps)
     for r, rk in RELAX:
         rk = rk or k  # None: the exact rows' k

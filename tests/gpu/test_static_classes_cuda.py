@@ -1,14 +1,20 @@
 """The fixed-shape step over each class's own forward, captured in CUDA graphs (`multispec.targets.static_hf`):
 replays give the eager step's tokens and `generate`'s (fp32), with drafts accepted; one class also under
-`torch.compile` (inductor); the state-space, PaliGemma and Janus engines too. CPU twins:
-tests/core/test_static_classes.py, tests/vision/test_vlm_targets.py, tests/ssm/test_ssm_static.py,
-tests/image_ar/test_janus.py."""
+`torch.compile` (inductor); the state-space, PaliGemma and Janus engines too, and the continuous loop's step.
+CPU twins: tests/core/test_static_classes.py, tests/vision/test_vlm_targets.py, tests/ssm/test_ssm_static.py,
+tests/image_ar/test_janus.py, tests/image_ar/test_continuous_static.py."""
 
 import pytest
 import torch
 
 from multispec import EngineConfig, StoppingConfig, speculative_generate
 from multispec.drafters.controlled import ControlledDrafter
+from multispec.image_ar.continuous import (PatchAR, PatchARConfig, PatchEagle, PatchEagleConfig, TrajectoryRatio,
+                                           generate_continuous)
+from multispec.image_ar.continuous.diffusion_head import Trajectory
+from multispec.image_ar.continuous.head_sampler import HeadSampler
+from multispec.image_ar.continuous.static import StaticContinuous
+from multispec.image_ar.continuous.targets import plain_trajectories
 from multispec.testing import DECODERS, make_decoder, ragged_prompts
 
 CUDA = torch.device("cuda")
@@ -99,3 +105,39 @@ def test_janus_captured_guided_step_equals_janus_generate():
         want = janus.generate(alone, attention_mask=torch.ones_like(alone), generation_mode="image",
                               do_sample=False, guidance_scale=3.0)
         assert torch.equal(out.sequences[r, -NUM_IMAGE_TOKENS:], want[0]), r
+
+
+def _jittered(model):
+    """A random model whose zero-initialised modulations are moved: its head's noise prediction depends on its
+    condition, so a draft's trajectories are accepted and rejected."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model.to(CUDA).eval()
+
+
+@pytest.mark.parametrize("kind", ["draft", "eagle"])
+def test_continuous_captured_step_replays_equal_the_uncaptured_step(kind):
+    torch.manual_seed(0)
+    cfg = dict(image_size=6, patch=2, hidden=16, heads=2, head_width=16, head_blocks=1, steps=4, stop=50,
+               num_classes=2)
+    target = _jittered(PatchAR(PatchARConfig(layers=2, **cfg)))
+    draft = _jittered(PatchAR(PatchARConfig(layers=1, **cfg)) if kind == "draft"
+                      else PatchEagle(PatchEagleConfig(hidden=16, heads=2, token_dim=4, tokens=9)))
+    labels, c = torch.tensor([0, 1, 1], device=CUDA), target.config
+    trajectory = Trajectory.make(c.steps, c.stop)
+    p = HeadSampler(target, trajectory, 2.0)
+    q = p if kind == "eagle" else HeadSampler(draft, trajectory, 2.0)
+    prefix, _ = plain_trajectories(target, labels, p, 1, torch.Generator(CUDA).manual_seed(2))
+    runs = {}
+    for graphs in (False, True):
+        engine = StaticContinuous(target, labels, p, draft, q, 2, TrajectoryRatio(), cuda_graphs=graphs)
+        with torch.no_grad():
+            runs[graphs] = engine.generate(prefix, c.tokens - 1, torch.Generator(CUDA).manual_seed(3))
+        assert engine.cuda_graphs == graphs and (engine._graph is not None) == graphs
+    assert runs[True].steps > 2  # the graph replayed
+    torch.testing.assert_close(runs[True].output.values, runs[False].output.values, atol=1e-5, rtol=1e-5)
+    assert 0 < runs[True].output.stats.accepted < runs[True].output.stats.drafted
+    for step in ("static", "compiled"):  # the public path, a CPU generator driving the CUDA step
+        out = generate_continuous(target, labels.cpu(), draft, k=3, step=step, generator=torch.Generator().manual_seed(1))
+        assert out.drafted > 0 and bool(torch.isfinite(out.tokens).all()), step

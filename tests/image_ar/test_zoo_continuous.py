@@ -51,8 +51,10 @@ def test_cli_bench_and_eval(tmp_path):
                  "--fid-images", "10", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["method"] == "continuous"
-    rows = check_speed_table(res, {"ar", "ar_steps4", "spec_k4", "spec_k4_relax2", "draft_alone"}, rounds=2)
-    assert rows["spec_k4"]["acceptance_rate"] > 0 and rows["spec_k4"]["mean_accepted_length"] > 1
+    rows = check_speed_table(res, {"ar", "ar_steps4", "spec_k4", "spec_k4_static", "spec_k4_relax2", "draft_alone"},
+                             rounds=2)
+    for name in ("spec_k4", "spec_k4_static"):
+        assert rows[name]["acceptance_rate"] > 0 and rows[name]["mean_accepted_length"] > 1, name
     assert res["peer_at_equal_time"].startswith("ar_steps")
     for row in rows.values():
         assert row["quality"]["fid"] > 0 and row["residual_fallbacks"] >= 0
