@@ -133,8 +133,8 @@ def _mode(args: argparse.Namespace) -> GenerateMode | None:
     if mode is not None and args.draft is not None:
         raise ValueError("--draft: a zoo pair brings its drafter; use --target PATH to choose one")
     if mode is not None and args.step != "eager" and not mode.static_step:
-        raise ValueError(f"--step: {args.step!r} serves text and vision-language pairs; {mode.name} pairs run the "
-                         "eager step")
+        raise ValueError(f"--step: {args.step!r} serves the text, vision-language and image pairs; {mode.name} pairs "
+                         "run the eager step")
     return mode
 
 

@@ -66,8 +66,8 @@ def test_bad_options_name_themselves_before_any_model_loads(tmp_path, capsys, mo
                           (["--pair", "stdlib-bytes", "--prompt", "x", "--tree", "4x4"], "--tree: expected K"),
                           (["--pair", "stdlib-bytes", "--prompt", "x", "--sample", "--temperature", "0"],
                            "--temperature"),
-                          (["--pair", "mnist-patch-diffusion", "--class", "3", "--step", "static"],
-                           "--step: mnist-patch-diffusion's continuous loop runs the eager step")]:
+                          (["--pair", "arith-reasoning", "--prompt", "x", "--step", "static"],
+                           "--step: 'static' serves the text, vision-language and image pairs; reasoning pairs run")]:
         assert main(["generate", *args]) == 2, args
         assert message in capsys.readouterr().err, args
     with pytest.raises(SystemExit):  # argparse: exit 2, the option named
