@@ -36,7 +36,7 @@ from multispec.training.cli import loop_config, loop_report, write_report
 from multispec.training.kinds import DraftKind
 from multispec.training.loop import TrainLoop, item_generator
 
-from .targets import JanusImageTarget
+from .targets import JanusImageTarget, restore_generation_kwargs
 
 
 def is_janus(config) -> bool:
@@ -220,17 +220,6 @@ def prompt_ids(tokenizer, model: PreTrainedModel, text: str) -> list[int]:
     return ids + [boi]
 
 
-def restore_generation_kwargs(model: PreTrainedModel, folder: str | Path) -> None:
-    """Put back the folder's `generation_kwargs` (Janus's `boi_token_id`), which transformers 5.24 drops when it
-    loads a generation config; Janus's image mode and its unconditional prompts need it."""
-    path = Path(folder, "generation_config.json")
-    if getattr(model.generation_config, "generation_kwargs", None) or not path.is_file():
-        return
-    saved = json.loads(path.read_text()).get("generation_kwargs")
-    if saved:
-        model.generation_config.generation_kwargs = saved
-
-
 def left_padded(rows: Sequence[Sequence[int]], pad: int, device, width: int | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows left-padded to `width` (default the longest) and their attention mask."""
@@ -313,4 +302,4 @@ def run(args: argparse.Namespace, scale: float, per_prompt: int) -> int:
 
 
 __all__ = ["JanusEagleDrafter", "JanusEagleKind", "JanusGuidedTrainer", "accepted", "draw_images", "is_janus",
-           "janus_head", "prompt_ids", "read_prompts", "restore_generation_kwargs", "run", "token_embeds", "unconditional"]
+           "janus_head", "prompt_ids", "read_prompts", "run", "token_embeds", "unconditional"]

@@ -16,7 +16,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -53,6 +55,18 @@ class ImageLogits(NamedTuple):
     logits: torch.Tensor
 
 
+def restore_generation_kwargs(model: PreTrainedModel, folder: str | Path) -> None:
+    """Put back the folder's `generation_kwargs` (Janus's `boi_token_id`), which transformers 5.24 drops when it
+    loads a generation config; Janus's image mode and its unconditional prompts need it. `JanusImageTarget` does
+    it for a model loaded from a folder."""
+    path = Path(folder, "generation_config.json")
+    if getattr(model.generation_config, "generation_kwargs", None) or not path.is_file():
+        return
+    saved = json.loads(path.read_text()).get("generation_kwargs")
+    if saved:
+        model.generation_config.generation_kwargs = saved
+
+
 class JanusImageTarget(HFCausalLM):
     """Image-token generation with a Janus model (see the module docstring)."""
 
@@ -63,6 +77,8 @@ class JanusImageTarget(HFCausalLM):
         if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) == "janus"):
             raise TypeError(f"{name}: expected a transformers JanusForConditionalGeneration, got {type(model).__name__}")
         super().__init__(model, name)
+        if Path(str(getattr(model, "name_or_path", "") or "")).is_dir():  # loaded from a folder: what 5.24 dropped
+            restore_generation_kwargs(model, model.name_or_path)
         self.vocab_size = int(model.config.vq_config.num_embeddings)
         self.prompt_vocab_size = int(model.config.text_config.vocab_size)
         self.num_image_tokens = int(model.config.vision_config.num_image_tokens)

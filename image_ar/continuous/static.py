@@ -191,10 +191,22 @@ class StaticContinuous:
         if not self.cuda_graphs:
             return self._step(*inputs)
         if self._graph is None:
-            self._graph = capture_graph(self._step, inputs, self.device, torch.cuda.graph_pool_handle())
-            return self._graph.outputs
+            return self._capture(inputs)
         for static, new in zip(self._graph.inputs, inputs):
             static.copy_(new)
+        self._graph.graph.replay()
+        return self._graph.outputs
+
+    def _capture(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """Capture the step. The capture's warm-up runs advance what the step advances (the lengths, the root,
+        the accounts; the caches only past the lengths, which later steps overwrite before reading), so that
+        state is saved first and put back before the replay whose outputs this call returns."""
+        state = [self.target_len, self.draft_len, self.made, self.tv_sum, self.judged, self.root]
+        state += [self.z_root] if self.eagle else []
+        saved = [t.clone() for t in state]
+        self._graph = capture_graph(self._step, inputs, self.device)
+        for t, s in zip(state, saved):
+            t.copy_(s)
         self._graph.graph.replay()
         return self._graph.outputs
 

@@ -181,10 +181,11 @@ class CapturedGraph:
     outputs: tuple
 
 
-def capture_graph(run: Callable, dynamic: tuple, device: torch.device, pool) -> CapturedGraph:
-    """`run(*inputs)` captured in a CUDA graph (in memory pool `pool`) over copies of `dynamic`: two warm-up runs
-    on a side stream (a compiled `run` compiles there), the capture, one replay; the replay's outputs are this
-    call's result. A later call copies its inputs into `graph.inputs` and replays."""
+def capture_graph(run: Callable, dynamic: tuple, device: torch.device, pool=None) -> CapturedGraph:
+    """`run(*inputs)` captured in a CUDA graph (in memory pool `pool`, default a new one) over copies of `dynamic`:
+    two warm-up runs on a side stream (a compiled `run` compiles there), the capture, one replay; the replay's
+    outputs are this call's result. A later call copies its inputs into `graph.inputs` and replays. What `run`
+    mutates, the warm-ups mutate too: a caller whose `run` advances a state saves and restores it."""
     inputs = tuple(t.clone() for t in dynamic)
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
@@ -193,7 +194,7 @@ def capture_graph(run: Callable, dynamic: tuple, device: torch.device, pool) -> 
             run(*inputs)
     torch.cuda.current_stream(device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    with torch.cuda.graph(graph, pool=torch.cuda.graph_pool_handle() if pool is None else pool):
         outputs = run(*inputs)
     graph.replay()
     return CapturedGraph(graph, inputs, outputs)

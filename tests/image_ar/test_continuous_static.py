@@ -15,6 +15,7 @@ from multispec.image_ar.continuous import PatchEagle, TrajectoryRatio, generate_
 from multispec.image_ar.continuous.diffusion_head import Trajectory
 from multispec.image_ar.continuous.drafters import PatchARDrafter, PatchEagleDrafter
 from multispec.image_ar.continuous.head_sampler import HeadSampler
+from multispec.image_ar.continuous import static
 from multispec.image_ar.continuous.static import StaticContinuous
 from multispec.image_ar.continuous.targets import PatchARTarget, plain_trajectories
 from multispec.testing import CountReads, energy_distance_pvalue
@@ -196,6 +197,40 @@ def test_the_compiled_step_has_no_graph_break_and_reads_the_device_once_a_step(t
         assert reads.total == runs[name].steps + 1, dict(reads.where)  # a read a step, one at the end
     assert torch.equal(runs["plain"].output.values, runs["compiled"].output.values)
     assert runs["plain"].output.stats.accepted > 0
+
+
+class ReplayedStep:
+    """What `capture_graph` does to a step, on the CPU: two warm-up runs, then a "graph" whose replay runs the step
+    again on the captured inputs into the same output tensors."""
+
+    def __init__(self, run, inputs, device):
+        self.inputs = tuple(t.clone() for t in inputs)
+        self.run = run
+        for _ in range(2):
+            self.outputs = run(*self.inputs)
+        self.graph = self
+
+    def replay(self):
+        for out, new in zip(self.outputs, self.run(*self.inputs)):
+            out.copy_(new)
+
+
+@pytest.mark.parametrize("kind", ["draft", "eagle"])
+def test_a_captured_step_advances_the_state_once_per_call(trained, drafts, kind, monkeypatch):
+    """The capture's warm-up runs advance the lengths and the root as a step does; the engine puts them back, so a
+    captured generation (emulated: `ReplayedStep`) equals the uncaptured one on the same draws."""
+    monkeypatch.setattr(static, "capture_graph", ReplayedStep)
+    labels = torch.tensor([0, 1])
+    runs = {}
+    for captured in (False, True):
+        engine = _engine(trained, labels, drafts[kind], 2.0, k=2)
+        engine.cuda_graphs = captured
+        with torch.no_grad():
+            prefix, _ = plain_trajectories(trained, labels, engine.p, 1, torch.Generator().manual_seed(2))
+            runs[captured] = engine.generate(prefix, trained.config.tokens - 1, torch.Generator().manual_seed(7))
+        assert (engine._graph is not None) == captured
+    assert runs[True].steps == runs[False].steps > 1
+    assert torch.equal(runs[True].output.values, runs[False].output.values)
 
 
 def test_bad_arguments_name_themselves(trained, drafts):

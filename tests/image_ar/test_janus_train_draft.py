@@ -14,9 +14,11 @@ import torch
 
 from multispec import speculative_generate
 from multispec.cli import main
+from multispec.prompt import Prompt
 from multispec.drafters.eagle import EagleHead
 from multispec.image_ar.janus_draft import (JanusEagleDrafter, janus_head, left_padded, prompt_ids, read_prompts,
-                                            restore_generation_kwargs, token_embeds)
+                                            token_embeds)
+from multispec.image_ar.targets import JanusImageTarget
 from multispec.image_ar.testing import BOI, BOS, NUM_IMAGE_TOKENS, make_janus
 from multispec.targets import GuidedTarget
 from multispec.testing import save_checkpoint
@@ -49,7 +51,7 @@ def _load(folder):
     from transformers import AutoTokenizer, JanusForConditionalGeneration
 
     model = JanusForConditionalGeneration.from_pretrained(folder / "janus").eval()
-    restore_generation_kwargs(model, folder / "janus")
+    JanusImageTarget(model)  # puts back the generation_kwargs transformers 5.24 drops on loading
     return model, AutoTokenizer.from_pretrained(folder / "janus")
 
 
@@ -119,3 +121,22 @@ def test_prompt_files_are_read_and_bad_ones_refused_by_name(tmp_path, janus_fold
     model.generation_config.generation_kwargs = {}
     with pytest.raises(ValueError, match="--target: .*boi_token_id"):
         prompt_ids(tokenizer, model, "w9")
+
+
+def test_a_janus_loaded_from_a_folder_gets_back_its_generation_kwargs(janus_folder):
+    """transformers 5.24 drops `generation_kwargs` (Janus's `boi_token_id`) when it loads a checkpoint; the target
+    adapter reads them back from the folder, so guidance builds its unconditional prompt; a model without them and
+    without a folder is refused by name."""
+    from transformers import JanusForConditionalGeneration
+
+    model = JanusForConditionalGeneration.from_pretrained(janus_folder / "janus").eval()
+    model.generation_config.generation_kwargs = {}  # as 5.24 leaves it (older releases kept it)
+    target = JanusImageTarget(model)
+    assert model.generation_config.generation_kwargs["boi_token_id"] == BOI
+    ids = torch.tensor([[BOS, 9, 10, BOI]])
+    assert target.unconditional_prompt(Prompt(ids, torch.ones_like(ids), {})).input_ids[0].tolist() == [
+        BOS, model.generation_config.pad_token_id, model.generation_config.pad_token_id, BOI]
+    bare = make_janus(seed=1)
+    bare.generation_config.generation_kwargs = {}
+    with pytest.raises(ValueError, match="guidance_scale: .*generation_kwargs"):
+        JanusImageTarget(bare).unconditional_prompt(Prompt(ids, torch.ones_like(ids), {}))
