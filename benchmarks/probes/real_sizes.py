@@ -16,7 +16,10 @@ one-token step time / the (k+1)-node verify time (drafting free), both verify ti
 engine (a tree's priced with a chain of as many nodes).
 
 `--dry-run`: the same code on the CPU at tiny shapes of the same classes (fp32, a few tokens), every
-speculative output checked equal to `generate`; CI runs it (tests/bench/test_real_sizes.py).
+speculative output checked equal to `generate`; CI runs it (tests/bench/test_real_sizes.py). `--rehearse`: the
+real widths, vocabularies and prompts in bf16 on the CPU with `--layers` layers (default 1) and `--new-tokens`
+(default 8), to find what only the real shapes or bf16 break before a device's minutes are spent (outputs are
+reported, not required equal: bf16 near-ties).
 """
 
 from __future__ import annotations
@@ -82,12 +85,18 @@ TINY = dict(llama=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=
                        mamba_n_groups=2, mamba_d_state=16, mamba_chunk_size=16, vocab_size=256))
 
 
-def build(shape: Shape, device: torch.device, dtype: torch.dtype, tiny: bool) -> torch.nn.Module:
-    """A random-weight model of `shape` (of its tiny stand-in with `tiny`), built on `device` in `dtype`."""
+def build(shape: Shape, device: torch.device, dtype: torch.dtype, tiny: bool, layers: int | None = None
+          ) -> torch.nn.Module:
+    """A random-weight model of `shape` (of its tiny stand-in with `tiny`; with `layers`, its real widths cut to
+    that many layers, a hybrid keeping its last one attention), built on `device` in `dtype`."""
     import transformers
 
     classes = dict(llama="Llama", qwen2="Qwen2", mamba2="Mamba2", bamba="Bamba")[shape.kind]
     fields = dict(shape.fields)
+    if layers is not None:
+        fields["num_hidden_layers"] = layers
+        if "attn_layer_indices" in fields:
+            fields["attn_layer_indices"] = [i for i in fields["attn_layer_indices"] if i < layers - 1] + [layers - 1]
     if tiny:
         fields = {k: v for k, v in fields.items() if k == "rope_parameters"} | TINY[shape.kind]
         if "rope_parameters" in fields:
@@ -157,18 +166,23 @@ def fastest_step(model, prompt_len: int, n: int, k: int) -> str:
 def methods_for(model, ids: torch.Tensor, n: int, step: str, chains: list[int], acceptances: list[float],
                 device: torch.device, tree: list[int] | None = None) -> tuple[dict, torch.Tensor]:
     """The timed calls by name (generate, our step without drafts, each chain and the tree at each acceptance)
-    and the reference output (`generate`'s: the drafter's continuation)."""
+    and the reference output: our step's own greedy path without drafts, the continuation the drafter knows. In
+    bf16 it can part from `generate`'s at a near-tie (other kernels, other rounding); speculation is lossless
+    against the step it runs on, and a drafter that knew `generate`'s path would be wrong after the parting."""
     engine, never = EngineConfig(step=step), StoppingConfig.never()
 
     def plain():
         return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
                               do_sample=False, eos_token_id=None, pad_token_id=0)
 
-    _, reference = timed(plain, device)  # warm-up, and the continuation the drafter knows
+    def no_draft():
+        return speculative_generate(model, NGramDrafter(), ids, max_new_tokens=n, tree=0, stopping=never,
+                                    engine=engine)
+
+    _, reference = timed(no_draft, device)  # warm-up, and the continuation the drafter knows
+    reference = reference.sequences
     continuation = reference[:, ids.shape[1]:].cpu()
-    methods = {"generate": plain,
-               "no_draft": lambda: speculative_generate(model, NGramDrafter(), ids, max_new_tokens=n, tree=0,
-                                                        stopping=never, engine=engine)}
+    methods = {"generate": plain, "no_draft": no_draft}
     for k in chains:
         for p in acceptances:
             methods[f"chain_k{k}_p{p}"] = (lambda k=k, p=p: speculative_generate(
@@ -193,7 +207,8 @@ def tree_nodes(branching: list[int]) -> int:
 def rows_of(seconds: dict, outputs: dict, reference: torch.Tensor, verify: dict, tokens: int,
             tree: list[int] | None = None) -> list[dict]:
     """Per method: tok/s, ratios over `generate` and over our step without drafts (medians over rounds),
-    whether its output equals `generate`'s; per chain also its accepted length, limit and efficiency."""
+    whether its output equals the reference (our step's greedy path: `methods_for`); per chain also its
+    accepted length, limit and efficiency."""
     no_draft, plain = statistics.median(seconds["no_draft"]), statistics.median(seconds["generate"])
     rows = []
     for name, ts in seconds.items():
@@ -214,10 +229,11 @@ def rows_of(seconds: dict, outputs: dict, reference: torch.Tensor, verify: dict,
 
 
 def run_shape(shape: Shape, batch: int, chains: list[int], acceptances: list[float], rounds: int,
-              device: torch.device, dtype: torch.dtype, tiny: bool, tree: list[int] | None = None) -> dict:
-    model = build(shape, device, dtype, tiny)
+              device: torch.device, dtype: torch.dtype, tiny: bool, tree: list[int] | None = None,
+              layers: int | None = None, new_tokens: int | None = None) -> dict:
+    model = build(shape, device, dtype, tiny, layers)
     prompt_len = 12 if tiny else shape.prompt
-    n = 16 if tiny else shape.new_tokens
+    n = 16 if tiny else new_tokens or shape.new_tokens
     vocab = model.get_output_embeddings().weight.shape[0]
     ids = torch.randint(3, vocab, (batch, prompt_len), generator=torch.Generator().manual_seed(1)).to(device)
     widest = max([*chains, tree_nodes(tree) if tree else 0])
@@ -233,7 +249,7 @@ def run_shape(shape: Shape, batch: int, chains: list[int], acceptances: list[flo
             seconds[name].append(t)
     widths = [1] + [k + 1 for k in chains] + ([tree_nodes(tree) + 1] if tree else [])
     verify = verify_times(model, step, ids, sorted(set(widths)), reps=3 if tiny else 10)
-    return dict(shape=shape.name, note=shape.note, batch=batch, step=step, prompt=prompt_len, new_tokens=n,
+    return dict(shape=shape.name, note=shape.note, batch=batch, step=step, prompt=prompt_len, new_tokens=n, layers=layers,
                 verify_seconds={str(k): round(v, 6) for k, v in verify.items()},
                 tree=tree, rows=rows_of(seconds, outputs, reference, verify, batch * n, tree))
 
@@ -248,10 +264,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--acceptances", default="0.6,0.8,0.9")
     ap.add_argument("--tree", default="2,2,1,1", help="the static tree's branching per depth ('' for none)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rehearse", action="store_true", help="real widths in bf16 on the CPU, few layers and tokens")
+    ap.add_argument("--layers", type=int, default=None, help="cut every shape to this many layers (--rehearse: 1)")
+    ap.add_argument("--new-tokens", type=int, default=None, help="tokens generated (--rehearse: 8)")
     args = ap.parse_args(argv)
-    device = torch.device("cpu" if args.dry_run else "cuda")
+    if args.rehearse and args.dry_run:
+        ap.error("--rehearse: the real widths; --dry-run: tiny ones; choose one")
+    if args.rehearse:
+        args.layers, args.new_tokens = args.layers or 1, args.new_tokens or 8
+    device = torch.device("cpu" if args.dry_run or args.rehearse else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
-        ap.error("no CUDA device: run with --dry-run on the CPU")
+        ap.error("no CUDA device: run with --dry-run or --rehearse on the CPU")
     dtype = torch.float32 if args.dry_run else torch.bfloat16
     names = args.shapes.split(",")
     unknown = [s for s in names if s not in {x.name for x in SHAPES}]
@@ -263,9 +286,10 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 result = run_shape(shape, batch, [int(k) for k in args.chains.split(",")],
                                    [float(p) for p in args.acceptances.split(",")], args.rounds, device, dtype,
-                                   args.dry_run, [int(w) for w in args.tree.split(",")] if args.tree else None)
+                                   args.dry_run, [int(w) for w in args.tree.split(",")] if args.tree else None,
+                                   args.layers, args.new_tokens)
             except Exception as e:  # on a GPU, one shape's failure must not lose the others' figures
-                if args.dry_run:
+                if args.dry_run or args.rehearse:
                     raise
                 print(f"{shape.name} B{batch}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                 results.append(dict(shape=shape.name, batch=batch, error=f"{type(e).__name__}: {e}"))
