@@ -120,8 +120,8 @@ class StaticContinuous:
         return drafts, u_accept, proposals, u_proposals, fallback
 
     # ---- the fixed-shape step -------------------------------------------------------------------------
-    def _propose(self, noise: torch.Tensor) -> tuple[TrajectoryDraft, torch.Tensor]:
-        """k draft trajectories after the root, and (EAGLE) the draft's rollout conditions."""
+    def _propose(self, noise: torch.Tensor) -> TrajectoryDraft:
+        """k draft trajectories after the root (their noise: `noise` [k, B, S, D])."""
         b, k, q = self.batch, self.k, self.q
         payloads, means, logq, conds = [], [], [], []
         z = self.z_root
@@ -151,9 +151,8 @@ class StaticContinuous:
         conditions = HeadConditions(stack([c.cond for c in conds]),
                                     None if conds[0].uncond is None else stack([c.uncond for c in conds]),
                                     conds[0].scale)
-        draft = TrajectoryDraft(torch.cat(payloads, 1), torch.stack(logq, 1), TrajectoryNodes(q, conditions, (b, k)),
-                                torch.stack(means, 1))
-        return draft
+        return TrajectoryDraft(torch.cat(payloads, 1), torch.stack(logq, 1), TrajectoryNodes(q, conditions, (b, k)),
+                               torch.stack(means, 1))
 
     def fixed_step(self, drafts, u_accept, proposals, u_proposals, fallback):
         """One speculative step of fixed shapes: (payload [B, k + 1, S*D], readouts [B, k + 1, D], counts [B + 2]:
