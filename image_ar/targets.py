@@ -131,8 +131,10 @@ class JanusImageTarget(HFCausalLM):
         return ImageLogits(self.model.model.generation_head(hidden)), features
 
     def _score(self, inputs: dict, masks, positions, cache_position, request, parents):
-        out, features = self._run(request, attention_mask=masks, position_ids=positions,
-                                  cache_position=cache_position, inputs_embeds=self.node_embeds(inputs["input_ids"]))
+        with self._rotating():
+            out, features = self._run(request, attention_mask=masks, position_ids=positions,
+                                      cache_position=cache_position,
+                                      inputs_embeds=self.node_embeds(inputs["input_ids"]))
         return out.logits.float(), features
 
     def node_embeds(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -58,9 +58,13 @@ DECODERS = {
         rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=64))),
     "llama-rope-linear": ("LlamaConfig", "LlamaForCausalLM", dict(rope_parameters=dict(
         rope_type="linear", rope_theta=10000.0, factor=2.0))),
-    # dynamic NTK past a 16-token original context: its frequencies grow during the tests' generations
-    "llama-rope-dynamic": ("LlamaConfig", "LlamaForCausalLM", dict(max_position_embeddings=16, rope_parameters=dict(
-        rope_type="dynamic", rope_theta=10000.0, factor=2.0))),
+    # dynamic NTK past a 16-token original context: its frequencies grow during the tests' generations; queries and
+    # keys scaled up (`qk_scale`) so that attention is sharp and the logits depend on the frequencies (at the default
+    # scale, rotating every node of a verify with its deepest node's frequencies still matched `generate`)
+    "llama-rope-dynamic": ("LlamaConfig", "LlamaForCausalLM", dict(max_position_embeddings=16, qk_scale=6.0,
+                                                                   rope_parameters=dict(rope_type="dynamic",
+                                                                                        rope_theta=10000.0,
+                                                                                        factor=2.0))),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=16)),
     "qwen3-moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(head_dim=16, num_experts=4, num_experts_per_tok=2,
                                                               moe_intermediate_size=32)),
@@ -90,6 +94,7 @@ def make_decoder(name: str, seed: int = 0, vocab: int = VOCAB, layers: int = 2, 
         raise ValueError(f"name: expected one of {', '.join(DECODERS)}, got {name!r}")
     config_class, model_class, fields = DECODERS[name]
     fields = dict(fields)
+    qk_scale = fields.pop("qk_scale", 1.0)
     if "layer_types" in fields:
         fields["layer_types"] = (fields["layer_types"] * layers)[:layers]
     config = getattr(transformers, config_class)(**dict(
@@ -100,7 +105,21 @@ def make_decoder(name: str, seed: int = 0, vocab: int = VOCAB, layers: int = 2, 
     model = getattr(transformers, model_class)(config)
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(head_scale)
+        sharpen_attention(model, qk_scale)
     return model.eval()
+
+
+@torch.no_grad()
+def sharpen_attention(model: torch.nn.Module, scale: float) -> torch.nn.Module:
+    """Scale every attention layer's query and key projections by `scale` (in place): attention scores grow by
+    scale^2, so the output depends on the rotary positions as a trained model's does."""
+    if scale != 1.0:
+        for module in model.modules():
+            for name in ("q_proj", "k_proj"):
+                proj = getattr(module, name, None)
+                if isinstance(proj, torch.nn.Linear):
+                    proj.weight.mul_(scale)
+    return model
 
 
 def save_checkpoint(folder, model: torch.nn.Module) -> None:

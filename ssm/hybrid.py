@@ -163,7 +163,8 @@ class BambaTarget(HFCausalLM):
         b, n = ids.shape
         hidden = self._embed(self.decoder.get_input_embeddings()(ids))
         pos = torch.arange(n, device=self.device).expand(b, n)
-        rotary = self._rotary(hidden, pos)
+        with self._rotating():  # dynamic NTK RoPE per token, as `generate` rotates (`multispec.targets.dynamic_rope`)
+            rotary = self._rotary(hidden, pos)
         causal = torch.full((n, n), torch.finfo(hidden.dtype).min, dtype=hidden.dtype, device=self.device).triu(1)
         for i, layer in enumerate(self.decoder.layers):
             h = layer.input_layernorm(hidden)
@@ -184,7 +185,8 @@ class BambaTarget(HFCausalLM):
         embed = self.decoder.get_input_embeddings()
         hidden = inputs["inputs_embeds"] if "inputs_embeds" in inputs else embed(inputs["input_ids"])
         hidden = self._embed(hidden)
-        rotary = self._rotary(hidden, positions)
+        with self._rotating():
+            rotary = self._rotary(hidden, positions)
         step: dict[int, Mamba2Step] = {}
         tree = (rotary, masks, parents, ancestors, sources, step)
         for i, layer in enumerate(self.decoder.layers):

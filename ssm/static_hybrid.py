@@ -47,7 +47,8 @@ class StaticHybrid(StaticFeed):
         self._pool: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self._state_pool: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
         self._layout: list[tuple[int, type]] = []
-        self._rope = None  # (a dynamic rotary embedding is StaticFeed's; no hybrid here has one)
+        if self._ntk is not None:  # the hybrid step rotates outside the model's forward: not per token there
+            raise ValueError(f"{name}: dynamic NTK RoPE on a hybrid's fixed-shape step is not served; use step='eager'")
 
     # ---- buffers --------------------------------------------------------------------------------------
     def _dynamic_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -15,7 +15,7 @@ compute alone. Sliding-window layers get their own mask; the cache keeps full la
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +31,7 @@ from ..prompt import Prompt
 from ..tree import ancestor_mask_from_parents
 from .base import (NO_FEATURES, FeatureRequest, Features, FeedingEngine, PrefillOutput, Target, TargetOutput,
                    check_layers)
+from .dynamic_rope import DynamicNTK, dynamic_rotary
 from .lm_head import tall_lm_head
 from .registry import served_models
 
@@ -157,6 +158,8 @@ class HFCausalLM(Target, FeedingEngine):
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache: DynamicCache | None = None
+        rotary = dynamic_rotary(model)  # dynamic NTK RoPE: every token rotated as `generate` rotates it
+        self._ntk = None if rotary is None else DynamicNTK(rotary, name)
 
     # ---- lifecycle ----------------------------------------------------------------------------------
     def prefill(self, prompt: Prompt, request: FeatureRequest = NO_FEATURES) -> PrefillOutput:
@@ -184,6 +187,8 @@ class HFCausalLM(Target, FeedingEngine):
         self.host_length = [length - 1] * b  # `length` as the host knows it (commits with counts keep it)
         self.width = length - 1
         self._reset_pending(b)
+        if self._ntk is not None:
+            self._ntk.start(attention_mask)
         features = None
         if length > 1 and self.prefill_whole_prompt:
             features = self._prefill_whole(input_ids, attention_mask, request, inputs_embeds)
@@ -233,6 +238,11 @@ class HFCausalLM(Target, FeedingEngine):
             return out, None
         return out, Features(captured.get("hidden"), {i: captured[i] for i in request.layers})
 
+    def _rotating(self):
+        """Dynamic NTK RoPE per token within the block (`dynamic_rope`); nothing for other models. Around the
+        forward's call, outside a compiled step (the patch is a module attribute)."""
+        return nullcontext() if self._ntk is None else self._ntk.rotating()
+
     @torch.no_grad()
     def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
                  inputs_embeds: torch.Tensor | None = None) -> Features | None:
@@ -249,8 +259,9 @@ class HFCausalLM(Target, FeedingEngine):
             allowed = allowed | blocks
         masks = self._layer_masks(allowed, pos[:, :, None] - pos[:, None, :], unwindowed=crossing)
         tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
-        _, features = self._run(request, attention_mask=masks, position_ids=self._prefill_positions(pos),
-                                cache_position=q, logits_to_keep=1, **tokens, **self._prefill_extra())
+        with self._rotating():
+            _, features = self._run(request, attention_mask=masks, position_ids=self._prefill_positions(pos),
+                                    cache_position=q, logits_to_keep=1, **tokens, **self._prefill_extra())
         return features
 
     def _prefill_extra(self) -> dict:
@@ -341,6 +352,8 @@ class HFCausalLM(Target, FeedingEngine):
         masks = self._layer_masks(allowed, new_pos[:, :, None] - key_pos[:, None, :],
                                   unwindowed=self._feed_unwindowed(allowed, cols, p0))
         cache_position = torch.arange(self.width + p0, self.width + p0 + m, device=self.device)
+        if self._ntk is not None:
+            self._ntk.cover_columns(self.width + p0 + m)
         inputs = dict(input_ids=tokens) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds.to(self.device))
         logits, features = self._score(inputs, masks, self._positions(new_pos), cache_position, request,
                                        torch.where(valid, parents, -1))
@@ -367,8 +380,9 @@ class HFCausalLM(Target, FeedingEngine):
         """Run the model over the new nodes (their K/V appended to the cache after `width`): float32 logits
         and, if asked, final hidden states. `parents`: pending parent indices, -1 for roots and invalid
         nodes (adapters that mix attention with recurrent layers need the tree itself)."""
-        out, features = self._run(request, attention_mask=masks, position_ids=positions,
-                                  cache_position=cache_position, **inputs)
+        with self._rotating():
+            out, features = self._run(request, attention_mask=masks, position_ids=positions,
+                                      cache_position=cache_position, **inputs)
         return out.logits.float(), features
 
     def _layer_masks(self, allowed: torch.Tensor, distance: torch.Tensor, unwindowed: torch.Tensor | None = None
@@ -429,6 +443,8 @@ class HFCausalLM(Target, FeedingEngine):
         self.width = max(self.host_length, default=0)
         self._crop(self.width)
         self._reset_pending(b)
+        if self._ntk is not None:
+            self._ntk.committed(self.width)
 
     def _move_columns(self, rows: torch.Tensor, dest: torch.Tensor, src: torch.Tensor) -> None:
         """Copy each layer's K/V cache column `src[b, j]` of row `rows[b, j]` to column `dest[b, j]`."""
@@ -486,6 +502,8 @@ class HFCausalLM(Target, FeedingEngine):
                 if getattr(layer, "keys", None) is not None and layer.keys.numel():
                     layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
             self.start_col, self.length = self.start_col - lead, self.length - lead
+        if self._ntk is not None:
+            self._ntk.select(rows, lead)
         self.host_length = self.length.tolist()
         self.width = max(self.host_length, default=0)
         self._crop(self.width)

@@ -33,7 +33,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from .base import NO_FEATURES, FeatureRequest, TargetOutput
 from .hf import HFCausalLM, keeps_state
 from .lean import dispatched
-from .static_rope import DynamicRope, dynamic_rotary
+from .dynamic_rope import dynamic_rotary
 from .static_step import CapturedFeed, padded, static_feed_tables
 
 
@@ -47,7 +47,7 @@ def model_unsupported(model: object) -> str | None:
     if dispatched(model):
         return "dispatched by accelerate (device_map): its offloaded weights move in per call"
     try:
-        dynamic_rotary(model)  # dynamic NTK RoPE runs as tensors (`static_rope`), one state per model
+        dynamic_rotary(model)  # dynamic NTK RoPE runs per token on tensors (`dynamic_rope`), one state
     except ValueError as e:
         return str(e)
     return None
@@ -110,10 +110,9 @@ class StaticFeed(CapturedFeed):
         self.init_static(generic_step, model.config.get_text_config(decoder=True), capacity, node_budget, compile,
                          compile_mode, cuda_graphs)
         self._pool: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        rotary = dynamic_rotary(model)
-        self._rope = None if rotary is None else DynamicRope(rotary)
-        if self._rope is not None:  # its state enters each call as tensors (see `static_rope`)
-            self.graph_attributes = (*type(self).graph_attributes, "_rope_inv", "_rope_cached")
+        if self._ntk is not None:  # its state enters each call as tensors, its table at a fixed address
+            self._ntk.reserve(2 * self.capacity + 2)  # a token's length is below its column + its row's offset
+            self.graph_attributes = (*type(self).graph_attributes, "_ntk.offset", "_ntk.longest", "_ntk.inv")
 
     # ---- buffers --------------------------------------------------------------------------------------
     def _buffers(self, batch: int, like: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list:
@@ -146,6 +145,8 @@ class StaticFeed(CapturedFeed):
         return [(layer.keys, layer.values) for layer in self.cache.layers]
 
     def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
+        if self._ntk is not None:  # every length the steps can reach, before them: the steps then read nothing
+            self._ntk.fill()
         out = super().start(input_ids, attention_mask, **kwargs)  # the prompt through the model's dynamic cache
         b = input_ids.shape[0]
         kv = [(k, v) for k, v in self._dynamic_layers() if k is not None and k.numel()]
@@ -189,32 +190,31 @@ class StaticFeed(CapturedFeed):
         self.check_capacity(used + n)
         valid = torch.ones(b, m, dtype=torch.bool, device=device) if valid is None else valid.to(device)
         inp = tokens.to(device) if inputs_embeds is None else inputs_embeds.to(device)
-        if self._rope is not None:
-            self._rope_inv, self._rope_cached = self._rope.state()
+        if self._ntk is not None:
+            self._ntk.cover_columns(used + n)
         dynamic = (padded(inp, n), parents.to(device), valid, self.pending.parents, self.length, self.start_col,
-                   torch.arange(used, used + n, device=device), *(getattr(self, a) for a in self.graph_attributes))
+                   torch.arange(used, used + n, device=device), *(_get(self, a) for a in self.graph_attributes))
         out = self.run_feed(dynamic, p0, tuple(request.layers), request.hidden)
-        if self._rope is not None:  # the rotary embedding's new state, for its eager code too
-            self._rope.store(*out[7:])
-        return self.finish_feed(out[:7], m, request)
+        return self.finish_feed(out, m, request)
 
-    # tensor attributes an adapter's feed reads (e.g. Qwen2-VL's rope deltas in `_positions`): a captured graph
-    # must read them as inputs, copied in at each replay, not at the addresses they had when it was captured
+    # tensor attributes an adapter's feed reads (e.g. Qwen2-VL's rope deltas in `_positions`; dotted: an attribute
+    # of one): a captured graph must read them as inputs, copied in at each replay, not at the addresses they had
+    # when it was captured
     graph_attributes: tuple[str, ...] = ()
 
     def fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *attributes, p0: int,
             layers_wanted: tuple[int, ...], want_hidden: bool):
         """The whole feed on tensors: its tables, then the model's forward (what a CUDA graph captures);
         `attributes`: the values of `graph_attributes`, set on the engine for the call."""
-        kept = tuple(getattr(self, a) for a in self.graph_attributes)
+        kept = tuple(_get(self, a) for a in self.graph_attributes)
         for name, value in zip(self.graph_attributes, attributes):
-            setattr(self, name, value)
+            _set(self, name, value)
         try:
             return self._fed(inp, parents, valid, pending_parents, length, start_col, cols, p0=p0,
                              layers_wanted=layers_wanted, want_hidden=want_hidden)
         finally:
             for name, value in zip(self.graph_attributes, kept):
-                setattr(self, name, value)
+                _set(self, name, value)
 
     def _fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
              layers_wanted: tuple[int, ...], want_hidden: bool):
@@ -230,12 +230,9 @@ class StaticFeed(CapturedFeed):
         self.cache.cols = cols
         request = FeatureRequest(hidden=want_hidden, layers=layers_wanted)
         tokens = dict(input_ids=inp) if inp.dim() == 2 else dict(inputs_embeds=inp)
-        if self._rope is None:
+        with self._rotating():
             logits, hidden, layers = self._step(self, request, masks, self._positions(positions), tokens)
-            return logits, hidden, layers, ok, kept_parents, pos, anc
-        with self._rope.patched(self._rope_inv, self._rope_cached) as rope:
-            logits, hidden, layers = self._step(self, request, masks, self._positions(positions), tokens)
-        return logits, hidden, layers, ok, kept_parents, pos, anc, rope["inv"], rope["cached"]
+        return logits, hidden, layers, ok, kept_parents, pos, anc
 
     def _unwindowed(self, allowed: torch.Tensor) -> torch.Tensor | bool:
         """Pairs of the bool mask [B, 1, N, C] that sliding windows do not cut (the eager feed's
@@ -256,6 +253,18 @@ class StaticFeed(CapturedFeed):
 
 class StaticHFCausalLM(StaticFeed, HFCausalLM):
     """`HFCausalLM` at fixed shapes: the engine of every decoder the core serves without an adapter."""
+
+
+def _get(obj, name: str):
+    """`obj.name`, `name` dotted or not."""
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _set(obj, name: str, value) -> None:
+    head, _, last = name.rpartition(".")
+    setattr(_get(obj, head) if head else obj, last, value)
 
 
 def generic_step(engine: StaticFeed, request: FeatureRequest, masks, positions: torch.Tensor,

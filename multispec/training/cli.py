@@ -46,7 +46,7 @@ TRAINERS: dict[str, TargetTrainer] = {}
 TEXT_OPTIONS = {"seq_len": "--seq-len", "draft_vocab": "--draft-vocab",
                 "intermediate_size": "--intermediate-size", "heads": "--heads", "kv_heads": "--kv-heads",
                 "sliding_window": "--sliding-window", "ttt_steps": "--ttt-steps", "aux_layers": "--aux-layers",
-                "draft_layers": "--draft-layers", "self_distill": "--self-distill"}
+                "draft_layers": "--draft-layers", "self_distill": "--self-distill", "format": "--format"}
 
 
 def register_trainer(trainer: TargetTrainer) -> None:
@@ -102,6 +102,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="eagle3: the fused target layers (default 2, L/2, L-3)")
     shape.add_argument("--draft-layers", type=positive_int, default=None,
                        help="draft-model: the student's layers (default a quarter of the target's)")
+    shape.add_argument("--format", choices=["eagle3", "speculators"], default=None,
+                       help="eagle3: the layout written: eagle3 (default; vLLM and SGLang read it) or speculators "
+                            "(speculators' SpeculatorModel.from_pretrained loads it unchanged)")
     data = p.add_argument_group("data")
     data.add_argument("--self-distill", type=int, default=None, metavar="N",
                       help="the target rewrites N conversations' assistant turns (or writes N sequences from prompts "
@@ -157,11 +160,14 @@ def write_report(out: str | Path, report: dict) -> None:
 def _run_text(args: argparse.Namespace) -> int:
     if args.aux_layers is not None and len(args.aux_layers) != 3:
         raise ValueError(f"--aux-layers: expected three layer ids, got {list(args.aux_layers)}")
+    if args.format is not None and args.kind != "eagle3":
+        raise ValueError(f"--format: a layout of EAGLE-3 heads (--kind eagle3), not of --kind {args.kind}")
     draft_run = DraftRun(kind=args.kind, seq_len=args.seq_len or 256, self_distill=args.self_distill or 0,
                          eval_prompts=args.eval_prompts)
     options = KindOptions(draft_vocab=args.draft_vocab, intermediate_size=args.intermediate_size, heads=args.heads,
                           kv_heads=args.kv_heads, sliding_window=args.sliding_window, ttt_steps=args.ttt_steps or 7,
-                          aux_layers=args.aux_layers, draft_layers=args.draft_layers, seed=args.seed)
+                          aux_layers=args.aux_layers, draft_layers=args.draft_layers, seed=args.seed,
+                          layout=args.format or "eagle3", verifier=str(args.target))
     report = train_draft(args.target, args.data, args.out, draft_run, options, loop_config(args), device=args.device)
     shown = {k: report[k] for k in ("kind", "steps", "finished", "sequences", "tokens", "final_loss", "final_acc",
                                     "untrained_accepted_length", "accepted_length", "seconds") if k in report}

@@ -50,6 +50,8 @@ class KindOptions:
     aux_layers: tuple[int, ...] | None = None  # eagle3: the fused target layers (default 2, L // 2, L - 3)
     draft_layers: int | None = None  # draft-model: layers of the student (default a quarter of the target's)
     feature_noise: float = 0.05  # eagle: std of the noise on input features, relative to their rms
+    layout: str = "eagle3"  # eagle3: the layout written ("eagle3": vLLM / SGLang's reference; "speculators")
+    verifier: str | None = None  # eagle3, speculators layout: the target's name or path the config names
     seed: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -220,14 +222,17 @@ class Eagle3Kind(_FeatureKind):
         return {"total": total, "acc": acc, "tokens": ids.numel()}
 
     def save(self, folder) -> None:
-        self.head.save(folder)
+        self.head.save(folder, layout=self.options.layout, target=self.target, verifier=self.options.verifier)
 
     def drafter(self) -> Drafter:
         return Eagle3Drafter(self.head.eval(), self.target)
 
     def describe(self) -> dict:
         return {"draft_vocab": self.head.eagle.draft_vocab_size, "aux_layers": list(self.head.eagle.aux_layers),
-                "ttt_steps": self.options.ttt_steps, "layout": "EAGLE-3 (vLLM / SGLang: config.json, model.safetensors)"}
+                "ttt_steps": self.options.ttt_steps,
+                "layout": ("EAGLE-3, speculators' layout (Eagle3Speculator: config.json, model.safetensors)"
+                           if self.options.layout == "speculators" else
+                           "EAGLE-3, the reference layout vLLM and SGLang serve (config.json, model.safetensors)")}
 
 
 class DraftModelKind(DraftKind):

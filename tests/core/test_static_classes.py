@@ -67,30 +67,13 @@ def test_compiled_step_has_no_graph_break(decoder):
     assert engine.static_calls > 0
 
 
-def test_the_dynamic_ntk_growth_on_tensors_is_transformers_own():
-    """`static_rope.DynamicRope.grown` (the frequencies for a longer sequence, on tensors, inside a captured call)
-    equals `transformers`' dynamic NTK formula bit for bit, below, at and past the original context."""
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    from multispec.targets.static_rope import DynamicRope
-
-    model = make_decoder("llama-rope-dynamic")
-    rope = DynamicRope(model.model.rotary_emb)
-    for n in (5, 16, 17, 40, 1000):
-        want, _ = ROPE_INIT_FUNCTIONS["dynamic"](model.config, "cpu", seq_len=n)
-        assert torch.equal(rope.grown(torch.tensor(n)), want), n
-
-
 def test_what_the_static_step_refuses_is_named():
     dynamic = LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                                            num_attention_heads=4, num_key_value_heads=2, rope_parameters=dict(
                                                rope_type="dynamic", rope_theta=10000.0, factor=2.0))).eval()
-    assert generic_static_unsupported(dynamic) is None  # one dynamic NTK state: served (`static_rope`)
-    dynamic.model.second_rope = copy.deepcopy(dynamic.model.rotary_emb)  # two states the step would have to keep
-    assert "2 dynamic rotary embeddings" in generic_static_unsupported(dynamic)
-    with pytest.raises(ValueError, match="step: 'static' cannot run this target .*dynamic.*use step='eager'"):
-        speculative_generate(dynamic, "ngram", torch.tensor([[5, 6, 7]]), max_new_tokens=4,
-                             engine=EngineConfig(step="static"))
+    assert generic_static_unsupported(dynamic) is None  # one dynamic NTK state: served (`dynamic_rope`)
+    dynamic.model.second_rope = copy.deepcopy(dynamic.model.rotary_emb)  # two states: refused on both steps
+    assert "2 dynamic rotary embeddings" in generic_static_unsupported(dynamic)  # (tests/core/test_dynamic_rope.py)
     from multispec.ssm.testing import make_bamba
     from multispec.vision.testing import make_vlm
     assert generic_static_unsupported(make_vlm("paligemma")) is None  # its own variant: tests/vision/

@@ -141,3 +141,22 @@ def test_continuous_captured_step_replays_equal_the_uncaptured_step(kind):
     for step in ("static", "compiled"):  # the public path, a CPU generator driving the CUDA step
         out = generate_continuous(target, labels.cpu(), draft, k=3, step=step, generator=torch.Generator().manual_seed(1))
         assert out.drafted > 0 and bool(torch.isfinite(out.tokens).all()), step
+
+
+def test_the_dynamic_ntk_table_on_cuda_is_the_growth_function_per_length():
+    """On CUDA the rotary table is one vectorised call of `transformers`' growth function over a column of
+    lengths (`dynamic_rope.DynamicNTK._grown`); it must equal the 0-d call `generate`'s update makes, bit for bit,
+    at Llama-3's head size and theta (on the CPU the two differ, so there each length is its own call)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from multispec.targets.dynamic_rope import DynamicNTK
+
+    config = LlamaConfig(vocab_size=32, hidden_size=1024, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=64,
+                         rope_parameters=dict(rope_type="dynamic", rope_theta=500000.0, factor=4.0))
+    ntk = DynamicNTK(LlamaForCausalLM(config).to(CUDA).model.rotary_emb)
+    ntk.cover(2000)
+    for n in range(65, 2001):
+        want, _ = ROPE_INIT_FUNCTIONS["dynamic"](config, CUDA, seq_len=torch.tensor(n, device=CUDA))
+        assert torch.equal(ntk.table[n], want), n
