@@ -78,6 +78,21 @@ def test_each_kind_trains_from_the_command_line_and_drafts_losslessly(tmp_path, 
     assert _lossless(model, drafter) > 1.0  # drafts accepted: speculation, not plain decoding
 
 
+def test_an_eagle3_head_is_written_in_speculators_layout_on_request(tmp_path, checkpoint, capsys):
+    """`--format speculators`: speculators' config (the verifier named by the `--target` given) and tensor names,
+    read back here and drafting losslessly; the option is refused for other kinds."""
+    folder, data, model = checkpoint
+    out, report = _train(tmp_path, checkpoint, "eagle3", "--steps", "3", "--ttt-steps", "2", "--format", "speculators")
+    config = json.loads((out / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3" and "layers.0.fc.weight" not in config
+    assert config["speculators_config"]["verifier"]["name_or_path"] == str(folder)
+    assert "speculators" in report["layout"] and layout(out) == "eagle3"
+    _lossless(model, load_eagle(out, model))
+    assert main(["train", "draft", "--target", str(folder), "--data", str(data), "--out", str(tmp_path / "e"),
+                 "--kind", "eagle", "--format", "speculators"]) == 2
+    assert "--format: a layout of EAGLE-3 heads (--kind eagle3), not of --kind eagle" in capsys.readouterr().err
+
+
 def test_sharegpt_conversations_are_rendered_and_regenerated_by_the_target(tmp_path, checkpoint):
     folder, _, model = checkpoint
     data = tmp_path / "chat.jsonl"
