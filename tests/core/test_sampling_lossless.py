@@ -99,6 +99,65 @@ def test_sampled_tree_ranked_by_its_own_draws_fails(models, monkeypatch):
     assert _pvalue(out.sequences[:, -2], p1) < 1e-6
 
 
+def _bigram_target():
+    """A Llama whose one layer adds nothing (attention and MLP outputs zeroed): its next-token law depends on the
+    current token alone, so a head can know it exactly."""
+    target = make_target("llama", seed=4, layers=1, head_scale=3.0)
+    with torch.no_grad():
+        target.model.layers[0].self_attn.o_proj.weight.zero_()
+        target.model.layers[0].mlp.down_proj.weight.zero_()
+    return target
+
+
+def _oracle_head(target, d2t):
+    """An EAGLE head that drafts the bigram target's law over its draft vocabulary `d2t`: fc passes the token's
+    embedding, the layer adds nothing, the norm and the LM head rows are the target's for `d2t`."""
+    from multispec.drafters.eagle import EagleConfig, EagleHead
+
+    h = target.config.hidden_size
+    head = EagleHead(EagleConfig(hidden_size=h, draft_vocab_size=len(d2t), target_vocab_size=128,
+                                 intermediate_size=2 * h, num_attention_heads=4, num_key_value_heads=2,
+                                 rms_norm_eps=target.config.rms_norm_eps), d2t)
+    with torch.no_grad():
+        head.fc.weight.zero_()
+        head.fc.bias.zero_()
+        head.fc.weight[:, :h] = torch.eye(h)
+        layer = head.decoder.model.layers[0]
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+        head.decoder.model.norm.weight.copy_(target.model.norm.weight)
+        head.decoder.lm_head.weight.copy_(target.lm_head.weight[d2t])
+    return head.eval()
+
+
+@pytest.mark.slow
+def test_a_reduced_vocabulary_in_any_order_keeps_the_target_law():
+    """An EAGLE head whose draft vocabulary (64 of 128 ids) is mapped to target ids by an unsorted `d2t`, drafting
+    chains of 2 with a high acceptance (mean accepted length >= 1.5 of 2; the map leaves out the first token's
+    second most likely choice, so rejections and the residual happen too): the first two sampled tokens pass the
+    chi-square test above (same N and power). Mutation it must catch (checked by hand: p ~ 1e-190 on both
+    seeds tried): `grow_tree` scattering the draft probabilities through the sorted map instead of `d2t` itself."""
+    from multispec.drafters.eagle import EagleDrafter
+
+    target = _bigram_target()
+    prompt = torch.tensor([5, 17, 42, 9, 77])
+    sampling = SamplingConfig(do_sample=True, temperature=0.9, top_k=12)
+    p1, p2 = _target_dists(target, prompt, sampling)
+    with torch.no_grad():  # each token's next-token law at the sampling temperature
+        table = torch.softmax(target(torch.arange(128)[None]).logits[0].float() / 0.9, -1)
+    order = torch.argsort(4 * p1.float() + p1.float() @ table, descending=True)  # the first token's law, then the second's
+    kept = torch.cat([order[:1], order[2:65]])
+    d2t = kept[torch.randperm(64, generator=torch.Generator().manual_seed(0))]
+    assert not bool((d2t[1:] > d2t[:-1]).all())  # unsorted
+    out = speculative_generate(target, EagleDrafter(_oracle_head(target, d2t), target), prompt.expand(N, -1).contiguous(),
+                               max_new_tokens=2, tree=2, sampling=sampling, generator=torch.Generator().manual_seed(0),
+                               stopping=StoppingConfig.never())
+    assert out.stats.mean_accepted_length >= 1.5, out.stats
+    assert p1[d2t].sum() < 0.95  # some first tokens come from the residual
+    assert _pvalue(out.sequences[:, -2], p1) > 1e-3
+    assert _pvalue(out.sequences[:, -1], p2) > 1e-3
+
+
 def test_seeded_sampling_is_reproducible(models):
     target, draft = models
     ids = torch.tensor([[5, 17, 42, 9, 77]] * 3)
