@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from multispec import DynamicTree, StaticTree
 from multispec.bench.machine import describe, save_results
-from multispec.bench.recorder import Recorder, partition, results
+from multispec.bench.recorder import Recorder, partition, results, with_role
 
 from .data import load_digits_dataset
 from .generate import generate_ar, generate_images
@@ -166,7 +166,8 @@ def run(quick: bool = False, json_path: str | None = None, method: str = "lanter
         max_tvd[name] = max(max_tvd[name], out.max_tvd)
 
     # timed image i: class i % 10 under seed + i, the same for every method
-    calls = {name: (lambda i, name=name: generate(name, [i % 10], torch.Generator().manual_seed(seed + i)))
+    calls = {name: with_role("control" if name == "ar_hf" else "speculative",
+                             lambda i, name=name: generate(name, [i % 10], torch.Generator().manual_seed(seed + i)))
              for name in specs}
     table = timed_speed(calls, "ar", timing_images, rounds, observe)
 

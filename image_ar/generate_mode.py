@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from multispec.generate_cli import GenerateMode, tree_option, write_json
+from multispec.generate_cli import (GenerateMode, comparison_line, comparison_record, timed_rounds, tree_option,
+                                    write_json)
 
 from .bench import NEIGHBOURS
 from .continuous.generate import generate_continuous
@@ -73,34 +74,45 @@ def _save(image: torch.Tensor, path: Path, scale: int = 8) -> None:
 
 
 def _draw(args: argparse.Namespace, classes: list[int], k: int):
-    """(speculative output, plain output or None, what the speculative run is)."""
+    """(speculative output, a call that draws it again, a call that draws plain AR, what the speculative run
+    is)."""
     def gen():
         return torch.Generator().manual_seed(args.seed)
 
     if args.pair == CONTINUOUS:
         pair = load_continuous_pair()
         labels = torch.tensor(classes)
-        spec = generate_continuous(pair.target, labels, pair.draft, k=k, guidance_scale=CFG_SCALE, generator=gen(),
-                                   step=args.step)
-        plain = (generate_continuous(pair.target, labels, guidance_scale=CFG_SCALE, generator=gen())
-                 if args.compare else None)
+        def speculative():
+            return generate_continuous(pair.target, labels, pair.draft, k=k, guidance_scale=CFG_SCALE,
+                                       generator=gen(), step=args.step)
+
+        def plain():
+            return generate_continuous(pair.target, labels, guidance_scale=CFG_SCALE, generator=gen())
+
         where = "" if args.step == "eager" else f", {args.step} step"
-        return spec, plain, f"continuous speculative decoding, chain k={k} (exact{where})"
+        return speculative(), speculative, plain, f"continuous speculative decoding, chain k={k} (exact{where})"
     pair = load_image_pair()
     rule, what = None, f"EAGLE chain k={k}, exact"
     if args.delta is not None:
         rule = Relaxed.from_codebook(pair.vqvae.codebook_latents(), NEIGHBOURS, delta=args.delta)
         what = f"EAGLE chain k={k}, LANTERN delta={args.delta:g}"
     common = dict(guidance_scale=CFG_SCALE, top_k=TOP_K, vqvae=pair.vqvae)
-    spec = generate_images(pair.target, classes, drafter=image_drafter(pair, "eagle"), rule=rule, tree=k,
-                           generator=gen(), step=args.step, **common)
-    plain = generate_images(pair.target, classes, generator=gen(), **common) if args.compare else None
-    return spec, plain, what
+
+    def speculative():
+        return generate_images(pair.target, classes, drafter=image_drafter(pair, "eagle"), rule=rule, tree=k,
+                               generator=gen(), step=args.step, **common)
+
+    def plain():
+        return generate_images(pair.target, classes, generator=gen(), **common)
+
+    return speculative(), speculative, plain, what
 
 
 def run(args: argparse.Namespace) -> int:
     classes, k, out_dir = _check(args)
-    spec, plain, what = _draw(args, classes, k)
+    spec, again, draw_plain, what = _draw(args, classes, k)
+    timed = timed_rounds(again, draw_plain, args.rounds, units=lambda out: len(classes)) if args.compare else None
+    plain = timed["plain_output"] if timed else None
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
     for i, c in enumerate(classes):
@@ -121,11 +133,9 @@ def run(args: argparse.Namespace) -> int:
         figure = f"mean accepted length {record['mean_accepted_length']:.2f} codes per target forward"
     images = f"{len(classes)} image" + ("s" if len(classes) != 1 else "")
     line = f"[{images} in {spec.seconds:.2f} s ({what}); {figure}; written to {out_dir}/]"
-    if plain is not None:
-        record["plain_seconds"] = round(plain.seconds, 4)
-        record["speedup"] = round(plain.seconds / max(spec.seconds, 1e-9), 3)
-        line += (f"\n[plain AR, same seed: {plain.seconds:.2f} s; speculative {record['speedup']:.2f}x; "
-                 "*_plain.png beside them]")
+    if timed is not None:
+        record.update(comparison_record(timed))
+        line += "\n" + comparison_line("speculative", timed, "images", "plain AR") + "\n[plain AR, same seed: *_plain.png beside them]"
     print(line)
     write_json(args, record)
     return 0

@@ -313,9 +313,18 @@ def _add_demo(sub) -> None:
     demo.set_defaults(func=_demo)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with the error first: a bad option prints the one line that matters and where the options are
+    listed, not the whole usage before it (the subcommands' parsers are of this class too)."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: error: {message}\n(`{self.prog} --help` lists every option)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: the core's commands and those the modality packages register on import."""
-    parser = argparse.ArgumentParser(prog="multispec", description="Speculative generation beyond plain text.")
+    parser = Parser(prog="multispec", description="Speculative generation beyond plain text.")
     sub = parser.add_subparsers(dest="command", required=True)
     load_adapter_plugins()  # modality packages register their commands
     suites = _add_bench(sub)
@@ -335,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ImportError) as err:
         print(f"multispec: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: what was measured is printed where it was measured; no traceback
+        print("\nmultispec: interrupted", file=sys.stderr)
+        return 130
     shards.finish()  # a data-parallel run (accelerate launch): every process ends together
     return code
 

@@ -8,7 +8,9 @@ is loaded with `transformers`' Auto classes and its own tokenizer, drafted by pr
 names a draft model folder, `suffix` (SuffixDecoding over the prompts), or an EAGLE head folder
 (`eagle:PATH`: multispec's own layout, EAGLE-3 as vLLM and SGLang serve it, or the EAGLE-1/2 reference
 layout). Tokens print as each verification commits them (`--no-stream`: at the end); `--compare`
-runs the target's own `generate` on the same prompt and prints both speeds and whether the outputs agree.
+times the target's own `generate` against speculation on the same prompt, both warmed up, in `--rounds`
+rounds that alternate which goes first, and prints the median speedup, its spread, whether the outputs agree
+and a note when the timings are noisy (rounds more than 20% apart, or a busy machine).
 Every option is checked before a model loads; errors name the option.
 
 Pairs of the other modalities take their own options (listed under their headings in --help): a VLM pair
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -80,7 +83,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample", action="store_true", help="sample (exact speculative sampling) instead of greedy")
     p.add_argument("--temperature", type=float, default=1.0, help="with --sample")
     p.add_argument("--seed", type=int, default=0, help="the generator's seed (with --sample, and for the image pairs)")
-    p.add_argument("--compare", action="store_true", help="also run the target's own generate and compare")
+    p.add_argument("--compare", action="store_true",
+                   help="also time the target's own generate against speculation, warmed up, in alternating rounds")
+    p.add_argument("--rounds", type=positive_int, default=5,
+                   help="with --compare: timed rounds of each (default %(default)s; the median is reported)")
     p.add_argument("--no-stream", action="store_true", help="print each text at the end, not as it is committed")
     p.add_argument("--json", default=None, metavar="PATH", help="write texts and figures as JSON")
     for mode in GENERATE_MODES.values():
@@ -265,7 +271,7 @@ def generate_one(target, drafter, decode: Callable[[list[int]], str], inputs: di
         sys.stdout.write(shown)  # the continuation streams after it
         sys.stdout.flush()
     pad = pad if pad is not None else (eos if eos is not None else 0)
-    generator = torch.Generator().manual_seed(args.seed) if args.sample else None
+    generator = _generator(args)
     t0 = time.perf_counter()
     out = speculative_generate(target, drafter, max_new_tokens=args.max_new_tokens, tree=tree, on_step=stream,
                                sampling=sampling_config(args),
@@ -284,16 +290,76 @@ def generate_one(target, drafter, decode: Callable[[list[int]], str], inputs: di
     line = (f"[{len(new)} tokens in {seconds:.2f} s, {record['tokens_per_s']:.1f} tokens/s, "
             f"mean accepted length {record['mean_accepted_length']:.2f} tokens per target forward]")
     if args.compare:
-        plain = _plain(target, inputs, args, eos, pad)
-        record["plain"] = plain
-        record["speedup"] = round(plain["seconds"] / max(seconds, 1e-9), 3)
+        run = dict(max_new_tokens=args.max_new_tokens, tree=tree, sampling=sampling_config(args),
+                   stopping=StoppingConfig(eos_token_id=eos, pad_token_id=pad), engine=EngineConfig(step=args.step))
+        timed = timed_rounds(lambda: speculative_generate(target, drafter, generator=_generator(args), **run, **inputs),
+                             lambda: _plain(target, inputs, args, eos, pad), args.rounds,
+                             units=lambda out: len(out["tokens"]) if isinstance(out, dict) else int(out.num_new_tokens[0]))
+        record["plain"] = timed["plain_output"]
+        record.update(comparison_record(timed))
+        line += "\n" + comparison_line("speculative", timed, "tokens")
         if not args.sample:
-            record["identical_to_plain"] = plain["tokens"] == new
-        line += (f"\n[plain generate: {plain['tokens_per_s']:.1f} tokens/s; speculative {record['speedup']:.2f}x"
-                 + ("" if args.sample else f"; outputs {'identical' if record['identical_to_plain'] else 'differ'}")
-                 + "]")
+            record["identical_to_plain"] = timed["plain_output"]["tokens"] == new
+            line += f"\n[outputs {'identical' if record['identical_to_plain'] else 'differ'}]"
     print(line)
     return record
+
+
+def _generator(args: argparse.Namespace) -> torch.Generator | None:
+    return torch.Generator().manual_seed(args.seed) if args.sample else None
+
+
+def timed_rounds(speculative: Callable[[], object], plain: Callable[[], object], rounds: int,
+                 units: Callable[[object], float] = lambda out: 1.0) -> dict:
+    """Speculation against plain decoding, fairly: both warmed up (the caller's displayed speculative run warmed
+    speculation; plain runs once untimed here, its output returned as "plain_output"), then `rounds` rounds
+    alternating which goes first; the rate per run (`units(output)` per second: tokens, images, problems), the
+    speedup per round, the medians, and a note ("noisy") when the rounds disagree by more than 20% or the machine
+    is busy."""
+    from .bench.machine import busy
+
+    warm = plain()
+    spec_rates, plain_rates, speedups = [], [], []
+    for r in range(rounds):
+        timed = {}
+        for name in (("plain", "speculative") if r % 2 == 0 else ("speculative", "plain")):
+            t0 = time.perf_counter()
+            out = plain() if name == "plain" else speculative()
+            timed[name] = units(out) / max(time.perf_counter() - t0, 1e-9)
+        plain_rates.append(timed["plain"])
+        spec_rates.append(timed["speculative"])
+        speedups.append(timed["speculative"] / max(timed["plain"], 1e-9))
+    median = statistics.median(speedups)
+    notes = []
+    if rounds > 1 and (max(speedups) - min(speedups)) > 0.2 * median:
+        notes.append(f"the rounds' speedups range {round(min(speedups), 3):.2f}-{round(max(speedups), 3):.2f}x (more "
+                     f"than 20% apart): short runs time noisily; more --rounds or a longer --max-new-tokens steady "
+                     f"the median")
+    if busy():
+        notes.append(busy())
+    return {"plain_output": warm, "plain_rate": statistics.median(plain_rates), "plain_rates": plain_rates,
+            "speculative_rate": statistics.median(spec_rates), "speculative_rates": spec_rates, "rounds": rounds,
+            "speedup": round(median, 3), "speedup_spread": [round(min(speedups), 3), round(max(speedups), 3)],
+            **({"noisy": "; ".join(notes)} if notes else {})}
+
+
+def comparison_line(what: str, timed: dict, unit: str, baseline: str = "plain generate") -> str:
+    """The printed summary of `timed_rounds`: medians, spread, and the noise note when there is one."""
+    spread = timed["speedup_spread"]
+    line = (f"[timed, warmed up, {timed['rounds']} alternating rounds (medians): {baseline} {timed['plain_rate']:.2f} "
+            f"{unit}/s, {what} {timed['speculative_rate']:.2f} {unit}/s: {timed['speedup']:.2f}x "
+            f"[{spread[0]:.2f}-{spread[1]:.2f} across rounds]")
+    return line + "]" + (f"\n[noisy: {timed['noisy']}]" if "noisy" in timed else "")
+
+
+def comparison_record(timed: dict) -> dict:
+    """The JSON fields of `timed_rounds`."""
+    keep = {k: v for k, v in timed.items() if k != "plain_output"}
+    for key in ("plain_rate", "speculative_rate"):
+        keep[key] = round(keep[key], 3)
+    for key in ("plain_rates", "speculative_rates"):
+        keep[key] = [round(x, 3) for x in keep[key]]
+    return keep
 
 
 def write_json(args: argparse.Namespace, payload: dict) -> None:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from multispec import StoppingConfig, speculative_generate
-from multispec.bench.recorder import Recorder, partition
+from multispec.bench.recorder import Recorder, partition, with_role
 from multispec.bench.shards import Shards
 from multispec.drafters import ModelDrafter
 from multispec.rules import Judge, JudgeHead, JudgeStats
@@ -54,6 +54,8 @@ METHODS = ("base", "small", "specreason", "specreason_likelihood", "spec_thinkin
            "exact", "judge", "judge_approve_all", "judge_no_floor", "judge_floor_matched", "generate", "assisted")
 JUDGE_ROWS = {"judge": None, "judge_approve_all": "approve_all_floor", "judge_no_floor": "no_floor",
               "judge_floor_matched": "approve_all_matched"}  # -> control
+# the methods whose greedy output is the base model's own (token-level speculation, transformers' decoding)
+LOSSLESS = ("base", "exact", "generate", "assisted")
 
 
 @dataclass
@@ -223,7 +225,11 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
     def observe(method: str, problem: Problem, result: dict) -> None:
         answers[method].append(result | {"correct": _correct(result, problem.answer), "truth": problem.answer})
 
-    calls = {m: (lambda p, m=m: solve(m, models, s, p.question)) for m in methods}
+    # roles: the small model alone is a reference, transformers' generate and assisted generation are peers, the
+    # judge's controls are controls; the rest are the methods under test
+    roles = {"small": "reference", "generate": "peer", "assisted": "peer"} | {
+        m: "control" for m, control in JUDGE_ROWS.items() if control is not None}
+    calls = {m: with_role(roles.get(m, "speculative"), lambda p, m=m: solve(m, models, s, p.question)) for m in methods}
     baseline = "base" if "base" in methods else methods[0]
     table = Recorder(calls, baseline, unit="problems", count=lambda p, r: 1, stats_of=lambda r: r.get("stats"),
                      observe=observe).run(partition(problems, rounds), warmup=list(problems[:1]) if warmup else [],
@@ -238,6 +244,7 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
         if baseline == "base":  # the name readers of the earlier layout use
             row["speedup_vs_base"] = row["speedup"]
         row["method"] = m
+        row["lossless"] = m in LOSSLESS  # greedy output equal to the base's; the step-level methods and judges are not
         row.setdefault("mean_accepted_length", None)  # a token-level row's (tokens per base forward)
         row["control"] = JUDGE_ROWS.get(m)
     for m in JUDGE_ROWS:  # judge verification's gain: how much longer its accepted runs are than exact's

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from multispec.generate_cli import GenerateMode, check_sampling, prompts, write_json
+from multispec.generate_cli import (GenerateMode, check_sampling, comparison_line, comparison_record, prompts,
+                                    timed_rounds, write_json)
 
 from .bench import ZOO_METHODS, zoo_models, zoo_settings
 from .data import extract_answer
@@ -64,11 +65,15 @@ def run(args: argparse.Namespace) -> int:
                 + (f"; mean accepted length {record['mean_accepted_length']:.2f}" if "mean_accepted_length" in record
                    else "") + "]")
         if args.compare and method != "base":
-            base = _timed("base", models, settings, question)
+            timed = timed_rounds(lambda: _timed(method, models, settings, question),
+                                 lambda: _timed("base", models, settings, question), args.rounds)
+            base = timed["plain_output"]
             record["base"] = base
-            record["speedup_vs_base"] = round(base["seconds"] / max(record["seconds"], 1e-9), 3)
-            line += (f"\n[base model alone: answer {_shown(base['answer'])} in {base['seconds']:.2f} s; {method} "
-                     f"{record['speedup_vs_base']:.2f}x; answers {'agree' if base['answer'] == record['answer'] else 'differ'}]")
+            record.update(comparison_record(timed))
+            record["speedup_vs_base"] = record["speedup"]
+            line += ("\n" + comparison_line(method, timed, "problems", "base alone")
+                     + f"\n[base model alone: answer {_shown(base['answer'])}; answers "
+                     f"{'agree' if base['answer'] == record['answer'] else 'differ'}]")
         print(line)
         records.append(record)
     write_json(args, {"source": NAME, "method": method, "records": records})

@@ -99,7 +99,7 @@ def rows(pair_name: str, model, drafter, chain_k: int, tree: DynamicTree, corpus
     """Every speculative row, once (`sampled`: in the sampling table too)."""
     ssm_draft = _ssm_draft(pair_name)
     return [
-        Row("ar_adapter", NGramDrafter, 0, sampled=True),  # a zero-length draft: one token per step
+        Row("ar_adapter", NGramDrafter, 0, sampled=True, role="control"),  # a zero-length draft: a token a step
         *([Row(f"chain_replay_k{chain_k}", drafter, chain_k, options={"replay": True})]
           if _target(model, replay=True) is not None else []),
         Row(f"chain_k{chain_k}", drafter, chain_k, sampled=True),

@@ -12,7 +12,7 @@ import torch
 
 from multispec import DynamicTree, StoppingConfig, speculative_generate, zoo
 from multispec.bench.machine import describe, save_results
-from multispec.bench.recorder import LEGEND, format_table, results
+from multispec.bench.recorder import LEGEND, format_table, results, with_role
 from multispec.drafters import ModelDrafter
 
 from .evaluate import CHAIN_K, TREE, VQAItem, chain_lengths, gate_choices, probe, run_vqa, vqa_methods
@@ -65,8 +65,8 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
     # a small VLM of the same family: transformers' assisted generation, and the same draft model in our loop
     assistant = load_assistant(folder)
     stop = dict(eos_token_id=eos, pad_token_id=pad)
-    methods["hf_assisted_small_vlm"] = lambda inputs: model.generate(
-        **inputs, assistant_model=assistant, max_new_tokens=n, do_sample=False, **stop)
+    methods["hf_assisted_small_vlm"] = with_role("peer", lambda inputs: model.generate(
+        **inputs, assistant_model=assistant, max_new_tokens=n, do_sample=False, **stop))
     small_vlm = ModelDrafter(assistant)
     for k in ks:
         methods[f"small_vlm_chain_k{k}"] = lambda inputs, k=k: speculative_generate(

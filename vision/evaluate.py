@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from multispec import DynamicTree, Prompt, StoppingConfig, speculative_generate
-from multispec.bench.recorder import Recorder, generated_tokens, outputs_identical, partition, sequences
+from multispec.bench.recorder import (Recorder, generated_tokens, outputs_identical, partition, sequences,
+                                      with_role)
 from multispec.bench.shards import Shards
 from multispec.targets import as_target
 
@@ -47,8 +48,8 @@ def vqa_methods(model, drafters: dict[str, object], max_new_tokens: int, eos_tok
     methods: dict[str, Method] = {
         "plain": lambda inputs: model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, **stop)}
     if prompt_lookup:
-        methods["hf_prompt_lookup"] = lambda inputs: model.generate(
-            **inputs, max_new_tokens=max_new_tokens, do_sample=False, prompt_lookup_num_tokens=5, **stop)
+        methods["hf_prompt_lookup"] = with_role("peer", lambda inputs: model.generate(
+            **inputs, max_new_tokens=max_new_tokens, do_sample=False, prompt_lookup_num_tokens=5, **stop))
     for name, drafter in drafters.items():
         for label, spec in [(f"chain_k{k}", k) for k in ks] + [("dynamic_tree", tree)]:
             methods[f"{name}_{label}"] = (lambda inputs, d=drafter, s=spec: speculative_generate(
@@ -127,7 +128,8 @@ def run_vqa(items: Sequence[VQAItem], processor, methods: dict[str, Method], eos
             _answer(sequences(out), length, eos_token_id, processor)[0]
         return "identical" if same else "mismatch"
 
-    timed = {name: (lambda question, m=method: m(question[1])) for name, method in methods.items()}
+    timed = {name: with_role(getattr(method, "role", "speculative"), lambda question, m=method: m(question[1]))
+             for name, method in methods.items()}
     table = Recorder(timed, "plain", count=lambda question, out: generated_tokens(question[1], out),
                      compare=compare, observe=observe).run(partition(prepared, rounds), warmup=prepared[:1],
                                                            desc=desc, round_inputs="partition", shards=shards)

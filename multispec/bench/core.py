@@ -18,7 +18,7 @@ from .. import (DynamicTree, NGramDrafter, SuffixDecodingDrafter, TokenRecycling
 from ..testing import make_layer_skip_draft
 from ..drafters.recycling import cpu_tree
 from .machine import describe, save_results
-from .recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences
+from .recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences, with_role
 from ..config import StoppingConfig
 
 
@@ -62,8 +62,8 @@ def run(quick: bool = False, max_new_tokens: int | None = None, prompts: int | N
 
     methods = {
         "plain": hf(),
-        "hf_assisted": hf(assistant_model=draft),
-        "hf_prompt_lookup": hf(prompt_lookup_num_tokens=4),
+        "hf_assisted": with_role("peer", hf(assistant_model=draft)),
+        "hf_prompt_lookup": with_role("peer", hf(prompt_lookup_num_tokens=4)),
         "ngram_chain_k4": ours(NGramDrafter, 4),
         "draft_chain_k4": ours(draft, 4),
         "draft_dynamic_tree": ours(draft, DynamicTree(depth=4, topk=4, total=16)),

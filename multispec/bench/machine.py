@@ -53,6 +53,20 @@ def machine_info() -> dict:
     return info
 
 
+def busy() -> str | None:
+    """A sentence when the machine is busy (the 1-minute load average above its logical CPUs): ratios timed now
+    mean little. None when it is not, or the platform does not say."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cpus = os.cpu_count() or 1
+    if load <= cpus:
+        return None
+    return (f"this machine is busy (load average {load:.1f} on {cpus} CPUs): timings taken now are slow and noisy, "
+            f"and ratios between them mean little")
+
+
 def describe(info: dict) -> str:
     return (f"{info['cpu']}, {info['torch_threads']} threads of {info['logical_cpus']} CPUs, torch {info['torch']}, "
             f"{info['date_utc']} UTC, commit {info['git_commit']}")

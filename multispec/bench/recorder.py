@@ -17,7 +17,7 @@ One JSON schema (`SCHEMA`) for every bench:
 
     {"schema", "benchmark", "machine" (with the git commit), "settings",
      "tables": {TABLE: {"baseline", "unit", "rounds", "round_inputs", "inputs_per_round",
-                        "methods": {NAME: {"speedup", "speedup_spread", "speedup_rounds",
+                        "methods": {NAME: {"role" (`with_role`), "speedup", "speedup_spread", "speedup_rounds",
                                            "<unit>_per_s", "seconds", "<unit>", "mean_accepted_length",
                                            "per_step_ms", "prefill_s", "outputs", "quality", ...}}}},
      ...bench-specific summary fields}
@@ -39,6 +39,20 @@ from .shards import Shards
 
 SCHEMA = "multispec.bench/1"
 SPLIT_KEYS = ("prefill_s", "draft_s", "verify_s", "commit_s")
+
+
+ROLES = ("baseline", "speculative", "control", "peer", "reference")
+
+
+def with_role(role: str, method):
+    """`method` tagged with what its row is in a table: "speculative" (the default: a method under test),
+    "control" (our engine without speculation, or a method run to explain another's figure), "peer" (another
+    library's method, e.g. `transformers`' assisted generation), "reference" (a model alone that is not the
+    baseline, e.g. the small model of a reasoning pair). Reports pick rows by role, not by name."""
+    if role not in ROLES:
+        raise ValueError(f"role: expected one of {', '.join(ROLES)}, got {role!r}")
+    method.role = role
+    return method
 
 
 @dataclass
@@ -126,6 +140,8 @@ class Recorder:
                 raise ValueError(f"also_against: {other!r} is not one of the methods")
         # the baseline runs first for every input: it is the reference the others are compared with
         self.methods = {baseline: methods[baseline]} | {k: v for k, v in methods.items() if k != baseline}
+        self.roles = {name: "baseline" if name == baseline else getattr(m, "role", "speculative")
+                      for name, m in self.methods.items()}
         self.baseline, self.unit, self.count, self.stats_of = baseline, unit, count, stats_of
         self.compare, self.observe, self.also_against = compare, observe, tuple(also_against)
 
@@ -154,6 +170,29 @@ class Recorder:
         full_rounds, rounds = rounds, [shards.take(r) for r in rounds]
         per_round: list[dict[str, Tally]] = []
         outputs: dict[str, Counter] = {name: Counter() for name in self.methods}
+        try:
+            self._rounds(rounds, per_round, outputs, desc, progress)
+        except KeyboardInterrupt:  # Ctrl-C: the rounds completed so far, printed, before the interrupt goes on
+            if per_round and shards.world == 1:
+                done = {name: self._row(name, per_round, outputs[name]) for name in self.methods}
+                partial = {"baseline": self.baseline, "unit": self.unit, "rounds": len(per_round),
+                           "round_inputs": round_inputs, "inputs_per_round": [len(r) for r in rounds[:len(per_round)]],
+                           "methods": done}
+                print("\n" + format_table(f"{desc}: interrupted after {len(per_round)} of {len(rounds)} rounds",
+                                          partial))
+            raise
+        if shards.world > 1:
+            per_round, outputs = _pooled(shards.gather((per_round, outputs)))
+        methods = {name: self._row(name, per_round, outputs[name]) for name in self.methods}
+        table = {"baseline": self.baseline, "unit": self.unit, "rounds": len(full_rounds),
+                 "round_inputs": round_inputs, "inputs_per_round": [len(r) for r in full_rounds], "methods": methods}
+        if shards.world > 1:
+            table["processes"] = shards.world
+        return table
+
+    def _rounds(self, rounds: Sequence[Sequence[Any]], per_round: list[dict[str, Tally]],
+                outputs: dict[str, Counter], desc: str, progress: bool) -> None:
+        """Run the timed rounds, appending each finished round's tallies to `per_round`."""
         total = sum(len(r) for r in rounds)
         with tqdm(total=total * len(self.methods), desc=desc, unit="call", disable=not progress) as bar:
             for i, inputs_of_round in enumerate(rounds):
@@ -174,20 +213,12 @@ class Recorder:
                             self.observe(name, inputs, out)
                         bar.update()
                 per_round.append(tallies)
-        if shards.world > 1:
-            per_round, outputs = _pooled(shards.gather((per_round, outputs)))
-        methods = {name: self._row(name, per_round, outputs[name]) for name in self.methods}
-        table = {"baseline": self.baseline, "unit": self.unit, "rounds": len(full_rounds),
-                 "round_inputs": round_inputs, "inputs_per_round": [len(r) for r in full_rounds], "methods": methods}
-        if shards.world > 1:
-            table["processes"] = shards.world
-        return table
 
     def _row(self, name: str, per_round: list[dict[str, Tally]], outputs: Counter) -> dict:
         pooled = Tally()
         for tallies in per_round:
             pooled.merge(tallies[name])
-        row: dict[str, Any] = {}
+        row: dict[str, Any] = {"role": self.roles[name]}
         for base in (self.baseline, *self.also_against):
             ratios = [t[name].rate / t[base].rate if t[base].rate > 0 else float("nan") for t in per_round]
             median, spread = _spread(ratios)

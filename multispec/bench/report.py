@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from . import headline
 from .machine import describe, machine_info
 from .recorder import SCHEMA, markdown_table
 
@@ -81,40 +82,66 @@ def bench_names(available: list[str], only: str | None) -> list[str]:
 
 
 def _speculative_rows(table: dict) -> dict[str, dict]:
-    """The rows that are speculative methods: not the baseline, not a control or a peer's method."""
-    skip = ("plain", "no_draft", "hf_", "generate", "assisted", "base", "small")
+    """The rows of methods under test (role "speculative", `recorder.with_role`): not the baseline, a control, a
+    peer library's method or a reference model."""
     return {name: row for name, row in table["methods"].items()
-            if name != table["baseline"] and not name.startswith(skip) and row.get("control") is None}
+            if name != table["baseline"] and row.get("role", "speculative") == "speculative"
+            and row.get("control") is None}
+
+
+def lossless(row: dict, table_name: str) -> bool:
+    """Whether a row keeps the baseline's output: its own word (`lossless`), else its measured departure (`max_tvd`
+    0), else its outputs all identical to the baseline's (greedy), else a sampling table's exact rule."""
+    if "lossless" in row:
+        return bool(row["lossless"])
+    if row.get("max_tvd") is not None:
+        return row["max_tvd"] == 0
+    if row.get("outputs"):
+        return set(row["outputs"]) == {"identical"}
+    return table_name == "sampling"
 
 
 def _output(row: dict, table: dict, table_name: str) -> str:
-    """What the fastest row gives up, if anything: a lossy row is never shown as if it were lossless."""
+    """What a row gives up, if anything: a lossy row is never shown as if it were lossless."""
     if row.get("max_tvd"):
         return f"lossy: max TVD {row['max_tvd']:.3f} per token"
     if "accuracy" in row:
-        return f"accuracy {row['accuracy']:.3f} (`{table['baseline']}` {table['methods'][table['baseline']]['accuracy']:.3f})"
+        base = table["methods"][table["baseline"]].get("accuracy")
+        kept = "" if lossless(row, table_name) else "lossy: "
+        return f"{kept}accuracy {row['accuracy']:.3f}" + ("" if base is None else f" (`{table['baseline']}` {base:.3f})")
     verdicts = row.get("outputs")
     if verdicts:
         return ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + " to the baseline's"
     return "exact speculative sampling" if row.get("max_tvd") == 0 or table_name == "sampling" else "-"
 
 
+def _summary_line(name: str, pair: str | None, table_name: str, table: dict, method: str, row: dict) -> str:
+    lo, hi = row["speedup_spread"]
+    mal = "-" if row.get("mean_accepted_length") is None else f"{row['mean_accepted_length']:.2f}"
+    return (f"| {name}{f' ({pair})' if pair else ''} | {table_name} | `{method}` | "
+            f"{row['speedup']:.2f}x [{lo:.2f}-{hi:.2f}] over `{table['baseline']}` | {mal} | "
+            f"{_output(row, table, table_name)} |")
+
+
 def summary_table(doc: dict) -> str:
-    """README's results block: per benchmark and table, the fastest speculative row."""
-    lines = ["| benchmark (pair) | table | fastest speculative row | speedup [spread across rounds] | "
-             "mean accepted length | output |", "| --- | --- | --- | --- | --- | --- |"]
+    """README's results block: per benchmark and table, the fastest lossless speculative row, and beside it the
+    fastest lossy one when that is faster (named lossy in its output column)."""
+    lines = ["| benchmark (pair) | table | fastest lossless row (a faster lossy one below it) | speedup [spread "
+             "across rounds] | mean accepted length | output |", "| --- | --- | --- | --- | --- | --- |"]
     for name, result in doc["benches"].items():
         pair = result.get("settings", {}).get("pair") or result.get("pair")
         for table_name, table in result["tables"].items():
             rows = _speculative_rows(table)
-            if not rows:
-                continue
-            best, row = max(rows.items(), key=lambda kv: kv[1]["speedup"])
-            lo, hi = row["speedup_spread"]
-            mal = "-" if row.get("mean_accepted_length") is None else f"{row['mean_accepted_length']:.2f}"
-            lines.append(f"| {name}{f' ({pair})' if pair else ''} | {table_name} | `{best}` | "
-                         f"{row['speedup']:.2f}x [{lo:.2f}-{hi:.2f}] over `{table['baseline']}` | {mal} | "
-                         f"{_output(row, table, table_name)} |")
+            kept = {n: r for n, r in rows.items() if lossless(r, table_name)}
+            lossy = {n: r for n, r in rows.items() if not lossless(r, table_name)}
+            best = max(kept.items(), key=lambda kv: kv[1]["speedup"]) if kept else None
+            if best is None:
+                lines.append(f"| {name}{f' ({pair})' if pair else ''} | {table_name} | no lossless row | - | - | - |")
+            else:
+                lines.append(_summary_line(name, pair, table_name, table, *best))
+            faster = max(lossy.items(), key=lambda kv: kv[1]["speedup"]) if lossy else None
+            if faster is not None and (best is None or faster[1]["speedup"] > best[1]["speedup"]):
+                lines.append(_summary_line(name, pair, table_name, table, *faster))
     reruns = [f"{name} {_rerun(doc, result)}" for name, result in doc["benches"].items() if _rerun(doc, result)]
     return "\n".join(lines) + f"\n\nMachine: {describe(doc['machine'])}" + (" (--quick)" if doc.get("quick") else "") \
         + "".join(f"; {r}" for r in reruns)
@@ -239,7 +266,10 @@ def write_report(doc: dict, json_path: Path, benchmarks_md: Path, readme: Path |
     benchmarks_md.write_text(replace_block(benchmarks_md.read_text() if benchmarks_md.exists() else "", BEGIN, END,
                                            section))
     if readme is not None:
-        readme.write_text(replace_block(readme.read_text(), SUMMARY_BEGIN, SUMMARY_END, summary_table(doc)))
+        text = replace_block(readme.read_text(), SUMMARY_BEGIN, SUMMARY_END, summary_table(doc))
+        if headline.BEGIN in text:  # the headline table, from every stored run beside this one (the newest each)
+            text = replace_block(text, headline.BEGIN, headline.END, headline.render(json_path.parent))
+        readme.write_text(text)
 
 
 def _relative(path: Path, root: Path) -> str:

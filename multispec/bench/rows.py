@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .recorder import Fresh
+from .recorder import Fresh, with_role
 
 # run(ids, drafter, tree, options) -> the output of one speculative generation
 RunRow = Callable[[Any, Any, Any, Mapping[str, Any]], Any]
@@ -37,9 +37,13 @@ class Row:
     fresh: bool = False
     sampled: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
+    role: str = "speculative"  # `recorder.with_role`: "control" for our engine without drafts
 
     def method(self, run: RunRow) -> Any:
-        """The row as a `Recorder` method (a callable of the inputs, or a `Fresh`)."""
+        """The row as a `Recorder` method (a callable of the inputs, or a `Fresh`), tagged with its role."""
+        return with_role(self.role, self._method(run))
+
+    def _method(self, run: RunRow) -> Any:
         if self.fresh:
             if not is_factory(self.drafter):
                 raise TypeError(f"{self.name}: a fresh row needs a drafter factory, got {type(self.drafter).__name__}")

@@ -12,6 +12,8 @@ as a floating-point near-tie when the target's top-2 logit gap there is below 1e
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +27,7 @@ from ..targets.lean import lean_unsupported
 from ..targets.lm_head import fast_head_applies, tall_lm_head
 from ..zoo.data import read_source, shuffled, stdlib_files
 from .machine import describe, save_results
-from .recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences
+from .recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences, with_role
 from .rows import Row, keep_rows, leading, method_table
 
 NATURAL = [
@@ -137,7 +139,7 @@ def rows(setup: Setup, compile: bool) -> list[Row]:
     return [
         # control: our engine with no drafts (an empty chain each step), so the table shows how much of a
         # speedup is the engine (the lean forward, one host read a step) rather than speculation
-        Row("no_draft", NGramDrafter, 0, sampled=True),
+        Row("no_draft", NGramDrafter, 0, sampled=True, role="control"),
         # the same lookup as transformers' row (5 tokens), then at the chain length of the other rows
         Row("ngram_chain", NGramDrafter, 5),
         Row(f"ngram_chain_k{k}", NGramDrafter, k, options=pad_if(setup.profiled == "ngram")),
@@ -162,6 +164,27 @@ def rows(setup: Setup, compile: bool) -> list[Row]:
     ]
 
 
+# every row name `rows` and `baselines` make, `{k}` the chain length (known only once the pair is calibrated): a
+# `--methods` name that fits none is refused before any model loads (tests/bench/test_bench_text.py holds the two
+# lists together)
+ROW_FORMS = ("plain", "hf_prompt_lookup", "hf_assisted", "plain_fast_head", "no_draft", "ngram_chain",
+             "ngram_chain_k{k}", "draft_chain_k{k}", "eagle_chain_k{k}", "eagle_chain_adaptive", "eagle_dynamic_tree",
+             "hybrid_chain_k{k}", "hybrid_dynamic_tree", "recycling_tree", "suffix_chain", "suffix_chain_k{k}",
+             "suffix_tree", "hybrid_suffix_eagle_k{k}", "hybrid_ngram_suffix_k{k}", "eagle_chain_k{k}_compiled",
+             "eagle_dynamic_tree_compiled")
+
+
+def check_row_names(only: Sequence[str] | None) -> None:
+    """ValueError naming a `--methods` row no table can have (before anything loads)."""
+    if not only:
+        return
+    forms = [re.compile(re.escape(form).replace(re.escape("{k}"), r"\d+") + "$") for form in ROW_FORMS]
+    unknown = [name for name in only if not any(f.match(name) for f in forms)]
+    if unknown:
+        raise ValueError(f"--methods: no row {', '.join(unknown)}; rows: {', '.join(f.replace('{k}', 'K') for f in ROW_FORMS)} "
+                         f"(K: the chain length)")
+
+
 def baselines(target, draft, n: int, temperature: float | None = None) -> dict[str, Any]:
     """`transformers`' own decoding: plain, and in the greedy table (`temperature` None) its prompt lookup, its
     assisted generation with the pair's draft model, and the LM-head layout `MULTISPEC_FAST_HEAD` opts into."""
@@ -170,16 +193,16 @@ def baselines(target, draft, n: int, temperature: float | None = None) -> dict[s
         return {"plain": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=True, temperature=temperature,
                                                      top_k=0, **hf_no_eos)}
     greedy = {"plain": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False, **hf_no_eos),
-              "hf_prompt_lookup": lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False,
-                                                              prompt_lookup_num_tokens=5, **hf_no_eos)}
+              "hf_prompt_lookup": with_role("peer", lambda ids: target.generate(
+                  ids, max_new_tokens=n, do_sample=False, prompt_lookup_num_tokens=5, **hf_no_eos))}
     if draft is not None:
-        greedy["hf_assisted"] = lambda ids: target.generate(ids, max_new_tokens=n, do_sample=False,
-                                                            assistant_model=draft, **hf_no_eos)
+        greedy["hf_assisted"] = with_role("peer", lambda ids: target.generate(
+            ids, max_new_tokens=n, do_sample=False, assistant_model=draft, **hf_no_eos))
     if fast_head_applies(target):
         # control: the model's own decoding through the LM-head layout MULTISPEC_FAST_HEAD opted into (our
         # adapter uses it too), so the table shows how much of a speedup is that layout alone
-        greedy["plain_fast_head"] = lambda ids: _with_fast_head(target, lambda: target.generate(
-            ids, max_new_tokens=n, do_sample=False, **hf_no_eos))
+        greedy["plain_fast_head"] = with_role("control", lambda ids: _with_fast_head(target, lambda: target.generate(
+            ids, max_new_tokens=n, do_sample=False, **hf_no_eos)))
     return greedy
 
 
@@ -213,6 +236,7 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     (`EngineConfig(step="compiled")`), for pairs whose target the lean engine runs. `split`: the prompts'
     split, 'heldout' (test: the reported figures) or 'validation'. `only`: the rows to run (plain decoding and
     the peers always run); a name no table has raises before anything is timed."""
+    check_row_names(only)
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst")
 RECORD_SUFFIXES = (".jsonl", ".json")
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
@@ -107,7 +109,8 @@ def encode(tokenizer, text: str) -> list[int]:
 def read_documents(path: str | Path, tokenizer) -> list[Document]:
     """Every document under `path`, tokenized (see the module docstring)."""
     docs = []
-    for file in files_of(path):
+    files = list(files_of(path))
+    for file in tqdm(files, desc="reading --data", unit="file", leave=False, disable=len(files) < 20):
         if file.suffix in RECORD_SUFFIXES:
             for where, record in records(file):
                 messages = messages_of(record, where)

@@ -4,7 +4,8 @@
 
 Steps: load the target (a checkpoint folder with its tokenizer), read the data (`multispec.training.data`), hold
 out every twentieth document, optionally let the target rewrite part of it (`--self-distill N`), cut the text
-into sequences, measure the untrained drafter's accepted length on held-out prompts, train
+into sequences, keep the `--steps x --batch-size` of them the steps read (drawn by the seed, when there are more:
+the target's features are captured for those alone), measure the untrained drafter's accepted length on held-out prompts, train
 (`multispec.training.loop`: resumable, data parallel under `accelerate launch`), save the drafter in `--out`
 with `report.json` (the accepted length after training beside the untrained one, the data, the time).
 """
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from ..bench.shards import current
 from ..config import StoppingConfig
@@ -83,12 +85,27 @@ def training_sequences(target, tokenizer, data: TextData, run: DraftRun, seed: i
                        "self_distilled": regenerated}
 
 
+def bounded(sequences: list[list[int]], account: dict, loop: LoopConfig) -> list[list[int]]:
+    """The sequences the run's steps read: all of them when one epoch of `steps x batch_size` covers them, else that
+    many drawn by the run's seed (so the target's features are captured for what is trained on, not for all of
+    `--data`); the account says how many there were."""
+    reads = loop.steps * loop.batch_size
+    account["sequences_available"] = len(sequences)
+    if len(sequences) <= reads:
+        return sequences
+    keep = sorted(torch.randperm(len(sequences), generator=torch.Generator().manual_seed(loop.seed))[:reads].tolist())
+    account["sequences"], account["tokens"] = reads, reads * len(sequences[0])
+    return [sequences[i] for i in keep]
+
+
 @torch.no_grad()
-def accepted_length(target, drafter, prompts: list[list[int]], k: int, new_tokens: int) -> float | None:
-    """Tokens committed per target forward over greedy generations from `prompts` (batch 1 each)."""
+def accepted_length(target, drafter, prompts: list[list[int]], k: int, new_tokens: int,
+                    desc: str = "accepted length") -> float | None:
+    """Tokens committed per target forward over greedy generations from `prompts` (batch 1 each), with a progress
+    bar over the prompts."""
     committed = forwards = 0
     device = next(target.parameters()).device
-    for prompt in prompts:
+    for prompt in tqdm(prompts, desc=desc, unit="prompt", leave=False):
         out = speculative_generate(target, drafter, torch.tensor([prompt], device=device), max_new_tokens=new_tokens,
                                    tree=k, stopping=StoppingConfig.never())
         committed += out.stats.committed
@@ -124,9 +141,11 @@ def train_draft(target_path: str, data_path: str, out: str, run: DraftRun, kind_
     target, tokenizer = load_target(target_path, device or (str(shards.device) if shards.world > 1 else None))
     data = split(read_documents(data_path, tokenizer))
     sequences, account = training_sequences(target, tokenizer, data, run, loop.seed)
+    sequences = bounded(sequences, account, loop)
     kind: DraftKind = KINDS[run.kind](target, sequences, kind_options)
     prompts = heldout_prompts(data, run)
-    untrained = accepted_length(target, kind.drafter(), prompts, run.eval_k, run.eval_new_tokens) if shards.main else None
+    untrained = accepted_length(target, kind.drafter(), prompts, run.eval_k, run.eval_new_tokens,
+                                "accepted length, untrained") if shards.main else None
     trainer = TrainLoop(kind.module, kind.losses, len(sequences), loop, out_dir, shards, desc=f"train {run.kind}")
     history = trainer.run()
     report = {"kind": run.kind, "target": str(target_path), "data": str(data_path), **account,
@@ -139,7 +158,8 @@ def train_draft(target_path: str, data_path: str, out: str, run: DraftRun, kind_
         kind.save(out_dir)
         if run.kind == "draft-model":  # a model folder `--draft DIR` loads with its tokenizer
             tokenizer.save_pretrained(out_dir)
-        report["accepted_length"] = accepted_length(target, kind.drafter(), prompts, run.eval_k, run.eval_new_tokens)
+        report["accepted_length"] = accepted_length(target, kind.drafter(), prompts, run.eval_k, run.eval_new_tokens,
+                                                    "accepted length, trained")
         report["untrained_accepted_length"] = untrained
         report["eval"] = {"prompts": len(prompts), "prompt_tokens": run.eval_prompt_tokens,
                           "new_tokens": run.eval_new_tokens, "chain_k": run.eval_k, "split": "held-out documents"}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -203,6 +204,25 @@ class TrainLoop:
         self.module.train()
         bar = tqdm(total=c.steps, initial=self.step, desc=self.desc + (" (resumed)" if resumed else ""), unit="step",
                    disable=not self.shards.main)
+        try:
+            self._steps(bar)
+        except KeyboardInterrupt:  # Ctrl-C: say where the run can continue from (a checkpoint is whole or absent)
+            bar.close()
+            if self.shards.main:
+                path = self.out_dir / CHECKPOINT / "state.pt"
+                kept = torch.load(path, map_location="cpu", weights_only=False)["step"] if path.exists() else None
+                where = (f"its checkpoint at step {kept} is in {self.out_dir}: the same command continues from it"
+                         if kept is not None else "no checkpoint was written yet (--checkpoint-every)")
+                print(f"\ntraining interrupted at step {self.step} of {c.steps}; {where}", file=sys.stderr)
+            raise
+        bar.close()
+        self.module.eval()
+        if self.shards.main:
+            (self.out_dir / "history.json").write_text(json.dumps(self.history) + "\n")
+        return self.history
+
+    def _steps(self, bar) -> None:
+        c = self.config
         start_step, t0, tokens = self.step, time.perf_counter(), 0.0
         while self.step < c.steps:
             metrics = self.train_step()
@@ -217,11 +237,6 @@ class TrainLoop:
                 self.save_checkpoint()
             if halted:
                 break
-        bar.close()
-        self.module.eval()
-        if self.shards.main:
-            (self.out_dir / "history.json").write_text(json.dumps(self.history) + "\n")
-        return self.history
 
     @property
     def finished(self) -> bool:

@@ -56,6 +56,8 @@ def test_bench_text_on_the_main_job_pair(tmp_path):
     for peer in ("no_draft", "hf_prompt_lookup", "hf_assisted"):
         assert f"speedup_vs_{peer}" in greedy[f"eagle_chain_k{k}"]
     _check_table(res["tables"]["sampling"], {"plain", "no_draft", f"draft_chain_k{k}", f"eagle_chain_k{k}"}, rounds=1)
+    from multispec.bench.text import check_row_names
+    check_row_names(list(greedy))  # every row the bench makes is one `--methods` accepts before anything loads
 
 
 def test_bench_text_compile_rows(tmp_path, monkeypatch):
@@ -91,6 +93,17 @@ def test_bench_text_methods_runs_those_rows_beside_the_baselines(tmp_path, capsy
     with pytest.raises(SystemExit):  # refused by argparse, before anything loads
         main(["bench", "text", "--methods", ","])
     assert "--methods: expected distinct comma-separated names" in capsys.readouterr().err
+
+
+def test_a_row_no_table_can_have_is_refused_before_any_model_loads(capsys, monkeypatch):
+    """A misspelt row fails at once, naming the rows (K standing for the chain length, known after calibration);
+    a row of another chain length than the calibrated one fails after it (the test above)."""
+    from multispec import zoo
+
+    monkeypatch.setattr(zoo, "load", lambda *a, **k: pytest.fail("a model loaded before the check"))
+    assert main(["bench", "text", "--methods", "eagle_chain_k4,eagle_tre"]) == 2
+    err = capsys.readouterr().err
+    assert "--methods: no row eagle_tre; rows: plain," in err and "eagle_chain_kK" in err
 
 
 @pytest.mark.parametrize("pair", ["stdlib-mamba2", "stdlib-bamba"])

@@ -126,3 +126,22 @@ def test_partition_and_repeat_and_bad_arguments():
         Recorder({"plain": lambda x: x}, "plain", also_against=["hf"])
     with pytest.raises(ValueError, match="rounds"):
         Recorder({"plain": lambda x: x}, "plain").run([[]])
+
+
+def test_ctrl_c_prints_the_rounds_measured_so_far_and_goes_on(clock, capsys):
+    """An interrupt in round 3 of 3: the two finished rounds print as a table, then the interrupt propagates (the
+    CLI ends quietly on it: tests/core/test_errors.py)."""
+    calls = []
+    methods = {"plain": _method(clock, calls, "plain", 2.0), "a": _method(clock, calls, "a", 1.0)}
+    count = {"n": 0}
+
+    def interrupt_in_round_three(name, ids, out):
+        count["n"] += 1
+        if count["n"] == 5:  # the first call of round 3 (two calls a round)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Recorder(methods, "plain", observe=interrupt_in_round_three).run(repeat([torch.tensor([[1]])], 3),
+                                                                         desc="greedy", progress=False)
+    printed = capsys.readouterr().out
+    assert "greedy: interrupted after 2 of 3 rounds" in printed and "2.00x" in printed

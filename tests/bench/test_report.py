@@ -44,14 +44,17 @@ def _fake_bench(name, tables):
 
 
 SPLIT = {"draft": 1.0, "verify": 4.0, "commit": 0.5, "other": 0.2}
-TEXT = {"greedy": _table({"plain": _row(1.0, [1.0, 1.0]), "no_draft": _row(1.2, [1.1, 1.3]),
-                          "eagle_chain_k8": _row(2.7, [2.5, 2.9], 7.1, {"6": 3, "9": 5}, SPLIT),
-                          "hybrid_chain_k8": _row(2.6, [2.5, 2.8], 4.0, {"3": 2, "5": 4}, SPLIT)}),
+SAME = {"outputs": {"identical": 4}}
+TEXT = {"greedy": _table({"plain": _row(1.0, [1.0, 1.0]), "no_draft": _row(1.2, [1.1, 1.3], role="control", **SAME),
+                          "eagle_chain_k8": _row(2.7, [2.5, 2.9], 7.1, {"6": 3, "9": 5}, SPLIT, **SAME),
+                          "hybrid_chain_k8": _row(2.6, [2.5, 2.8], 4.0, {"3": 2, "5": 4}, SPLIT, **SAME)}),
         "sampling": _table({"plain": _row(1.0, [1.0, 1.0]),
                             "eagle_chain_k8": _row(2.1, [1.7, 2.4], 6.1, {"6": 8}, SPLIT)})}
-REASONING = {"greedy": _table({"base": _row(1.0, [1.0, 1.0]),
-                               "judge_approve_all": _row(3.0, [2.9, 3.1], 4.3, control="approve_all_floor"),
-                               "judge": _row(2.5, [2.4, 2.6], 4.2, control=None)})}
+REASONING = {"greedy": _table({"base": _row(1.0, [1.0, 1.0], lossless=True),
+                               "judge_approve_all": _row(3.0, [2.9, 3.1], 4.3, control="approve_all_floor",
+                                                         role="control", lossless=False),
+                               "exact": _row(1.5, [1.4, 1.6], 4.0, control=None, lossless=True),
+                               "judge": _row(2.5, [2.4, 2.6], 4.2, control=None, lossless=False)})}
 
 
 def test_bench_all_runs_each_benchmark_and_regenerates_the_report(tmp_path):
@@ -73,8 +76,10 @@ def test_bench_all_runs_each_benchmark_and_regenerates_the_report(tmp_path):
     summary = readme.read_text()
     assert summary.count(report.SUMMARY_BEGIN) == 1 and "old" not in summary and summary.endswith("more\n")
     assert "| text (text-pair) | greedy | `eagle_chain_k8` | 2.70x [2.50-2.90] over `plain` | 7.10 |" in summary
-    # the control row is faster here, but a control is not a method: the judge is reported
-    assert "| reasoning (reasoning-pair) | greedy | `judge` | 2.50x" in summary
+    # the best lossless row, and the faster lossy one under it; the control row is faster still, but a control is
+    # not a method under test
+    assert "| reasoning (reasoning-pair) | greedy | `exact` | 1.50x" in summary
+    assert "| reasoning (reasoning-pair) | greedy | `judge` | 2.50x" in summary and "judge_approve_all" not in summary
     for name in ("text_speedup", "text_accepted_lengths", "text_step_split", "reasoning_speedup"):
         assert (tmp_path / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     assert not (tmp_path / "plots" / "reasoning_step_split.png").exists()  # no step split in that bench
@@ -112,6 +117,29 @@ def test_the_summary_says_what_the_fastest_row_gives_up():
     assert report._output(table["methods"]["judge"], table, "greedy") == "accuracy 0.950 (`base` 0.990)"
     table = _table({"plain": _row(1.0, [1.0, 1.0]), "eagle": _row(2.0, [1.9, 2.1], outputs={"identical": 3})})
     assert report._output(table["methods"]["eagle"], table, "greedy") == "3 identical to the baseline's"
+
+
+def test_the_summary_picks_rows_by_role_and_shows_a_lossy_row_only_beside_a_lossless_one():
+    """Mutations caught: the fastest row of a table whatever it is (LANTERN delta 0.4 headed the image table with no
+    lossless row beside it), and rows skipped by name prefix (`small_vlm_chain_k8`, a method under test, was
+    dropped as if it were the reference small model)."""
+    image = _table({"ar": _row(1.0, [1.0, 1.0], max_tvd=0.0), "ar_hf": _row(1.1, [1.0, 1.2], role="control"),
+                    "exact_chain_k6": _row(1.4, [1.3, 1.5], 3.0, max_tvd=0.0),
+                    "lantern_d0.4_chain_k6": _row(2.9, [2.7, 3.0], 6.0, max_tvd=0.4),
+                    "lantern_d0.1_chain_k6": _row(1.2, [1.1, 1.3], 3.5, max_tvd=0.1)})
+    vision = _table({"plain": _row(1.0, [1.0, 1.0]), "hf_assisted_small_vlm": _row(1.5, [1.4, 1.6], role="peer", **SAME),
+                     "small_vlm_chain_k8": _row(2.2, [2.1, 2.3], 5.0, **SAME),
+                     "eagle_chain_k8": _row(2.0, [1.9, 2.1], 6.0, **SAME)})
+    doc = {"machine": results("x", {}, {})["machine"], "benches": {
+        "image-ar": results("image-ar", {"pair": "img"}, {"sampling": image}),
+        "vision": results("vision", {"pair": "vqa"}, {"greedy": vision})}}
+    lines = report.summary_table(doc).splitlines()
+    image_lines = [line for line in lines if line.startswith("| image-ar")]
+    assert len(image_lines) == 2 and "`exact_chain_k6` | 1.40x" in image_lines[0]
+    assert "`lantern_d0.4_chain_k6` | 2.90x" in image_lines[1] and "lossy: max TVD 0.400" in image_lines[1]
+    assert [line for line in lines if line.startswith("| vision")] == [
+        "| vision (vqa) | greedy | `small_vlm_chain_k8` | 2.20x [2.10-2.30] over `plain` | 5.00 | 4 identical to the "
+        "baseline's |"]
 
 
 def test_only_reruns_replace_their_benchmarks_in_the_stored_run(tmp_path, monkeypatch):

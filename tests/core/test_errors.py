@@ -78,3 +78,29 @@ def test_tree_arguments(target):
 def test_length_beyond_position_embeddings(target):
     with pytest.raises(ValueError, match="max_position_embeddings"):
         speculative_generate(target, "ngram", torch.tensor([[1, 2]]), max_new_tokens=600)
+
+
+def test_a_bad_command_line_prints_the_error_first_and_a_hint_not_the_usage(capsys):
+    """argparse's error, first and alone with where the options are listed (it printed 12-23 lines of usage before
+    the one that mattered)."""
+    from multispec.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["generate", "--pair", "stdlib-bytes", "--prompt", "x", "--max-new-tokens", "-3"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("multispec generate: error: argument --max-new-tokens")
+    assert err[1:] == ["(`multispec generate --help` lists every option)"]
+
+
+def test_ctrl_c_ends_the_command_quietly(capsys, monkeypatch):
+    """Ctrl-C: exit status 130 and one line, no traceback (a bench prints its finished rounds first:
+    tests/bench/test_recorder.py; training says where it can continue: tests/core/test_train_draft.py)."""
+    from multispec import cli
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_zoo_list", interrupted)
+    assert cli.main(["zoo", "list"]) == 130
+    assert capsys.readouterr().err.strip() == "multispec: interrupted"

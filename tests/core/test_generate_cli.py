@@ -22,6 +22,38 @@ def test_a_zoo_pair_streams_what_it_generates_and_compares_with_generate(tmp_pat
     assert record["new_tokens"] == 24 and record["identical_to_plain"] is True
     assert record["mean_accepted_length"] > 1.5  # drafts are accepted: this is speculation
     assert "mean accepted length" in printed and "plain generate" in printed and "outputs identical" in printed
+    assert "warmed up, 5 alternating rounds" in printed and record["rounds"] == 5 and len(record["speedup_spread"]) == 2
+    assert len(record["plain_rates"]) == 5 and record["plain"]["tokens"]
+
+
+def test_compare_warms_both_up_and_alternates_which_goes_first(monkeypatch):
+    """The comparison `--compare` prints: plain `generate` runs once untimed before any timing (the streamed run
+    warmed speculation), the rounds alternate which goes first, the median and spread come from the rounds, and
+    rounds more than 20% apart are called noisy. Mutation caught: timing the cold first runs (the README example
+    printed 0.40x so)."""
+    import multispec.bench.machine as machine
+    from multispec.generate_cli import timed_rounds
+
+    monkeypatch.setattr(machine, "busy", lambda: None)
+    calls, clock = [], iter([0.0, 1.0, 1.0, 1.5, 2.0, 2.25, 3.0, 4.0, 4.0, 4.5, 5.0, 5.25])
+    monkeypatch.setattr("multispec.generate_cli.time.perf_counter", lambda: next(clock))
+
+    class Out:
+        num_new_tokens = [10]
+
+    def spec():
+        calls.append("spec")
+        return Out()
+
+    def plain():
+        calls.append("plain")
+        return {"tokens": list(range(10))}
+
+    result = timed_rounds(spec, plain, rounds=3)
+    assert calls == ["plain", "plain", "spec", "spec", "plain", "plain", "spec"]
+    # rounds: plain 1 s / spec 0.5 s -> 2x; spec 0.25 s / plain 1 s -> 4x; plain 0.5 s / spec 0.25 s -> 2x
+    assert result["speedup"] == 2.0 and result["speedup_spread"] == [2.0, 4.0] and result["rounds"] == 3
+    assert "more than 20% apart" in result["noisy"]
 
 
 def test_a_gemma2_checkpoint_on_the_static_step(tmp_path):

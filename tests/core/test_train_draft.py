@@ -93,6 +93,32 @@ def test_an_eagle3_head_is_written_in_speculators_layout_on_request(tmp_path, ch
     assert "--format: a layout of EAGLE-3 heads (--kind eagle3), not of --kind eagle" in capsys.readouterr().err
 
 
+def test_ctrl_c_in_training_says_where_the_run_continues_from(tmp_path, checkpoint, capsys, monkeypatch):
+    from multispec.training.loop import TrainLoop
+
+    folder, data, _ = checkpoint
+    step = TrainLoop.train_step
+
+    def interrupted_at_three(self):
+        if self.step == 3:
+            raise KeyboardInterrupt
+        return step(self)
+
+    monkeypatch.setattr(TrainLoop, "train_step", interrupted_at_three)
+    assert main(["train", "draft", "--target", str(folder), "--data", str(data), "--out", str(tmp_path / "run"),
+                 "--steps", "6", "--seq-len", "32", "--checkpoint-every", "2", "--eval-prompts", "1"]) == 130
+    err = capsys.readouterr().err
+    assert "training interrupted at step 3 of 6; its checkpoint at step 2 is in" in err and "Traceback" not in err
+    assert err.strip().endswith("multispec: interrupted")
+
+
+def test_the_capture_is_bounded_by_what_the_steps_read(tmp_path, checkpoint):
+    """`--steps 2 --batch-size 4` reads 8 sequences: the target's features are captured for those (drawn by the
+    seed), not for all of `--data`; the report says how many there were."""
+    _, report = _train(tmp_path, checkpoint, "eagle", "--steps", "2", "--batch-size", "4", "--seq-len", "32")
+    assert report["sequences"] == 8 and report["sequences_available"] > 8 and report["finished"]
+
+
 def test_sharegpt_conversations_are_rendered_and_regenerated_by_the_target(tmp_path, checkpoint):
     folder, _, model = checkpoint
     data = tmp_path / "chat.jsonl"
