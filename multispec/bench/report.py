@@ -62,12 +62,18 @@ def check_merge(stored: dict, quick: bool) -> None:
 
 
 def _rerun(doc: dict, result: dict) -> str | None:
-    """Its machine line when a benchmark was rerun into the document (`--only`): it ran at another commit, or
-    after the document's run ended (the benchmarks of one run all end before the run's own time stamp)."""
+    """Its machine line when a benchmark ran otherwise than the document says: rerun alone into it (`--only`: it
+    ended after the document's run did, whose benchmarks all end before its time stamp), or run at another commit
+    within the run (the code changed while it ran)."""
     m, own = doc["machine"], result.get("machine")
-    if not own or (own.get("git_commit") == m.get("git_commit") and own.get("date_utc", "") <= m.get("date_utc", "")):
+    if not own:
         return None
-    return f"rerun alone: {describe(own)}"
+    if own.get("date_utc", "") > m.get("date_utc", ""):
+        return f"rerun alone: {describe(own)}"
+    if own.get("git_commit") != m.get("git_commit"):
+        dirty = " with uncommitted changes" if own.get("git_dirty") else ""
+        return f"run at an earlier commit of the same run{dirty}: {describe(own)}"
+    return None
 
 
 def bench_names(available: list[str], only: str | None) -> list[str]:
