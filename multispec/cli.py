@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from . import generate_cli, zoo
+from .bench import chat_cli
 from .bench import core as bench_core
 from .bench import report, shards
 from .bench import text as bench_text
@@ -30,6 +31,12 @@ def register_command(group: str, name: str, help: str, add_arguments: Callable[[
     if group not in ("bench", "eval", "train"):
         raise ValueError(f"group: expected bench, eval or train, got {group!r}")
     PLUGIN_COMMANDS[(group, name)] = (help, add_arguments, run)
+
+
+def _register_core_commands() -> None:
+    """The core's own commands in the plugin groups (`multispec eval chat`)."""
+    register_command("eval", "chat", "speed per method on chat questions in the Spec-Bench / MT-bench format, by "
+                     "kind, multi-turn", chat_cli.add_arguments, chat_cli.run)
 
 
 def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, temperature: float = 0.8,
@@ -95,6 +102,15 @@ def _bench_core(args: argparse.Namespace) -> int:
 
 
 def _bench_text(args: argparse.Namespace) -> int:
+    if args.batch is not None:
+        if any(b < 1 for b in args.batch):
+            raise ValueError(f"--batch: expected positive batch sizes, got {list(args.batch)}")
+        bench_text.run_batch_sweep(pair_name=args.pair, batches=args.batch, quick=args.quick, json_path=args.json,
+                                   max_new_tokens=args.max_new_tokens, threads=args.threads, chain_k=args.chain_k,
+                                   tree=args.tree, rounds=args.rounds, only=args.methods, plot=args.plot)
+        return 0
+    if args.plot is not None:
+        raise ValueError("--plot: goes with --batch")
     bench_text.run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
                    temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
                    rounds=args.rounds, compile=args.compile, split=args.split, only=args.methods)
@@ -206,6 +222,10 @@ def _add_bench(sub) -> argparse._SubParsersAction:
     text.add_argument("--methods", type=name_list, default=None, metavar="A,B",
                       help="only these rows (plain decoding and the peers each table compares with always run); "
                            "default: every row")
+    text.add_argument("--batch", type=int_list, default=None, metavar="B,B",
+                      help="a batch sweep instead of batch 1: tokens/s summed over ragged batches of these sizes, "
+                           "plain batched generate, no drafts and the rows (default rows: the chains and the tree)")
+    text.add_argument("--plot", default=None, metavar="PNG", help="with --batch: tokens/s against the batch size")
     text.set_defaults(func=_bench_text)
     return suites
 
@@ -327,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="multispec", description="Speculative generation beyond plain text.")
     sub = parser.add_subparsers(dest="command", required=True)
     load_adapter_plugins()  # modality packages register their commands
+    _register_core_commands()
     suites = _add_bench(sub)
     _add_plugins(sub, suites)
     _add_bench_all(suites)  # after the plugins: `all` runs every benchmark, theirs included

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from . import zoo
+from .bench.machine import busy
 from .cli_types import parse_tree, positive_int
 from .config import STEPS, EngineConfig, StoppingConfig
 from .drafters import ModelDrafter, NGramDrafter, SuffixDecodingDrafter
@@ -316,8 +317,6 @@ def timed_rounds(speculative: Callable[[], object], plain: Callable[[], object],
     alternating which goes first; the rate per run (`units(output)` per second: tokens, images, problems), the
     speedup per round, the medians, and a note ("noisy") when the rounds disagree by more than 20% or the machine
     is busy."""
-    from .bench.machine import busy
-
     warm = plain()
     spec_rates, plain_rates, speedups = [], [], []
     for r in range(rounds):

@@ -35,7 +35,8 @@ from .sampling import SamplingConfig, check_logits_finite
 from .step_read import StepClock, read_step
 from .targets import Target, as_target
 from .targets.base import Features
-from .tree import DraftTree, TreeSpec, as_tree_spec
+from .adaptive import AdaptiveChain
+from .tree import Chain, DraftTree, TreeSpec, as_tree_spec
 
 
 def _sync(device: torch.device) -> None:
@@ -189,6 +190,8 @@ class Session:
         self.target.check_prompt(prompt)
         t0 = time.perf_counter()
         request = self.drafter.feature_request
+        if isinstance(self.spec, AdaptiveChain):
+            self.spec.start()
         prefilled = self.target.prefill(prompt, request)
         self.drafter.start(prompt, prefilled.features)
         _sync(self.target.device)
@@ -219,6 +222,8 @@ class Session:
         new: dict[int, list[int]] = {row: [] for row in self.active}
         if max_new_tokens == 0:
             return new
+        adaptive = self.spec if isinstance(self.spec, AdaptiveChain) else None
+        pending = None  # an adaptive step waiting for its timings (read one step later: no wait on CUDA)
         device = self.target.device
         bar = tqdm(total=max_new_tokens * len(self.active), disable=not self.engine.progress, desc="speculative",
                    unit="tok")
@@ -228,7 +233,8 @@ class Session:
             clock.mark(new_step=True)
             # the step reads the device once (`read_step`); checks that would read it wait for that read
             with deferred_checks() as checks:
-                draft = self.drafter.propose(self.roots, self.spec, self.sampling, self.generator).trimmed()
+                spec = self.spec if adaptive is None else Chain(adaptive.choose(list(self.active)))
+                draft = self.drafter.propose(self.roots, spec, self.sampling, self.generator).trimmed()
                 pad_widths = self.engine.pad_widths
                 if pad_widths:  # verified nodes = the root + the draft's
                     draft = draft.padded(pad_widths.get(draft.num_nodes + 1, draft.num_nodes + 1) - 1)
@@ -240,6 +246,11 @@ class Session:
                                            features=scored.features)
             clock.mark()
             read = read_step(draft, verdict, checks, device)
+            if adaptive is not None:
+                if pending is not None:  # the previous step's work is done: its timings are read without a wait
+                    draft_s, verify_s, commit_s = clock.step_phases(-2)
+                    adaptive.observe(*pending, verify_s=verify_s, draft_s=draft_s, other_s=commit_s)
+                pending = (list(self.active), spec.k, list(read.num_accepted))
             if on_step is not None:
                 on_step(draft, verdict, list(self.active))
             # each row's emitted tokens, cut after a stop or at its budget; the commit follows the cut

@@ -83,6 +83,14 @@ class StepClock:
         else:
             self.steps[-1].append(time.perf_counter())
 
+    def step_phases(self, index: int) -> tuple[float, ...]:
+        """The seconds between the marks of step `index`, a step whose work the device has finished (an earlier
+        step than the one just read: no wait on CUDA)."""
+        marks = self.steps[index]
+        if self.cuda:
+            return tuple(a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:]))
+        return tuple(b - a for a, b in zip(marks, marks[1:]))
+
     def phases(self) -> list[tuple[float, ...]]:
         """Per step, the seconds between its consecutive marks (waits for the last event on CUDA)."""
         if self.cuda and self.steps:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .adaptive import AdaptiveChain
 from .host import require
 from .sampling import SamplingConfig, check_logits_finite, uniform
 
@@ -323,17 +324,26 @@ TreeSpec = Chain | StaticTree | DynamicTree
 FeedFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def as_tree_spec(tree: "TreeSpec | int | None", default_k: int = 4) -> TreeSpec:
-    """Normalise the `tree=` argument: None -> Chain(default_k), int k -> Chain(k)."""
+def as_tree_spec(tree: "TreeSpec | int | str | None", default_k: int = 4) -> TreeSpec:
+    """Normalise the `tree=` argument: None -> Chain(default_k), int k -> Chain(k), "auto" -> a new
+    `multispec.adaptive.AdaptiveChain` (each step's chain length chosen where it runs; an instance passed in keeps
+    what it measured across generations)."""
     if tree is None:
         return Chain(default_k)
+    if isinstance(tree, str):
+        if tree != "auto":
+            raise ValueError(f"tree: the one named shape is 'auto', got {tree!r}")
+        return AdaptiveChain()
+    if isinstance(tree, AdaptiveChain):
+        return tree
     if isinstance(tree, bool):
         raise TypeError("tree: expected None, an int, Chain, StaticTree or DynamicTree, got a bool")
     if isinstance(tree, int):
         return Chain(tree)
     if isinstance(tree, (Chain, StaticTree, DynamicTree)):
         return tree
-    raise TypeError(f"tree: expected None, an int, Chain, StaticTree or DynamicTree, got {type(tree).__name__}")
+    raise TypeError(f"tree: expected None, an int, \"auto\", Chain, StaticTree, DynamicTree or AdaptiveChain, got "
+                    f"{type(tree).__name__}")
 
 
 def grow_tree(spec: TreeSpec, root_logits: torch.Tensor, feed: FeedFn, sampling: SamplingConfig,

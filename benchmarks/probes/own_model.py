@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from multispec.bench.machine import machine_info
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -32,8 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", default=None, metavar="PATH")
     args = p.parse_args(argv)
-    from multispec.bench.machine import machine_info
-
     commands = readme_commands()
     if len(commands) != 3:
         raise SystemExit(f"README.md's own-model block holds {len(commands)} commands, not 3")

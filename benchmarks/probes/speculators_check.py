@@ -32,8 +32,9 @@ from pathlib import Path
 def write(folder: Path, steps: int) -> None:
     import torch
 
-    from multispec.drafters.eagle3 import Eagle3Config, Eagle3Head
-    from multispec.testing import make_target, save_checkpoint
+    # multispec is optional here: `check` and `foreign` run where speculators is installed, without it
+    from multispec.drafters.eagle3 import Eagle3Config, Eagle3Head  # optional (see above)
+    from multispec.testing import make_target, save_checkpoint  # optional (see above)
 
     folder.mkdir(parents=True, exist_ok=True)
     target = make_target("llama", seed=3, layers=6)
@@ -156,8 +157,8 @@ def read(folder: Path) -> None:
     """The head speculators wrote, read here: its config as we read it, our logits against speculators'."""
     import torch
 
-    from multispec.drafters.eagle3 import Eagle3Head
-    from multispec.testing import make_target
+    from multispec.drafters.eagle3 import Eagle3Head  # optional: not where speculators runs (see `write`)
+    from multispec.testing import make_target  # optional: likewise
 
     target = make_target("llama", seed=3, layers=6)
     head = Eagle3Head.load(folder / "foreign", target=target)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .recorder import SCHEMA
+from .recorder import SCHEMA, row_output
 
 BEGIN, END = "<!-- headline: begin (generated from benchmarks/results) -->", "<!-- headline: end -->"
 TEST_SPLITS = (None, "heldout", "test")  # figures are reported on the test split (choices are made on validation)
@@ -143,8 +143,6 @@ def _machine(m: dict) -> str:
 
 
 def _figure(table: dict, method: str, row: dict, against: tuple[str, ...], table_name: str) -> str:
-    from .report import _output
-
     lo, hi = row["speedup_spread"]
     parts = [f"{row['speedup']:.2f}x [{lo:.2f}-{hi:.2f}] over `{table['baseline']}`"]
     parts += [f"{row[f'speedup_vs_{a}']:.2f}x over `{a}`" for a in against if f"speedup_vs_{a}" in row]
@@ -152,7 +150,7 @@ def _figure(table: dict, method: str, row: dict, against: tuple[str, ...], table
               if f"speedup_vs_{a}" not in row and a in table["methods"]]
     if row.get("mean_accepted_length") is not None:
         parts.append(f"accepted {row['mean_accepted_length']:.2f} a step")
-    output = _output(row, table, table_name)
+    output = row_output(row, table, table_name)
     return "; ".join(parts) + ("" if output == "-" else f"; {output}")
 
 

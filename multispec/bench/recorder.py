@@ -295,6 +295,32 @@ LEGEND = ("speedup: median over rounds of (method throughput / baseline throughp
           "ms per step: draft / verify / commit / other")
 
 
+def lossless(row: dict, table_name: str) -> bool:
+    """Whether a row keeps the baseline's output: its own word (`lossless`), else its measured departure (`max_tvd`
+    0), else its outputs all identical to the baseline's (greedy), else a sampling table's exact rule."""
+    if "lossless" in row:
+        return bool(row["lossless"])
+    if row.get("max_tvd") is not None:
+        return row["max_tvd"] == 0
+    if row.get("outputs"):
+        return set(row["outputs"]) == {"identical"}
+    return table_name == "sampling"
+
+
+def row_output(row: dict, table: dict, table_name: str) -> str:
+    """What a row gives up, if anything: a lossy row is never shown as if it were lossless."""
+    if row.get("max_tvd"):
+        return f"lossy: max TVD {row['max_tvd']:.3f} per token"
+    if "accuracy" in row:
+        base = table["methods"][table["baseline"]].get("accuracy")
+        kept = "" if lossless(row, table_name) else "lossy: "
+        return f"{kept}accuracy {row['accuracy']:.3f}" + ("" if base is None else f" (`{table['baseline']}` {base:.3f})")
+    verdicts = row.get("outputs")
+    if verdicts:
+        return ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) + " to the baseline's"
+    return "exact speculative sampling" if row.get("max_tvd") == 0 or table_name == "sampling" else "-"
+
+
 def format_table(title: str, table: dict, columns: Sequence[tuple[str, str]] = ()) -> str:
     """A plain-text table of one recorder table: throughput, speedup [spread], accepted length, step split,
     output verdicts, plus `columns` (key, heading) read from each row (or its `quality`)."""

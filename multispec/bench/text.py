@@ -26,6 +26,7 @@ from ..drafters.recycling import cpu_tree, tree_to_text
 from ..targets.lean import lean_unsupported
 from ..targets.lm_head import fast_head_applies, tall_lm_head
 from ..zoo.data import read_source, shuffled, stdlib_files
+from .batch_sweep import crossover, plot_sweep, sweep, throughput_table
 from .machine import describe, save_results
 from .recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences, with_role
 from .rows import Row, keep_rows, leading, method_table
@@ -273,6 +274,55 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     settings = _settings(setup, all_rows, pair_name, quick, temperature, ps, corpus_chars, rounds, compile, split, only)
     out = results("text", settings, tables, outputs_identical=outputs_identical(tables))
     _print(out)
+    return save_results(out, json_path)
+
+
+SWEEP_ROWS = ("no_draft", "ngram_chain_k{k}", "eagle_chain_k{k}", "eagle_dynamic_tree", "hybrid_chain_k{k}")
+
+
+def run_batch_sweep(pair_name: str = "stdlib-bytes-large", batches: Sequence[int] = (1, 2, 4, 8), quick: bool = False,
+                    json_path: str | None = None, max_new_tokens: int | None = None, threads: int | None = None,
+                    chain_k: int | str | None = None, tree: DynamicTree | None = None, rounds: int = 3,
+                    only: tuple[str, ...] | None = None, plot: str | None = None) -> dict:
+    """`bench text --batch`: the batch sweep (`multispec.bench.batch_sweep`) on a zoo pair, greedy; every output
+    compared with plain batched `generate` row by row. `only`: the rows (default `SWEEP_ROWS`; plain decoding always
+    runs). Tables print as each batch size is measured."""
+    check_row_names(only)
+    if threads:
+        torch.set_num_threads(threads)
+    pair = zoo.load(pair_name)
+    ps = prompts(pair.tokenizer, quick)
+    setup = _setup(pair, pair_name, ps, max_new_tokens or (64 if quick else None), chain_k, tree, 0)
+    target, n = setup.pair.target, setup.n
+    wanted = only or tuple(r.replace("{k}", str(setup.chain_k)) for r in SWEEP_ROWS)
+    all_rows = [r for r in rows(setup, compile=False) if r.name in wanted]
+
+    def run(inputs, drafter, spec, options):
+        ids, mask = inputs
+        return speculative_generate(target, drafter, ids, mask, max_new_tokens=n, tree=spec,
+                                    stopping=StoppingConfig.never(), **options)
+
+    def methods_at(b):
+        plain = {"plain": lambda inp: target.generate(inp[0], attention_mask=inp[1], max_new_tokens=n,
+                                                      do_sample=False, eos_token_id=None, pad_token_id=0)}
+        return plain | method_table(all_rows, run)
+
+    compare = lambda ref, out, inp: "identical" if torch.equal(sequences(ref), sequences(out)) else "mismatch"  # noqa
+
+    def shown(b, table):
+        print(format_table(f"batch {b} (tokens/s summed over the rows)", table), flush=True)
+
+    tables = sweep(methods_at, [ids for _, ids in ps], batches, rounds, compare, desc="greedy", shown=shown)
+    settings = {"pair": pair_name, "quick": quick, "batches": list(batches), "max_new_tokens": n,
+                "chain_k": setup.chain_k, "rounds": rounds, "threads": torch.get_num_threads(),
+                "prompts": [p for p, _ in ps], "batch_layout": "prompts cycled, cut to 60-100% of their tokens, "
+                                                               "left-padded", "split": "heldout"}
+    out = results("text-batch", settings, tables, crossover=crossover(tables), throughput=throughput_table(tables))
+    print("\n" + out["throughput"])
+    print("crossover (the smallest batch at which a row no longer beats plain batched decoding): "
+          + ", ".join(f"{k}: {'none swept' if v is None else f'B={v}'}" for k, v in out["crossover"].items()))
+    if plot:
+        plot_sweep(tables, plot)
     return save_results(out, json_path)
 
 

@@ -83,6 +83,9 @@ class ControlledDrafter(Drafter):
                 generator: torch.Generator | None = None) -> DraftTree:
         if sampling.do_sample:
             raise ValueError("sampling: the controlled drafter knows the target's greedy continuation only")
+        if isinstance(spec, Chain) and spec.k == 0:  # a step without drafts (an adaptive length's choice)
+            self.drafted = 0
+            return DraftTree.empty(roots.shape[0], roots.device)
         if isinstance(spec, Chain):
             choices = [(0,) * d for d in range(1, spec.k + 1)]
         elif isinstance(spec, StaticTree):

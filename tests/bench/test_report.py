@@ -8,7 +8,7 @@ import json
 import pytest
 
 from multispec.bench import report
-from multispec.bench.recorder import results
+from multispec.bench.recorder import results, row_output
 from multispec.cli import main
 
 
@@ -112,11 +112,13 @@ def test_benchmarks_run_in_the_reports_order(only, expected):
 def test_the_summary_says_what_the_fastest_row_gives_up():
     table = _table({"ar": _row(1.0, [1.0, 1.0], max_tvd=0.0, accuracy=0.99),
                     "lantern": _row(2.0, [1.9, 2.1], 6.0, max_tvd=0.4)})
-    assert report._output(table["methods"]["lantern"], table, "sampling") == "lossy: max TVD 0.400 per token"
-    table = _table({"base": _row(1.0, [1.0, 1.0], accuracy=0.99), "judge": _row(2.0, [1.9, 2.1], accuracy=0.95)})
-    assert report._output(table["methods"]["judge"], table, "greedy") == "accuracy 0.950 (`base` 0.990)"
+    assert row_output(table["methods"]["lantern"], table, "sampling") == "lossy: max TVD 0.400 per token"
+    table = _table({"base": _row(1.0, [1.0, 1.0], accuracy=0.99), "judge": _row(2.0, [1.9, 2.1], accuracy=0.95),
+                    "exact": _row(1.5, [1.4, 1.6], accuracy=0.99, lossless=True)})
+    assert row_output(table["methods"]["judge"], table, "greedy") == "lossy: accuracy 0.950 (`base` 0.990)"
+    assert row_output(table["methods"]["exact"], table, "greedy") == "accuracy 0.990 (`base` 0.990)"
     table = _table({"plain": _row(1.0, [1.0, 1.0]), "eagle": _row(2.0, [1.9, 2.1], outputs={"identical": 3})})
-    assert report._output(table["methods"]["eagle"], table, "greedy") == "3 identical to the baseline's"
+    assert row_output(table["methods"]["eagle"], table, "greedy") == "3 identical to the baseline's"
 
 
 def test_the_summary_picks_rows_by_role_and_shows_a_lossy_row_only_beside_a_lossless_one():

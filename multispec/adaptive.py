@@ -1,0 +1,136 @@
+"""Speculation that adapts to load: each step's chain length, zero included, chosen for tokens per second.
+
+A chain of k drafts at batch B yields, for a row whose drafted tokens are each accepted with probability a (after
+their predecessors were), 1 + a + ... + a^k tokens in expectation, and costs a verification of B rows of k + 1
+nodes, k draft steps and the step's own overhead. When B grows, the verification of the drafts costs more while
+what a row gains stays the same, so the best k falls, to 0 (plain steps of our engine) once drafts no longer
+pay. `AdaptiveChain` (`tree="auto"`) prices every k with what it measures where it runs and picks the best:
+
+- each row's acceptance, a Beta(2, 2) prior updated by what the row accepted at each step (a rejection counts
+  where its chain stopped short);
+- the verification's time by batch size and width (an exponential average of the steps' own verify times;
+  widths not seen yet at this batch size interpolated between seen ones; the first steps at a new batch size
+  warm up (untimed), then try the longest chain, none and half, so both ends are known), the draft's time per
+  drafted token and the step's other time, likewise by batch size.
+
+Lossless whatever it picks: the length of a chain changes what is verified, never how. Every `probe_every` steps
+it tries a length it has not timed lately (the longest, or one draft after a run of k = 0), so a width timed
+once while the machine was busy, or an acceptance that recovers, is seen again.
+
+    out = speculative_generate(target, drafter, ids, tree="auto")      # AdaptiveChain(max_k=8)
+    out = speculative_generate(target, drafter, ids, tree=AdaptiveChain(max_k=12))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class AdaptiveChain:
+    """A chain whose length each step is chosen (see the module docstring). `max_k`: the longest chain;
+    `smoothing`: the weight of a new timing in the averages; `probe_every`: steps of k = 0 before a one-token
+    probe. The timings carry over from one generation to the next (they are the machine's); the rows'
+    acceptance starts over at each prompt (`start`)."""
+
+    max_k: int = 8
+    smoothing: float = 0.3
+    probe_every: int = 16
+    prior: tuple[float, float] = (2.0, 2.0)
+    verify_s: dict = field(default_factory=dict)  # (batch, width) -> seconds
+    draft_s: dict = field(default_factory=dict)  # batch -> seconds per drafted token
+    other_s: dict = field(default_factory=dict)  # batch -> seconds per step beyond drafting and verifying
+    accepted: dict = field(default_factory=dict)  # row -> (accepted, trials)
+    chosen: list = field(default_factory=list)  # every step's k, for reports
+    warmed: set = field(default_factory=set)  # batch sizes whose first (untimed) step has run
+    _since_probe: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_k, int) or self.max_k < 1:
+            raise ValueError(f"max_k: expected an int >= 1, got {self.max_k!r}")
+        if not 0 < self.smoothing <= 1:
+            raise ValueError(f"smoothing: expected a number in (0, 1], got {self.smoothing!r}")
+
+    # the TreeSpec face: the widest step the session must make room for
+    @property
+    def max_nodes(self) -> int:
+        return self.max_k
+
+    @property
+    def feed_ids_bound(self) -> int:
+        return self.max_k
+
+    def start(self) -> None:
+        """A new prompt: the rows' acceptance starts from the prior again."""
+        self.accepted.clear()
+
+    # ---- the choice -------------------------------------------------------------------------------------------
+    def choose(self, rows: list[int]) -> int:
+        """The chain length for a step of the active `rows` (original row indices)."""
+        batch = len(rows)
+        if batch not in self.warmed:
+            return self._record(self.max_k)  # the warm-up step: its timings are not kept
+        seen = sorted(w for b, w in self.verify_s if b == batch)
+        for k in (self.max_k, 0, self.max_k // 2):  # a new batch size: both ends and the middle first
+            if k + 1 not in seen:
+                return self._record(k)
+        rates = {k: self._expected_tokens(rows, k) / self._cost(batch, k) for k in range(self.max_k + 1)}
+        k = max(rates, key=rates.get)
+        self._since_probe += 1
+        if self._since_probe >= self.probe_every:  # look again where the estimates may be stale
+            self._since_probe = 0
+            k = 1 if k == 0 else self.max_k
+        return self._record(k)
+
+    def _record(self, k: int) -> int:
+        self.chosen.append(k)
+        return k
+
+    def acceptance(self, row: int) -> float:
+        a, n = self.accepted.get(row, (0, 0))
+        alpha, beta = self.prior
+        return (a + alpha) / (n + alpha + beta)
+
+    def _expected_tokens(self, rows: list[int], k: int) -> float:
+        total = 0.0
+        for r in rows:
+            a = min(self.acceptance(r), 0.999)
+            total += (1 - a ** (k + 1)) / (1 - a)
+        return total
+
+    def _cost(self, batch: int, k: int) -> float:
+        return self._verify(batch, k + 1) + k * self.draft_s.get(batch, 0.0) + self.other_s.get(batch, 0.0)
+
+    def _verify(self, batch: int, width: int) -> float:
+        """The measured time at this width, else interpolated (linearly in the width) between the nearest seen."""
+        if (batch, width) in self.verify_s:
+            return self.verify_s[(batch, width)]
+        seen = sorted((w, t) for (b, w), t in self.verify_s.items() if b == batch)
+        below = [p for p in seen if p[0] < width]
+        above = [p for p in seen if p[0] > width]
+        if below and above:
+            (w0, t0), (w1, t1) = below[-1], above[0]
+            return t0 + (t1 - t0) * (width - w0) / (w1 - w0)
+        return (below or above)[-1 if below else 0][1]
+
+    # ---- what a step measured ----------------------------------------------------------------------------------
+    def observe(self, rows: list[int], k: int, accepted: list[int], verify_s: float, draft_s: float,
+                other_s: float) -> None:
+        """A finished step of chain length `k` over `rows`: each row's accepted drafts, and the step's times."""
+        batch = len(rows)
+        if batch not in self.warmed:
+            self.warmed.add(batch)
+            return
+        self._average(self.verify_s, (batch, k + 1), verify_s)
+        if k:
+            self._average(self.draft_s, batch, draft_s / k)
+            for r, a in zip(rows, accepted):
+                got, trials = self.accepted.get(r, (0, 0))
+                self.accepted[r] = (got + a, trials + a + (1 if a < k else 0))
+        self._average(self.other_s, batch, other_s)
+
+    def _average(self, table: dict, key, value: float) -> None:
+        table[key] = value if key not in table else (1 - self.smoothing) * table[key] + self.smoothing * value
+
+
+__all__ = ["AdaptiveChain"]

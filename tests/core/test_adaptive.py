@@ -1,0 +1,99 @@
+"""Speculation that adapts to load (`multispec.adaptive.AdaptiveChain`, `tree="auto"`): lossless whatever length
+it picks (greedy equal to `generate` at batch 1 and a ragged batch; sampled output under the chi-square test of
+tests/core/test_sampling_lossless.py), long chains where drafts are accepted and cheap, none where they are not
+accepted or where a batch makes verifying them dear.
+
+Mutations caught (checked by hand): pricing a chain by its expected tokens alone, without the verification's cost
+(the batch-of-32 case then keeps drafting); never probing after choosing k = 0 (an acceptance that recovers is
+never seen)."""
+
+import pytest
+import torch
+
+from multispec import SamplingConfig, StoppingConfig, speculative_generate
+from multispec.adaptive import AdaptiveChain
+from multispec.drafters.controlled import ControlledDrafter
+from multispec.drafters.model import ModelDrafter
+from multispec.testing import chi_square_pvalue, first_two_token_dists, make_perturbed_copy, make_target, \
+    ragged_prompts
+
+
+def _timed(policy: AdaptiveChain, batch: int, verify_per_node_row: float, base: float = 1.0):
+    """Feed `policy` synthetic timings: a verification costs base + per-node-row x batch x width (after the
+    untimed warm-up step)."""
+    policy.warmed.add(batch)
+    for k in (policy.max_k, 0, policy.max_k // 2):
+        rows = list(range(batch))
+        policy.observe(rows, k, [0] * batch, verify_s=base + verify_per_node_row * batch * (k + 1),
+                       draft_s=0.05 * k, other_s=0.1)
+
+
+def test_the_choice_weighs_acceptance_against_the_cost_at_this_batch_size():
+    policy = AdaptiveChain(max_k=8)
+    _timed(policy, 1, verify_per_node_row=0.01)
+    _timed(policy, 32, verify_per_node_row=0.2, base=0.0)  # a saturated device: time grows with rows x nodes
+    policy.accepted = {r: (90, 100) for r in range(32)}  # rows that accept 9 drafts in 10
+    assert policy.choose([0]) >= 6  # cheap wide verification at batch 1: a long chain
+    assert policy.choose(list(range(32))) == 0  # at 32 rows every verified node costs as much: none pay
+    policy.accepted = {0: (0, 60)}
+    assert policy.choose([0]) == 0  # drafts never accepted: not worth even a cheap verification
+
+
+def test_it_looks_again_every_few_steps():
+    """After a run of k = 0 it drafts one token (an acceptance that recovers is seen); after a run of chains it tries
+    the longest (a width timed once on a busy machine is timed again)."""
+    policy = AdaptiveChain(max_k=4, probe_every=5)
+    _timed(policy, 1, verify_per_node_row=0.5)
+    policy.accepted = {0: (0, 50)}
+    assert [policy.choose([0]) for _ in range(10)] == [0, 0, 0, 0, 1, 0, 0, 0, 0, 1]
+    policy = AdaptiveChain(max_k=4, probe_every=5)
+    _timed(policy, 1, verify_per_node_row=0.0)
+    policy.verify_s[(1, 5)] = 50.0  # the longest chain timed once, slow
+    policy.accepted = {0: (95, 100)}
+    choices = [policy.choose([0]) for _ in range(5)]
+    assert choices[:4] == [2] * 4 and choices[4] == 4  # width 4 priced between the cheap 3 and the slow 5
+
+
+@pytest.mark.parametrize("rows", [1, 3], ids=["B1", "ragged-B3"])
+@pytest.mark.parametrize("acceptance", [0.9, 0.0])
+def test_greedy_output_is_generates_whatever_it_picks(rows, acceptance):
+    model = make_target("llama", seed=2)
+    ids, mask = ragged_prompts(rows, seed=1)
+    want = model.generate(ids, attention_mask=mask, max_new_tokens=40, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)
+    policy = AdaptiveChain(max_k=6)
+    out = speculative_generate(model, ControlledDrafter(model, acceptance=acceptance, horizon=40), ids, mask,
+                               max_new_tokens=40, tree=policy, stopping=StoppingConfig.never())
+    assert torch.equal(out.sequences[:, : want.shape[1]], want)
+    late = policy.chosen[4:]  # after the warm-up and the three steps that measure a new batch size
+    if acceptance > 0.5:
+        assert out.stats.mean_accepted_length > 3.0 and sum(late) / len(late) >= 3
+    else:  # nothing accepted: the rows' estimates fall, and with them the lengths (one draft at most, mostly)
+        assert late and sum(late[-10:]) / 10 <= 1.5
+
+
+@pytest.mark.slow
+def test_sampled_output_keeps_the_target_law():
+    """The chi-square test of tests/core/test_sampling_lossless.py (N = 8,000, level 1e-3) with the policy choosing
+    the lengths; its negative controls live there."""
+    target = make_target("llama", seed=1, head_scale=3.0)
+    draft = ModelDrafter(make_perturbed_copy(target, noise=0.15))
+    prompt = torch.tensor([5, 17, 42, 9, 77])
+    sampling = SamplingConfig(do_sample=True, temperature=0.9, top_k=12)
+    out = speculative_generate(target, draft, prompt.expand(8000, -1).contiguous(), max_new_tokens=2,
+                               tree=AdaptiveChain(max_k=3), sampling=sampling,
+                               generator=torch.Generator().manual_seed(0), stopping=StoppingConfig.never())
+    p1, p2 = first_two_token_dists(target, prompt, sampling)
+    assert chi_square_pvalue(out.sequences[:, -2], p1) > 1e-3 and chi_square_pvalue(out.sequences[:, -1], p2) > 1e-3
+    assert out.stats.mean_accepted_length >= 1.4  # the first step drafts (a new batch size starts with max_k)
+
+
+def test_tree_auto_and_bad_settings():
+    model = make_target("llama", seed=2)
+    out = speculative_generate(model, "ngram", torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]]), max_new_tokens=12,
+                               tree="auto", stopping=StoppingConfig.never())
+    assert out.sequences.shape[1] == 20
+    with pytest.raises(ValueError, match="tree: the one named shape is 'auto'"):
+        speculative_generate(model, "ngram", torch.tensor([[5, 6]]), max_new_tokens=2, tree="adaptive")
+    with pytest.raises(ValueError, match="max_k: expected an int >= 1"):
+        AdaptiveChain(max_k=0)
