@@ -226,7 +226,7 @@ def _add_bench(sub) -> argparse._SubParsersAction:
                       help="a batch sweep instead of batch 1: tokens/s summed over ragged batches of these sizes, "
                            "plain batched generate, no drafts and the rows (default rows: the chains and the tree)")
     text.add_argument("--plot", default=None, metavar="PNG", help="with --batch: tokens/s against the batch size")
-    text.set_defaults(func=_bench_text)
+    text.set_defaults(func=_bench_text, rounds=None)  # 3, or 2 with --quick (the text bench decides)
     return suites
 
 

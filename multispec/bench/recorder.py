@@ -149,13 +149,16 @@ class Recorder:
         return {name: m.make() if isinstance(m, Fresh) else m for name, m in self.methods.items()}
 
     def run(self, rounds: Sequence[Sequence[Any]], warmup: Sequence[Any] | None = None, desc: str = "bench",
-            round_inputs: str = "repeat", progress: bool = True, shards: Shards | None = None) -> dict:
+            round_inputs: str = "repeat", progress: bool = True, shards: Shards | None = None,
+            first_round: Callable[[dict], None] | None = None) -> dict:
         """Time every method on every input of every round; returns the table (see the module docstring).
 
         `warmup`: inputs each method runs once, untimed, before the first round (default: the first round's
         first input, so the first timed call of a method is never its first call on inputs of that kind);
         `progress`: show progress bars; `shards`: this process's part of a data-parallel run (it takes its
-        share of every round; the tallies of all processes are pooled per round, on every process)."""
+        share of every round; the tallies of all processes are pooled per round, on every process);
+        `first_round(table)`: sees the table of the first round as soon as it is measured (a first look at a long
+        run; one process)."""
         if not rounds or any(len(r) == 0 for r in rounds):
             raise ValueError("rounds: expected at least one non-empty round of inputs")
         if round_inputs not in ("repeat", "partition"):
@@ -163,21 +166,25 @@ class Recorder:
         shards = shards or Shards()
         progress = progress and shards.main  # one set of bars in a data-parallel run
         warm = self._callables()
-        for inputs in tqdm(list(rounds[0][:1] if warmup is None else warmup), desc=f"{desc} (warm-up)", unit="input",
-                           leave=False, disable=not progress):
-            for fn in warm.values():
-                fn(inputs)
+        warm_inputs = list(rounds[0][:1] if warmup is None else warmup)
+        with tqdm(total=len(warm_inputs) * len(warm), desc=f"{desc} (warm-up)", unit="call", leave=False,
+                  disable=not progress) as bar:  # ticks per method: a slow model's warm-up shows it moves
+            for inputs in warm_inputs:
+                for name, fn in warm.items():
+                    bar.set_postfix_str(name)
+                    fn(inputs)
+                    bar.update()
         full_rounds, rounds = rounds, [shards.take(r) for r in rounds]
         per_round: list[dict[str, Tally]] = []
         outputs: dict[str, Counter] = {name: Counter() for name in self.methods}
+        early = None
+        if first_round is not None and len(rounds) > 1 and shards.world == 1:
+            early = lambda: first_round(self._partial(per_round, outputs, rounds, round_inputs))  # noqa: E731
         try:
-            self._rounds(rounds, per_round, outputs, desc, progress)
+            self._rounds(rounds, per_round, outputs, desc, progress, early)
         except KeyboardInterrupt:  # Ctrl-C: the rounds completed so far, printed, before the interrupt goes on
             if per_round and shards.world == 1:
-                done = {name: self._row(name, per_round, outputs[name]) for name in self.methods}
-                partial = {"baseline": self.baseline, "unit": self.unit, "rounds": len(per_round),
-                           "round_inputs": round_inputs, "inputs_per_round": [len(r) for r in rounds[:len(per_round)]],
-                           "methods": done}
+                partial = self._partial(per_round, outputs, rounds, round_inputs)
                 print("\n" + format_table(f"{desc}: interrupted after {len(per_round)} of {len(rounds)} rounds",
                                           partial))
             raise
@@ -190,9 +197,17 @@ class Recorder:
             table["processes"] = shards.world
         return table
 
+    def _partial(self, per_round: list[dict[str, Tally]], outputs: dict[str, Counter], rounds, round_inputs: str
+                 ) -> dict:
+        """The table of the rounds finished so far."""
+        return {"baseline": self.baseline, "unit": self.unit, "rounds": len(per_round), "round_inputs": round_inputs,
+                "inputs_per_round": [len(r) for r in rounds[:len(per_round)]],
+                "methods": {name: self._row(name, per_round, outputs[name]) for name in self.methods}}
+
     def _rounds(self, rounds: Sequence[Sequence[Any]], per_round: list[dict[str, Tally]],
-                outputs: dict[str, Counter], desc: str, progress: bool) -> None:
-        """Run the timed rounds, appending each finished round's tallies to `per_round`."""
+                outputs: dict[str, Counter], desc: str, progress: bool, early: Callable | None = None) -> None:
+        """Run the timed rounds, appending each finished round's tallies to `per_round` (`early()` after the
+        first)."""
         total = sum(len(r) for r in rounds)
         with tqdm(total=total * len(self.methods), desc=desc, unit="call", disable=not progress) as bar:
             for i, inputs_of_round in enumerate(rounds):
@@ -213,6 +228,9 @@ class Recorder:
                             self.observe(name, inputs, out)
                         bar.update()
                 per_round.append(tallies)
+                if early is not None and i == 0:
+                    bar.clear()
+                    early()
 
     def _row(self, name: str, per_round: list[dict[str, Tally]], outputs: Counter) -> dict:
         pooled = Tally()

@@ -27,7 +27,7 @@ from ..targets.lean import lean_unsupported
 from ..targets.lm_head import fast_head_applies, tall_lm_head
 from ..zoo.data import read_source, shuffled, stdlib_files
 from .batch_sweep import crossover, plot_sweep, sweep, throughput_table
-from .machine import describe, save_results
+from .machine import busy, describe, save_results
 from .recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences, with_role
 from .rows import Row, keep_rows, leading, method_table
 
@@ -229,15 +229,19 @@ def _setup(pair, pair_name: str, ps: list, max_new_tokens: int | None, chain_k, 
 def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: str | None = None,
         max_new_tokens: int | None = None, temperature: float = 0.8, threads: int | None = None,
         chain_k: int | str | None = None, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
-        rounds: int = 3, compile: bool = False, split: str = "heldout", only: tuple[str, ...] | None = None) -> dict:
+        rounds: int | None = None, compile: bool = False, split: str = "heldout",
+        only: tuple[str, ...] | None = None) -> dict:
     """`chain_k` / `tree`: the draft shape of the chain and tree rows (default: for a pair with step profiles
     "auto", the chain length predicted best on this machine from them and the verification cost measured
     here, with the padding that cost favours (`multispec.draft_length`); else the pair's, chosen on the
     validation split, else 4 and 4/4/15). `compile`: also the EAGLE rows on the compiled static step
     (`EngineConfig(step="compiled")`), for pairs whose target the lean engine runs. `split`: the prompts'
     split, 'heldout' (test: the reported figures) or 'validation'. `only`: the rows to run (plain decoding and
-    the peers always run); a name no table has raises before anything is timed."""
+    the peers always run; `quick` without it: `QUICK_ROWS`); a name no table has raises before anything is timed.
+    `rounds`: default 3, 2 with `quick`."""
     check_row_names(only)
+    warn_if_busy()
+    rounds = rounds or (2 if quick else 3)
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
@@ -256,6 +260,8 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
 
     greedy = baselines(target, setup.pair.draft_model, n) | method_table(all_rows, generate(SamplingConfig()))
     greedy = leading(greedy, ("plain", "no_draft"))
+    if quick and only is None:  # the first command: the rows the tables are read for, a few minutes in all
+        only = tuple(n for n in (r.replace("{k}", str(setup.chain_k)) for r in QUICK_ROWS) if n in greedy)
     greedy = keep_rows(greedy, only, ["plain", *peers_of(greedy)], "greedy")
     sampling = baselines(target, None, n, temperature) | method_table(
         all_rows, generate(SamplingConfig(do_sample=True, temperature=temperature), torch.Generator().manual_seed(0)),
@@ -266,28 +272,40 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     # them; with compiled rows on every prompt (each padded width compiles once, when a step first needs it)
     warmup = sorted(inputs, key=lambda ids: -ids.shape[1]) if compile else [max(inputs, key=lambda ids: ids.shape[1])]
     compare = lambda ref, out, ids: classify(target, sequences(ref), sequences(out))  # noqa: E731
+    print(f"pair {pair_name}: {len(ps)} prompts x {n} new tokens, {rounds} rounds, {torch.get_num_threads()} threads; "
+          f"each table prints when it is measured", flush=True)
+    def first_look(table):
+        print(format_table(f"greedy, first of {rounds} rounds (the full table follows)", table), flush=True)
+
     tables = {"greedy": Recorder(greedy, "plain", compare=compare, also_against=peers_of(greedy))
-              .run(repeat(inputs, rounds), warmup=warmup, desc="greedy")}
+              .run(repeat(inputs, rounds), warmup=warmup, desc="greedy", first_round=first_look)}
+    print(format_table("greedy", tables["greedy"]), flush=True)
     torch.manual_seed(0)
     tables["sampling"] = Recorder(sampling, "plain", also_against=["no_draft"]).run(
         repeat(inputs, rounds), warmup=warmup, desc="sampling")
+    print(format_table(f"sampling T={temperature}", tables["sampling"]), flush=True)
     settings = _settings(setup, all_rows, pair_name, quick, temperature, ps, corpus_chars, rounds, compile, split, only)
     out = results("text", settings, tables, outputs_identical=outputs_identical(tables))
     _print(out)
     return save_results(out, json_path)
 
 
+# `--quick`'s rows (with the peers): the engine without drafts, each drafter family once, the EAGLE tree
+QUICK_ROWS = ("no_draft", "ngram_chain_k{k}", "draft_chain_k{k}", "eagle_chain_k{k}", "eagle_dynamic_tree",
+              "hybrid_chain_k{k}", "recycling_tree", "suffix_tree")
 SWEEP_ROWS = ("no_draft", "ngram_chain_k{k}", "eagle_chain_k{k}", "eagle_dynamic_tree", "hybrid_chain_k{k}")
 
 
 def run_batch_sweep(pair_name: str = "stdlib-bytes-large", batches: Sequence[int] = (1, 2, 4, 8), quick: bool = False,
                     json_path: str | None = None, max_new_tokens: int | None = None, threads: int | None = None,
-                    chain_k: int | str | None = None, tree: DynamicTree | None = None, rounds: int = 3,
+                    chain_k: int | str | None = None, tree: DynamicTree | None = None, rounds: int | None = None,
                     only: tuple[str, ...] | None = None, plot: str | None = None) -> dict:
     """`bench text --batch`: the batch sweep (`multispec.bench.batch_sweep`) on a zoo pair, greedy; every output
     compared with plain batched `generate` row by row. `only`: the rows (default `SWEEP_ROWS`; plain decoding always
     runs). Tables print as each batch size is measured."""
     check_row_names(only)
+    warn_if_busy()
+    rounds = rounds or (2 if quick else 3)
     if threads:
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
@@ -351,12 +369,16 @@ def peers_of(greedy: dict) -> list[str]:
     return [p for p in ("no_draft", "hf_prompt_lookup", "hf_assisted") if p in greedy]
 
 
+def warn_if_busy() -> None:
+    """A warning at the start of a timed run on a busy machine (its ratios mean little)."""
+    note = busy()
+    if note:
+        print(f"warning: {note}", flush=True)
+
+
 def _print(res: dict) -> None:
-    s = res["settings"]
-    print(f"pair {s['pair']}: {len(s['prompts'])} prompts x {s['max_new_tokens']} new tokens, {s['threads']} threads")
+    """What follows the tables (printed as they were measured): the machine, and how to read them."""
     print(f"machine: {describe(res['machine'])}")
-    print(format_table("greedy", res["tables"]["greedy"]))
-    print(format_table(f"sampling T={s['temperature']}", res["tables"]["sampling"]))
     print(f"outputs_identical={res['outputs_identical']} (greedy rows against plain decoding; a near-tie is a "
           f"first difference where the target's top-2 logit gap is below {NEAR_TIE})")
     print(LEGEND)

@@ -46,9 +46,11 @@ def test_bench_text_on_the_main_job_pair(tmp_path):
     # Token Recycling runs the pair's tree chosen on validation (draft_shape.json), not the CPU default
     assert res["settings"]["recycling_tree"] == tree_to_text(zoo.load("stdlib-bytes-large").recycling_tree)
     assert k in {p.chain_k for p in zoo.load("stdlib-bytes-large").step_profiles if p.chain_k > 0}
-    rows = {"plain", "no_draft", "hf_prompt_lookup", "hf_assisted", "ngram_chain", f"ngram_chain_k{k}",
-            f"draft_chain_k{k}", f"eagle_chain_k{k}", "eagle_dynamic_tree", f"hybrid_chain_k{k}"}
+    # --quick: its rows (`QUICK_ROWS`) beside plain decoding and the peers
+    rows = {"plain", "no_draft", "hf_prompt_lookup", "hf_assisted", f"ngram_chain_k{k}", f"draft_chain_k{k}",
+            f"eagle_chain_k{k}", "eagle_dynamic_tree", f"hybrid_chain_k{k}", "recycling_tree", "suffix_tree"}
     greedy = _check_table(res["tables"]["greedy"], rows, rounds=1)
+    assert set(greedy) == rows
     # every greedy output compared with plain decoding's for the same prompt
     for name in ("no_draft", f"eagle_chain_k{k}", f"draft_chain_k{k}", "hf_assisted"):
         assert greedy[name]["outputs"] == {"identical": len(res["settings"]["prompts"])}, name
@@ -259,3 +261,28 @@ def test_zoo_tune_chooses_shapes_on_validation_and_writes_them(tmp_path, capsys,
     assert not shipped.exists() or "zoo tune" not in shipped.read_text()  # the shipped file untouched
     assert main(["zoo", "tune", "stdlib-bytes", "--trees", "2/2"]) == 2
     assert "--trees: expected DEPTH/TOPK/TOTAL" in capsys.readouterr().err
+
+
+def test_a_batch_sweep_times_ragged_batches_and_finds_the_crossover(tmp_path, capsys):
+    """`bench text --batch`: per batch size, plain batched `generate`, no drafts and the rows on the same ragged
+    batch (rows of other lengths), every output identical to plain batched decoding's, tokens/s summed over the
+    rows, each table printed when measured; the crossover per row and the plot."""
+    path, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
+    assert main(["bench", "text", "--pair", "stdlib-bytes", "--quick", "--batch", "1,3", "--max-new-tokens", "8",
+                 "--rounds", "1", "--json", str(path), "--plot", str(png)]) == 0
+    res = json.loads(path.read_text())
+    assert set(res["tables"]) == {"1", "3"} and res["settings"]["batches"] == [1, 3]
+    k = res["settings"]["chain_k"]
+    for b, table in res["tables"].items():
+        rows = table["methods"]
+        assert {"plain", "no_draft", f"eagle_chain_k{k}", "eagle_dynamic_tree"} <= set(rows)
+        for name, row in rows.items():
+            if name != "plain":
+                assert row["outputs"] == {"identical": 1}, (b, name)
+        assert rows["plain"]["tokens"] == int(b) * 8  # summed over the batch's rows
+    assert set(res["crossover"]) >= {f"eagle_chain_k{k}"} and "no_draft" not in res["crossover"]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    printed = capsys.readouterr().out
+    assert "batch 1 (tokens/s summed over the rows)" in printed and "crossover" in printed
+    with pytest.raises(SystemExit):  # refused by argparse, before anything loads
+        main(["bench", "text", "--batch", "0,2"])
