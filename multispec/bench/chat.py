@@ -209,9 +209,11 @@ def leaderboard(table: dict, kinds: dict, order: list[str]) -> str:
     return "\n".join(lines)
 
 
-def timed(methods: dict, questions: list[Question], rounds: int, compare: bool, desc: str) -> tuple[dict, dict]:
+def timed(methods: dict, questions: list[Question], rounds: int, compare: bool, desc: str,
+          first_round=None) -> tuple[dict, dict]:
     """The recorder's table over the questions (methods interleaved question by question, `rounds` repeated
-    rounds, warmed up on the first question), and the per-kind figures."""
+    rounds, warmed up on the first question), and the per-kind figures; `first_round(table)` sees the first
+    round's table as soon as it is measured."""
     observed: dict[str, list] = defaultdict(list)
 
     def observe(name, q, out):
@@ -222,7 +224,7 @@ def timed(methods: dict, questions: list[Question], rounds: int, compare: bool, 
 
     recorder = Recorder(methods, "plain", count=lambda q, out: out.tokens, stats_of=lambda out: out.stats,
                         compare=same if compare else None, observe=observe)
-    table = recorder.run(repeat(questions, rounds), warmup=questions[:1], desc=desc)
+    table = recorder.run(repeat(questions, rounds), warmup=questions[:1], desc=desc, first_round=first_round)
     return table, per_kind(dict(observed), "plain", rounds)
 
 

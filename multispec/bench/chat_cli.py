@@ -9,16 +9,16 @@ from pathlib import Path
 import torch
 
 from .. import SamplingConfig, zoo
-from ..cli_types import name_list, positive_int
+from ..chat import render_ids
+from ..cli_types import chain_length, name_list, positive_int
 from ..drafters import NGramDrafter, SuffixDecodingDrafter
-from ..drafters.recycling import cpu_tree
 from ..generate_cli import load_checkpoint
 from ..tree import DynamicTree
 from .chat import SHIPPED, ChatRunner, leaderboard, plain_methods, read_questions, select, timed
 from .machine import busy, save_results
 from .recorder import format_table, results
 from .rows import Row, keep_rows, method_table
-from .text import Setup
+from .text import setup_rows
 from .text import rows as text_rows
 
 
@@ -39,26 +39,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a longer user message keeps its first and last halves (default %(default)s)")
     p.add_argument("--turn-format", choices=["gemma", "plain"], default=None,
                    help="for a tokenizer without a chat template (default: Gemma's markers when it knows them)")
+    p.add_argument("--chain-k", type=chain_length, default=None, metavar="K|auto",
+                   help="the chain rows' length (default: calibrated here from the pair's step profiles, as bench "
+                        "text does; else the pair's, else 4)")
     p.add_argument("--methods", type=name_list, default=None, metavar="A,B",
                    help="only these rows (plain decoding and the peers always run)")
     p.add_argument("--no-sampling", action="store_true", help="the greedy table only")
     p.add_argument("--temperature", type=float, default=0.8, help="the sampled table's (default %(default)s)")
     p.add_argument("--rounds", type=positive_int, default=3, help="timed rounds (default %(default)s)")
-    p.add_argument("--quick", action="store_true", help="one validation question a kind, 64 new tokens, 2 rounds")
+    p.add_argument("--quick", action="store_true", help="one validation question a kind, 64 new tokens, 2 rounds, "
+                   "greedy, the rows of QUICK_ROWS")
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--json", default=None, metavar="PATH")
     p.add_argument("--markdown", default=None, metavar="PATH", help="the leaderboards as markdown")
     p.add_argument("--plot", default=None, metavar="PNG", help="speedup per kind (needs matplotlib)")
 
 
-def _rows(args, drafter, runner):
-    """(greedy methods, the rows, their chain length): a zoo pair's `bench text` rows, or for a checkpoint the
-    training-free drafters and the one `--draft` names."""
+def _rows(args, drafter, runner, questions):
+    """(greedy methods, the rows, their chain length and how it was chosen): a zoo pair's `bench text` rows, the
+    chain length calibrated where it runs when the pair has step profiles (as `bench text` does: a verification's
+    cost by width is the machine's), or for a checkpoint the training-free drafters and the one `--draft` names."""
+    choice = None
     if args.pair is not None:
         pair = zoo.load(args.pair)
-        chain_k = pair.chain_k or 4
-        setup = Setup(pair, args.max_new_tokens, chain_k, pair.tree or _default_tree(), pair.recycling_tree
-                      or _cpu_tree(), None, None)
+        firsts = [(f"q{q.question_id}", torch.tensor([render_ids([{"role": "user", "content": runner.messages(q)[0]}],
+                                                                 runner.tokenizer, runner.fmt)]))
+                  for q in questions]
+        setup = setup_rows(pair, args.pair, firsts, args.max_new_tokens, args.chain_k, None, 0)
+        chain_k, choice = setup.chain_k, setup.choice
         rows = [r for r in text_rows(setup, compile=False) if not r.name.startswith(("suffix_chain_k",
                                                                                      "hybrid_ngram_suffix"))]
         draft_model = pair.draft_model
@@ -75,16 +83,21 @@ def _rows(args, drafter, runner):
         return runner.speculative(q, drafter, tree, options)
 
     greedy = plain_methods(runner, draft_model) | method_table(rows, run)
-    greedy = keep_rows(greedy, args.methods, ["plain", "hf_prompt_lookup", "hf_assisted"], "greedy")
-    return greedy, rows, chain_k
+    only = args.methods
+    if args.quick and only is None:
+        only = tuple(n for n in (r.replace("{k}", str(chain_k)) for r in QUICK_ROWS) if n in greedy)
+    greedy = keep_rows(greedy, only, ["plain", "hf_prompt_lookup", "hf_assisted"], "greedy")
+    return greedy, [r for r in rows if only is None or r.name in only], chain_k, choice
+
+
+# `--quick`'s rows (with plain decoding and the peers): no drafts, each training-free drafter, the EAGLE chain and
+# its hybrid with prompt lookup
+QUICK_ROWS = ("no_draft", "ngram_chain_k{k}", "eagle_chain_k{k}", "eagle_chain_auto", "hybrid_chain_k{k}",
+              "suffix_tree", "recycling_tree")
 
 
 def _default_tree():
     return DynamicTree(depth=4, topk=4, total=15)
-
-
-def _cpu_tree():
-    return cpu_tree()
 
 
 def _load(args):
@@ -104,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if args.quick:
         args.split, args.per_category = ("validation" if args.data is None else args.split), args.per_category or 1
         args.max_new_tokens, args.rounds = min(args.max_new_tokens, 64), min(args.rounds, 2)
+        args.no_sampling = True
     chosen = select(questions, args.split, args.per_category)
     warning = busy()
     if warning:
@@ -113,9 +127,13 @@ def run(args: argparse.Namespace) -> int:
     target, tokenizer, drafter = _load(args)
     greedy_runner = ChatRunner(target, tokenizer, args.max_new_tokens, args.turn_format, args.max_message_tokens,
                                SamplingConfig())
-    greedy, rows, chain_k = _rows(args, drafter, greedy_runner)
+    greedy, rows, chain_k, choice = _rows(args, drafter, greedy_runner, chosen)
     tables, kinds = {}, {}
-    tables["greedy"], kinds["greedy"] = timed(greedy, chosen, args.rounds, compare=True, desc="chat, greedy")
+    def first_look(table):
+        print(format_table(f"chat, greedy, first of {args.rounds} rounds (the full tables follow)", table), flush=True)
+
+    tables["greedy"], kinds["greedy"] = timed(greedy, chosen, args.rounds, compare=True, desc="chat, greedy",
+                                              first_round=first_look)
     _show("greedy", tables, kinds)
     if not args.no_sampling:
         sampled_runner = ChatRunner(target, tokenizer, args.max_new_tokens, args.turn_format,
@@ -135,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     settings = {"source": args.pair or args.target, "data": str(args.data or "shipped: " + SHIPPED.name),
                 "split": args.split, "questions": [q.question_id for q in chosen], "kinds": order,
                 "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "chain_k": chain_k,
+                "chain_k_by": "calibrated here" if choice else "given, the pair's stored choice or 4",
+                "pad_widths": {str(m): w for m, w in choice.pad_widths.items()} if choice else {},
                 "turn_format": greedy_runner.fmt.name if greedy_runner.fmt else "chat template",
                 "long_messages": f"a user message over {args.max_message_tokens} tokens keeps its first and last "
                                  f"{args.max_message_tokens // 2}", "temperature": args.temperature,

@@ -21,6 +21,7 @@ import torch
 
 from .. import (Chain, DynamicTree, EngineConfig, HybridDrafter, ModelDrafter, NGramDrafter, SamplingConfig,
                 StoppingConfig, SuffixDecodingDrafter, TokenRecyclingDrafter, speculative_generate, zoo)
+from ..adaptive import AdaptiveChain
 from ..draft_length import calibrate, describe_choice
 from ..drafters.recycling import cpu_tree, tree_to_text
 from ..targets.lean import lean_unsupported
@@ -147,6 +148,9 @@ def rows(setup: Setup, compile: bool) -> list[Row]:
         *([Row(f"draft_chain_k{k}", ModelDrafter(draft), k, sampled=True)] if draft is not None else []),
         Row(f"eagle_chain_k{k}", eagle, k, sampled=True, options=pad_if(setup.profiled == "eagle")),
         Row("eagle_chain_adaptive", eagle, Chain(2 * k, min_prob=0.3)),
+        # each step's length chosen where it runs for tokens per second (`tree="auto"`); one policy for the row,
+        # so what it measured carries from call to call as it would in a server
+        Row("eagle_chain_auto", eagle, AdaptiveChain(max_k=min(16, 2 * k)), sampled=True),
         Row("eagle_dynamic_tree", eagle, tree, sampled=True),
         Row(f"hybrid_chain_k{k}", lambda: HybridDrafter(eagle), k, sampled=True),
         Row("hybrid_dynamic_tree", lambda: HybridDrafter(eagle), tree),
@@ -169,7 +173,8 @@ def rows(setup: Setup, compile: bool) -> list[Row]:
 # `--methods` name that fits none is refused before any model loads (tests/bench/test_bench_text.py holds the two
 # lists together)
 ROW_FORMS = ("plain", "hf_prompt_lookup", "hf_assisted", "plain_fast_head", "no_draft", "ngram_chain",
-             "ngram_chain_k{k}", "draft_chain_k{k}", "eagle_chain_k{k}", "eagle_chain_adaptive", "eagle_dynamic_tree",
+             "ngram_chain_k{k}", "draft_chain_k{k}", "eagle_chain_k{k}", "eagle_chain_adaptive", "eagle_chain_auto",
+             "eagle_dynamic_tree",
              "hybrid_chain_k{k}", "hybrid_dynamic_tree", "recycling_tree", "suffix_chain", "suffix_chain_k{k}",
              "suffix_tree", "hybrid_suffix_eagle_k{k}", "hybrid_ngram_suffix_k{k}", "eagle_chain_k{k}_compiled",
              "eagle_dynamic_tree_compiled")
@@ -207,7 +212,9 @@ def baselines(target, draft, n: int, temperature: float | None = None) -> dict[s
     return greedy
 
 
-def _setup(pair, pair_name: str, ps: list, max_new_tokens: int | None, chain_k, tree, corpus_chars: int) -> Setup:
+def setup_rows(pair, pair_name: str, ps: list, max_new_tokens: int | None, chain_k, tree, corpus_chars: int) -> Setup:
+    """What the rows share (`Setup`): the token budget, the chain length (calibrated here from the pair's step
+    profiles when it has them and `chain_k` is None or "auto"), the trees, SuffixDecoding's corpus."""
     n = max_new_tokens or 128  # --quick: fewer prompts, not fewer tokens (short runs measure the prefill)
     choice = None
     if chain_k == "auto" or (chain_k is None and pair.step_profiles):
@@ -249,7 +256,7 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
         raise ValueError(f"--compile: the compiled step runs Llama-family targets; {pair_name}'s target "
                          f"cannot ({lean_unsupported(pair.target)})")
     ps = prompts(pair.tokenizer, quick, split)
-    setup = _setup(pair, pair_name, ps, max_new_tokens, chain_k, tree, corpus_chars)
+    setup = setup_rows(pair, pair_name, ps, max_new_tokens, chain_k, tree, corpus_chars)
     target, n = setup.pair.target, setup.n
     all_rows = rows(setup, compile)
 
@@ -291,9 +298,10 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
 
 
 # `--quick`'s rows (with the peers): the engine without drafts, each drafter family once, the EAGLE tree
-QUICK_ROWS = ("no_draft", "ngram_chain_k{k}", "draft_chain_k{k}", "eagle_chain_k{k}", "eagle_dynamic_tree",
-              "hybrid_chain_k{k}", "recycling_tree", "suffix_tree")
-SWEEP_ROWS = ("no_draft", "ngram_chain_k{k}", "eagle_chain_k{k}", "eagle_dynamic_tree", "hybrid_chain_k{k}")
+QUICK_ROWS = ("no_draft", "ngram_chain_k{k}", "draft_chain_k{k}", "eagle_chain_k{k}", "eagle_chain_auto",
+              "eagle_dynamic_tree", "hybrid_chain_k{k}", "recycling_tree", "suffix_tree")
+SWEEP_ROWS = ("no_draft", "ngram_chain_k{k}", "eagle_chain_k{k}", "eagle_chain_auto", "eagle_dynamic_tree",
+              "hybrid_chain_k{k}")
 
 
 def run_batch_sweep(pair_name: str = "stdlib-bytes-large", batches: Sequence[int] = (1, 2, 4, 8), quick: bool = False,
@@ -310,7 +318,7 @@ def run_batch_sweep(pair_name: str = "stdlib-bytes-large", batches: Sequence[int
         torch.set_num_threads(threads)
     pair = zoo.load(pair_name)
     ps = prompts(pair.tokenizer, quick)
-    setup = _setup(pair, pair_name, ps, max_new_tokens or (64 if quick else None), chain_k, tree, 0)
+    setup = setup_rows(pair, pair_name, ps, max_new_tokens or (64 if quick else None), chain_k, tree, 0)
     target, n = setup.pair.target, setup.n
     wanted = only or tuple(r.replace("{k}", str(setup.chain_k)) for r in SWEEP_ROWS)
     all_rows = [r for r in rows(setup, compile=False) if r.name in wanted]

@@ -48,7 +48,8 @@ def test_bench_text_on_the_main_job_pair(tmp_path):
     assert k in {p.chain_k for p in zoo.load("stdlib-bytes-large").step_profiles if p.chain_k > 0}
     # --quick: its rows (`QUICK_ROWS`) beside plain decoding and the peers
     rows = {"plain", "no_draft", "hf_prompt_lookup", "hf_assisted", f"ngram_chain_k{k}", f"draft_chain_k{k}",
-            f"eagle_chain_k{k}", "eagle_dynamic_tree", f"hybrid_chain_k{k}", "recycling_tree", "suffix_tree"}
+            f"eagle_chain_k{k}", "eagle_chain_auto", "eagle_dynamic_tree", f"hybrid_chain_k{k}", "recycling_tree",
+            "suffix_tree"}
     greedy = _check_table(res["tables"]["greedy"], rows, rounds=1)
     assert set(greedy) == rows
     # every greedy output compared with plain decoding's for the same prompt
