@@ -6,16 +6,18 @@ nodes, k draft steps and the step's own overhead. When B grows, the verification
 what a row gains stays the same, so the best k falls, to 0 (plain steps of our engine) once drafts no longer
 pay. `AdaptiveChain` (`tree="auto"`) prices every k with what it measures where it runs and picks the best:
 
-- each row's acceptance, a Beta(2, 2) prior updated by what the row accepted at each step (a rejection counts
-  where its chain stopped short);
+- each row's acceptance, a Beta(1, 2) prior (a third) updated by what the row accepted at each step (a
+  rejection counts where its chain stopped short);
 - the verification's time by batch size and width (an exponential average of the steps' own verify times;
   widths not seen yet at this batch size interpolated between seen ones; the first steps at a new batch size
   warm up (untimed), then try the longest chain, none and half, so both ends are known), the draft's time per
   drafted token and the step's other time, likewise by batch size.
 
 Lossless whatever it picks: the length of a chain changes what is verified, never how. Every `probe_every` steps
-it tries a length it has not timed lately (the longest, or one draft after a run of k = 0), so a width timed
-once while the machine was busy, or an acceptance that recovers, is seen again.
+it looks again where its estimates may be stale: after chains, at the longest (a width timed once while the
+machine was busy); after a run of k = 0, at the cheapest chain by its measured cost (a wide verification can
+cost less than a narrow one on a CPU), and a probe that accepts nothing doubles the wait before the next (up to
+`max_probe_every`), so drafts that never pay cost a vanishing share of the steps.
 
     out = speculative_generate(target, drafter, ids, tree="auto")      # AdaptiveChain(max_k=8)
     out = speculative_generate(target, drafter, ids, tree=AdaptiveChain(max_k=12))
@@ -23,6 +25,7 @@ once while the machine was busy, or an acceptance that recovers, is seen again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -30,13 +33,16 @@ from dataclasses import dataclass, field
 class AdaptiveChain:
     """A chain whose length each step is chosen (see the module docstring). `max_k`: the longest chain;
     `smoothing`: the weight of a new timing in the averages; `probe_every`: steps of k = 0 before a one-token
-    probe. The timings carry over from one generation to the next (they are the machine's); the rows'
+    probe; `verify_cost(batch, width)`: seconds of a verification when known beforehand (e.g. measured with
+    `multispec.draft_length.VerifyCost` per batch size), instead of the steps' own timings. The timings carry over from one generation to the next (they are the machine's); the rows'
     acceptance starts over at each prompt (`start`)."""
 
     max_k: int = 8
     smoothing: float = 0.3
     probe_every: int = 16
-    prior: tuple[float, float] = (2.0, 2.0)
+    max_probe_every: int = 256
+    prior: tuple[float, float] = (1.0, 2.0)
+    verify_cost: Callable[[int, int], float] | None = None
     verify_s: dict = field(default_factory=dict)  # (batch, width) -> seconds
     draft_s: dict = field(default_factory=dict)  # batch -> seconds per drafted token
     other_s: dict = field(default_factory=dict)  # batch -> seconds per step beyond drafting and verifying
@@ -44,6 +50,8 @@ class AdaptiveChain:
     chosen: list = field(default_factory=list)  # every step's k, for reports
     warmed: set = field(default_factory=set)  # batch sizes whose first (untimed) step has run
     _since_probe: int = 0
+    _wait: int = 0  # steps between probes now (0: `probe_every`)
+    _probing: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_k, int) or self.max_k < 1:
@@ -68,18 +76,20 @@ class AdaptiveChain:
     def choose(self, rows: list[int]) -> int:
         """The chain length for a step of the active `rows` (original row indices)."""
         batch = len(rows)
-        if batch not in self.warmed:
-            return self._record(self.max_k)  # the warm-up step: its timings are not kept
-        seen = sorted(w for b, w in self.verify_s if b == batch)
-        for k in (self.max_k, 0, self.max_k // 2):  # a new batch size: both ends and the middle first
-            if k + 1 not in seen:
-                return self._record(k)
+        if self.verify_cost is None:
+            if batch not in self.warmed:
+                return self._record(self.max_k)  # the warm-up step: its timings are not kept
+            seen = sorted(w for b, w in self.verify_s if b == batch)
+            for k in (self.max_k, 0, self.max_k // 2):  # a new batch size: both ends and the middle first
+                if k + 1 not in seen:
+                    return self._record(k)
         rates = {k: self._expected_tokens(rows, k) / self._cost(batch, k) for k in range(self.max_k + 1)}
         k = max(rates, key=rates.get)
         self._since_probe += 1
-        if self._since_probe >= self.probe_every:  # look again where the estimates may be stale
+        if self._since_probe >= (self._wait or self.probe_every):  # look again where the estimates may be stale
             self._since_probe = 0
-            k = 1 if k == 0 else self.max_k
+            self._probing = k == 0
+            k = min(range(1, self.max_k + 1), key=lambda j: self._cost(batch, j)) if k == 0 else self.max_k
         return self._record(k)
 
     def _record(self, k: int) -> int:
@@ -102,7 +112,10 @@ class AdaptiveChain:
         return self._verify(batch, k + 1) + k * self.draft_s.get(batch, 0.0) + self.other_s.get(batch, 0.0)
 
     def _verify(self, batch: int, width: int) -> float:
-        """The measured time at this width, else interpolated (linearly in the width) between the nearest seen."""
+        """The given cost, else the measured time at this width, else interpolated (linearly in the width) between
+        the nearest seen."""
+        if self.verify_cost is not None:
+            return float(self.verify_cost(batch, width))
         if (batch, width) in self.verify_s:
             return self.verify_s[(batch, width)]
         seen = sorted((w, t) for (b, w), t in self.verify_s.items() if b == batch)
@@ -127,6 +140,10 @@ class AdaptiveChain:
             for r, a in zip(rows, accepted):
                 got, trials = self.accepted.get(r, (0, 0))
                 self.accepted[r] = (got + a, trials + a + (1 if a < k else 0))
+        if self._probing:  # a probe after a run of k = 0: nothing accepted waits twice as long for the next
+            self._probing = False
+            nothing = not any(accepted)
+            self._wait = min(self.max_probe_every, 2 * (self._wait or self.probe_every)) if nothing else 0
         self._average(self.other_s, batch, other_s)
 
     def _average(self, table: dict, key, value: float) -> None:

@@ -138,11 +138,13 @@ class Conversation:
         self.messages.append({"role": "user", "content": text})
         context = render_ids(self.messages, self.tokenizer, self.format)
         t0 = time.perf_counter()
+        before = self.session.stats.prefill_s if self.session is not None else 0.0
         reprefilled, prefilled = self._read(context)
+        prefill_s = self.session.stats.prefill_s - (0.0 if reprefilled or before == 0.0 else before)
         steps_before = len(self.session.stats.steps)
         new = self.session.generate(max_new_tokens)[0]
         seconds = time.perf_counter() - t0
-        stats = SpeculativeStats(steps=self.session.stats.steps[steps_before:])
+        stats = SpeculativeStats(steps=self.session.stats.steps[steps_before:], prefill_s=prefill_s)
         answer = new[:-1] if new and new[-1] in self.stop else new
         reply = self.tokenizer.decode(answer, skip_special_tokens=True)
         self.messages.append({"role": "assistant", "content": reply})

@@ -165,6 +165,7 @@ class Session:
             empty = tokens.new_zeros(tokens.shape, dtype=torch.float32)
             return SpanScore(empty, empty.clone())
         self._check_ids(tokens)
+        t0 = time.perf_counter()
         tokens = tokens.long().to(self.target.device)
         n = tokens.shape[1]
         draft = DraftTree.chain(tokens[:, :-1])
@@ -175,6 +176,8 @@ class Session:
         path = torch.arange(n, device=full.device).expand(a, n)
         verdict = Verdict(tokens, torch.full((a,), n - 1, dtype=torch.long, device=full.device), path)
         self._commit(draft, verdict, full, scored, drafted_here=False)
+        _sync(self.target.device)
+        self.stats.prefill_s += time.perf_counter() - t0  # appended text is prefilled too (a conversation's turn)
         # the pass read the old root and tokens[:-1]: its n logits predict the n appended tokens
         return SpanScore.of(scored.logits[:, :n], tokens)
 
@@ -234,7 +237,11 @@ class Session:
             # the step reads the device once (`read_step`); checks that would read it wait for that read
             with deferred_checks() as checks:
                 spec = self.spec if adaptive is None else Chain(adaptive.choose(list(self.active)))
-                draft = self.drafter.propose(self.roots, spec, self.sampling, self.generator).trimmed()
+                # an adaptive step without drafts skips the drafter where it can catch up later in one pass (an
+                # EAGLE head queues the committed tokens): a step of no drafts then costs what our plain step costs
+                skipped = adaptive is not None and spec.k == 0 and self.drafter.supports_skipped_steps
+                draft = (DraftTree.empty(len(self.active), device) if skipped else
+                         self.drafter.propose(self.roots, spec, self.sampling, self.generator).trimmed())
                 pad_widths = self.engine.pad_widths
                 if pad_widths:  # verified nodes = the root + the draft's
                     draft = draft.padded(pad_widths.get(draft.num_nodes + 1, draft.num_nodes + 1) - 1)
@@ -267,7 +274,7 @@ class Session:
                 done.append(cut is not None or len(new[row]) >= max_new_tokens)
             drafted, accepted = read.countable(reach)  # before the cut: a kept draft was accepted
             verdict = _cut(verdict, [len(t) for t in emitted], read.num_accepted)
-            self._commit(draft, verdict, full, scored, drafted_here=True, emitted=emitted)
+            self._commit(draft, verdict, full, scored, drafted_here=not skipped, emitted=emitted)
             committed = sum(len(t) for t in emitted)
             if all(done):
                 finished = []

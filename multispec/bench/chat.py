@@ -167,7 +167,8 @@ class ChatRunner:
                             sampling=self.sampling, engine=options.get("engine"), generator=generator)
         t0 = time.perf_counter()
         answers = [chat.say(text, self.n) for text in self.messages(q)]
-        stats = SpeculativeStats(steps=[s for a in answers for s in a.stats.steps])
+        stats = SpeculativeStats(steps=[s for a in answers for s in a.stats.steps],
+                                 prefill_s=sum(a.stats.prefill_s for a in answers))
         return ChatOutput([a.tokens for a in answers], time.perf_counter() - t0, stats)
 
     def _pad(self) -> int:

@@ -90,10 +90,10 @@ def _rows(args, drafter, runner, questions):
     return greedy, [r for r in rows if only is None or r.name in only], chain_k, choice
 
 
-# `--quick`'s rows (with plain decoding and the peers): no drafts, each training-free drafter, the EAGLE chain and
+# `--quick`'s rows (with plain decoding and the peers): no drafts, prompt lookup and SuffixDecoding, the pair's
+# EAGLE head with its length chosen each step (`tree="auto"`: it stops drafting where the head is not accepted) and
 # its hybrid with prompt lookup
-QUICK_ROWS = ("no_draft", "ngram_chain_k{k}", "eagle_chain_k{k}", "eagle_chain_auto", "hybrid_chain_k{k}",
-              "suffix_tree", "recycling_tree")
+QUICK_ROWS = ("no_draft", "ngram_chain_k{k}", "eagle_chain_auto", "hybrid_chain_k{k}", "suffix_tree")
 
 
 def _default_tree():
@@ -155,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
                 "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "chain_k": chain_k,
                 "chain_k_by": "calibrated here" if choice else "given, the pair's stored choice or 4",
                 "pad_widths": {str(m): w for m, w in choice.pad_widths.items()} if choice else {},
+                "verify_ms": {str(m): round(v, 2) for m, v in choice.cost.ms.items()} if choice else {},
                 "turn_format": greedy_runner.fmt.name if greedy_runner.fmt else "chat template",
                 "long_messages": f"a user message over {args.max_message_tokens} tokens keeps its first and last "
                                  f"{args.max_message_tokens // 2}", "temperature": args.temperature,
