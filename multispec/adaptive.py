@@ -6,8 +6,9 @@ nodes, k draft steps and the step's own overhead. When B grows, the verification
 what a row gains stays the same, so the best k falls, to 0 (plain steps of our engine) once drafts no longer
 pay. `AdaptiveChain` (`tree="auto"`) prices every k with what it measures where it runs and picks the best:
 
-- each row's acceptance, a Beta(1, 2) prior (a third) updated by what the row accepted at each step (a
-  rejection counts where its chain stopped short);
+- each row's acceptance: a Beta prior updated by what the row accepted at each step (a rejection counts where
+  its chain stopped short); the prior is what every row so far accepted, pooled, worth `prior_weight` trials
+  (a new prompt starts from what the drafter usually does, not from scratch), or Beta(1, 2) before any;
 - the verification's time by batch size and width (an exponential average of the steps' own verify times;
   widths not seen yet at this batch size interpolated between seen ones; the first steps at a new batch size
   warm up (untimed), then try the longest chain, none and half, so both ends are known), the draft's time per
@@ -42,11 +43,13 @@ class AdaptiveChain:
     probe_every: int = 16
     max_probe_every: int = 256
     prior: tuple[float, float] = (1.0, 2.0)
+    prior_weight: float = 4.0
     verify_cost: Callable[[int, int], float] | None = None
     verify_s: dict = field(default_factory=dict)  # (batch, width) -> seconds
     draft_s: dict = field(default_factory=dict)  # batch -> seconds per drafted token
     other_s: dict = field(default_factory=dict)  # batch -> seconds per step beyond drafting and verifying
     accepted: dict = field(default_factory=dict)  # row -> (accepted, trials)
+    pooled: tuple = (0, 0)  # every row's (accepted, trials) so far, across prompts
     chosen: list = field(default_factory=list)  # every step's k, for reports
     warmed: set = field(default_factory=set)  # batch sizes whose first (untimed) step has run
     _since_probe: int = 0
@@ -99,6 +102,10 @@ class AdaptiveChain:
     def acceptance(self, row: int) -> float:
         a, n = self.accepted.get(row, (0, 0))
         alpha, beta = self.prior
+        got, trials = self.pooled
+        if trials:  # the pooled rate, worth `prior_weight` trials
+            alpha = self.prior_weight * (got + 1) / (trials + 2)
+            beta = self.prior_weight - alpha
         return (a + alpha) / (n + alpha + beta)
 
     def _expected_tokens(self, rows: list[int], k: int) -> float:
@@ -140,6 +147,8 @@ class AdaptiveChain:
             for r, a in zip(rows, accepted):
                 got, trials = self.accepted.get(r, (0, 0))
                 self.accepted[r] = (got + a, trials + a + (1 if a < k else 0))
+                total, tried = self.pooled
+                self.pooled = (total + a, tried + a + (1 if a < k else 0))
         if self._probing:  # a probe after a run of k = 0: nothing accepted waits twice as long for the next
             self._probing = False
             nothing = not any(accepted)

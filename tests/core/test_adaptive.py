@@ -39,6 +39,20 @@ def test_the_choice_weighs_acceptance_against_the_cost_at_this_batch_size():
     assert policy.choose([0]) == 0  # drafts never accepted: not worth even a cheap verification
 
 
+def test_a_new_prompt_starts_from_what_the_rows_so_far_accepted():
+    """A row of a new prompt has no history: its estimate starts from every earlier row's acceptance, pooled (worth
+    a few trials), so a drafter known to be good drafts long at once, and its own record takes over from there."""
+    policy = AdaptiveChain(max_k=8)
+    _timed(policy, 1, verify_per_node_row=0.01)
+    assert policy.choose([0]) <= 2  # no history at all: the cautious prior
+    policy.observe([0], 8, [8], verify_s=1.09, draft_s=0.4, other_s=0.1)
+    for _ in range(20):
+        policy.observe([0], 8, [7], verify_s=1.09, draft_s=0.4, other_s=0.1)
+    policy.start()  # a new prompt: row 0 is another text now
+    assert not policy.accepted and policy.acceptance(0) > 0.8
+    assert policy.choose([0]) >= 6
+
+
 def test_it_looks_again_every_few_steps():
     """After a run of k = 0 it drafts the cheapest chain (an acceptance that recovers is seen), and a probe that
     accepts nothing doubles the wait for the next; after a run of chains it tries the longest (a width timed once on
