@@ -260,18 +260,7 @@ class Session:
                 pending = (list(self.active), spec.k, list(read.num_accepted))
             if on_step is not None:
                 on_step(draft, verdict, list(self.active))
-            # each row's emitted tokens, cut after a stop or at its budget; the commit follows the cut
-            emitted, done, reach = [], [], []
-            for row, toks, n_acc in zip(self.active, read.tokens, read.num_accepted):
-                room = max_new_tokens - len(new[row])
-                toks = toks[: min(n_acc + 1, room)]
-                cut = _first_stop(new[row], toks, stops)
-                if cut is not None:
-                    toks = toks[:cut]
-                reach.append(len(toks) if cut is not None else room)
-                emitted.append(toks)
-                new[row].extend(toks)
-                done.append(cut is not None or len(new[row]) >= max_new_tokens)
+            emitted, done, reach = self._emit(read, new, max_new_tokens, stops)
             drafted, accepted = read.countable(reach)  # before the cut: a kept draft was accepted
             verdict = _cut(verdict, [len(t) for t in emitted], read.num_accepted)
             self._commit(draft, verdict, full, scored, drafted_here=not skipped, emitted=emitted)
@@ -293,6 +282,22 @@ class Session:
             step.draft_s, step.verify_s, step.commit_s = draft_s, verify_s, commit_s
         self.stats.steps.extend(steps)
         return new
+
+    def _emit(self, read, new: dict[int, list[int]], max_new_tokens: int, stops) -> tuple[list, list, list]:
+        """Each active row's emitted tokens, cut after a stop or at its budget (appended to `new`); whether the
+        row is done; how far its draft could have counted (`reach`: the cut, else the room it had)."""
+        emitted, done, reach = [], [], []
+        for row, toks, n_acc in zip(self.active, read.tokens, read.num_accepted):
+            room = max_new_tokens - len(new[row])
+            toks = toks[: min(n_acc + 1, room)]
+            cut = _first_stop(new[row], toks, stops)
+            if cut is not None:
+                toks = toks[:cut]
+            reach.append(len(toks) if cut is not None else room)
+            emitted.append(toks)
+            new[row].extend(toks)
+            done.append(cut is not None or len(new[row]) >= max_new_tokens)
+        return emitted, done, reach
 
     def _commit(self, draft: DraftTree, verdict: Verdict, full: torch.Tensor, scored, drafted_here: bool,
                 emitted: list[list[int]] | None = None) -> None:

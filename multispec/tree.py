@@ -337,7 +337,7 @@ def as_tree_spec(tree: "TreeSpec | int | str | None", default_k: int = 4) -> Tre
     if isinstance(tree, AdaptiveChain):
         return tree
     if isinstance(tree, bool):
-        raise TypeError("tree: expected None, an int, Chain, StaticTree or DynamicTree, got a bool")
+        raise TypeError("tree: expected None, an int, \"auto\", Chain, StaticTree, DynamicTree or AdaptiveChain, got a bool")
     if isinstance(tree, int):
         return Chain(tree)
     if isinstance(tree, (Chain, StaticTree, DynamicTree)):

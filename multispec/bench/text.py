@@ -269,6 +269,7 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     greedy = leading(greedy, ("plain", "no_draft"))
     if quick and only is None:  # the first command: the rows the tables are read for, a few minutes in all
         only = tuple(n for n in (r.replace("{k}", str(setup.chain_k)) for r in QUICK_ROWS) if n in greedy)
+        only += tuple(n for n in greedy if n.endswith("_compiled"))  # asked for by --compile: kept
     greedy = keep_rows(greedy, only, ["plain", *peers_of(greedy)], "greedy")
     sampling = baselines(target, None, n, temperature) | method_table(
         all_rows, generate(SamplingConfig(do_sample=True, temperature=temperature), torch.Generator().manual_seed(0)),

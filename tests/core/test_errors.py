@@ -68,7 +68,7 @@ def test_bad_sampling_arguments(target):
 
 
 def test_tree_arguments(target):
-    with pytest.raises(TypeError, match="tree"):
+    with pytest.raises(ValueError, match="tree: the one named shape is 'auto'"):
         speculative_generate(target, "ngram", torch.tensor([[1]]), tree="big")
     from multispec import StaticTree
     with pytest.raises(TypeError, match="n-gram drafter proposes chains only"):

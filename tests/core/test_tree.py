@@ -41,8 +41,10 @@ def test_static_tree_spec_validation():
     with pytest.raises(ValueError, match="choices"):
         StaticTree([(0, 1)])
     assert StaticTree.full([2, 2]).max_nodes == 6
-    with pytest.raises(TypeError, match="tree"):
+    with pytest.raises(ValueError, match="tree: the one named shape is 'auto'"):
         as_tree_spec("wide")
+    with pytest.raises(TypeError, match="tree"):
+        as_tree_spec(2.5)
     assert as_tree_spec(5) == Chain(5)
 
 
