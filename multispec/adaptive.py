@@ -9,6 +9,10 @@ pay. `AdaptiveChain` (`tree="auto"`) prices every k with what it measures where 
 - each row's acceptance: a Beta prior updated by what the row accepted at each step (a rejection counts where
   its chain stopped short); the prior is what every row so far accepted, pooled, worth `prior_weight` trials
   (a new prompt starts from what the drafter usually does, not from scratch), or Beta(1, 2) before any;
+- how acceptance changes with depth: a drafter's d-th token is accepted less often than its first (an EAGLE head
+  drafts from its own features past the first), so a row's rate is scaled at depth d by the pooled rate at d over
+  the pooled rate overall (each depth's rate shrunk towards the overall one by `prior_weight` trials). With one
+  rate for every depth the longest chains look better than they are;
 - the verification's time by batch size and width (an exponential average of the steps' own verify times;
   widths not seen yet at this batch size interpolated between seen ones; the first steps at a new batch size
   warm up (untimed), then try the longest chain, none and half, so both ends are known), the draft's time per
@@ -50,6 +54,7 @@ class AdaptiveChain:
     other_s: dict = field(default_factory=dict)  # batch -> seconds per step beyond drafting and verifying
     accepted: dict = field(default_factory=dict)  # row -> (accepted, trials)
     pooled: tuple = (0, 0)  # every row's (accepted, trials) so far, across prompts
+    by_depth: dict = field(default_factory=dict)  # depth d >= 1 -> (accepted, trials) at d, pooled likewise
     chosen: list = field(default_factory=list)  # every step's k, for reports
     warmed: set = field(default_factory=set)  # batch sizes whose first (untimed) step has run
     _since_probe: int = 0
@@ -86,7 +91,8 @@ class AdaptiveChain:
             for k in (self.max_k, 0, self.max_k // 2):  # a new batch size: both ends and the middle first
                 if k + 1 not in seen:
                     return self._record(k)
-        rates = {k: self._expected_tokens(rows, k) / self._cost(batch, k) for k in range(self.max_k + 1)}
+        tokens = self._expected_tokens(rows)
+        rates = {k: tokens[k] / self._cost(batch, k) for k in range(self.max_k + 1)}
         k = max(rates, key=rates.get)
         self._since_probe += 1
         if self._since_probe >= (self._wait or self.probe_every):  # look again where the estimates may be stale
@@ -108,12 +114,27 @@ class AdaptiveChain:
             beta = self.prior_weight - alpha
         return (a + alpha) / (n + alpha + beta)
 
-    def _expected_tokens(self, rows: list[int], k: int) -> float:
-        total = 0.0
+    def depth_factor(self, depth: int) -> float:
+        """The pooled acceptance at `depth` over the pooled acceptance overall (1 before anything is measured)."""
+        got, trials = self.pooled
+        if not trials:
+            return 1.0
+        overall = (got + 1) / (trials + 2)
+        at, tried = self.by_depth.get(depth, (0, 0))  # smoothed as the overall rate, then shrunk towards it
+        return (at + 1 + self.prior_weight * overall) / (tried + 2 + self.prior_weight) / overall
+
+    def _expected_tokens(self, rows: list[int]) -> list[float]:
+        """For each k in 0..max_k, the sum over rows of 1 + p1 + p1 p2 + ... + p1...pk (pd: the row's acceptance
+        at depth d)."""
+        factors = [self.depth_factor(d) for d in range(1, self.max_k + 1)]
+        totals = [float(len(rows))] * (self.max_k + 1)
         for r in rows:
-            a = min(self.acceptance(r), 0.999)
-            total += (1 - a ** (k + 1)) / (1 - a)
-        return total
+            a, reach, tokens = self.acceptance(r), 1.0, 0.0
+            for k, f in enumerate(factors, start=1):
+                reach *= min(a * f, 0.999)
+                tokens += reach
+                totals[k] += tokens
+        return totals
 
     def _cost(self, batch: int, k: int) -> float:
         return self._verify(batch, k + 1) + k * self.draft_s.get(batch, 0.0) + self.other_s.get(batch, 0.0)
@@ -149,6 +170,9 @@ class AdaptiveChain:
                 self.accepted[r] = (got + a, trials + a + (1 if a < k else 0))
                 total, tried = self.pooled
                 self.pooled = (total + a, tried + a + (1 if a < k else 0))
+                for d in range(1, min(a + 1, k) + 1):  # depths 1..a accepted; a + 1 tried and rejected
+                    at, tried_d = self.by_depth.get(d, (0, 0))
+                    self.by_depth[d] = (at + (d <= a), tried_d + 1)
         if self._probing:  # a probe after a run of k = 0: nothing accepted waits twice as long for the next
             self._probing = False
             nothing = not any(accepted)

@@ -4,7 +4,8 @@ tests/core/test_sampling_lossless.py), long chains where drafts are accepted and
 accepted or where a batch makes verifying them dear.
 
 Mutations caught (checked by hand): pricing a chain by its expected tokens alone, without the verification's cost
-(the batch-of-32 case then keeps drafting); never probing after choosing k = 0 (an acceptance that recovers is
+(the batch-of-32 case then keeps drafting); one acceptance rate for every depth (the falling-with-depth case then
+drafts 8); never probing after choosing k = 0 (an acceptance that recovers is
 never seen)."""
 
 import pytest
@@ -51,6 +52,17 @@ def test_a_new_prompt_starts_from_what_the_rows_so_far_accepted():
     policy.start()  # a new prompt: row 0 is another text now
     assert not policy.accepted and policy.acceptance(0) > 0.8
     assert policy.choose([0]) >= 6
+
+
+def test_acceptance_that_falls_with_depth_shortens_the_chain():
+    """A drafter whose first three tokens are always accepted and whose fourth never is: one rate for every depth
+    (3 in 4) would draft the longest chain; the pooled rate per depth stops it at 3."""
+    policy = AdaptiveChain(max_k=8)
+    _timed(policy, 1, verify_per_node_row=0.01)
+    for _ in range(40):
+        policy.observe([0], 8, [3], verify_s=1.09, draft_s=0.4, other_s=0.1)
+    assert policy.depth_factor(1) > 1.2 and policy.depth_factor(4) < 0.2
+    assert policy.choose([0]) == 3
 
 
 def test_it_looks_again_every_few_steps():
