@@ -15,8 +15,9 @@ pay. `AdaptiveChain` (`tree="auto"`) prices every k with what it measures where 
   rate for every depth the longest chains look better than they are;
 - the verification's time by batch size and width (an exponential average of the steps' own verify times;
   widths not seen yet at this batch size interpolated between seen ones; the first steps at a new batch size
-  warm up (untimed), then try the longest chain, none and half, so both ends are known), the draft's time per
-  drafted token and the step's other time, likewise by batch size.
+  warm up (untimed), then try the longest chain, none and half, so both ends are known), the step's other time
+  (mostly the commit, which grows with what a long chain accepts) likewise, and the draft's time per drafted
+  token by batch size.
 
 Lossless whatever it picks: the length of a chain changes what is verified, never how. Every `probe_every` steps
 it looks again where its estimates may be stale: after chains, at the longest (a width timed once while the
@@ -51,7 +52,7 @@ class AdaptiveChain:
     verify_cost: Callable[[int, int], float] | None = None
     verify_s: dict = field(default_factory=dict)  # (batch, width) -> seconds
     draft_s: dict = field(default_factory=dict)  # batch -> seconds per drafted token
-    other_s: dict = field(default_factory=dict)  # batch -> seconds per step beyond drafting and verifying
+    other_s: dict = field(default_factory=dict)  # (batch, width) -> seconds per step beyond drafting and verifying
     accepted: dict = field(default_factory=dict)  # row -> (accepted, trials)
     pooled: tuple = (0, 0)  # every row's (accepted, trials) so far, across prompts
     by_depth: dict = field(default_factory=dict)  # depth d >= 1 -> (accepted, trials) at d, pooled likewise
@@ -137,22 +138,13 @@ class AdaptiveChain:
         return totals
 
     def _cost(self, batch: int, k: int) -> float:
-        return self._verify(batch, k + 1) + k * self.draft_s.get(batch, 0.0) + self.other_s.get(batch, 0.0)
+        return self._verify(batch, k + 1) + k * self.draft_s.get(batch, 0.0) + _at_width(self.other_s, batch, k + 1)
 
     def _verify(self, batch: int, width: int) -> float:
-        """The given cost, else the measured time at this width, else interpolated (linearly in the width) between
-        the nearest seen."""
+        """The given cost, else the measured time at this width, else interpolated between the nearest seen."""
         if self.verify_cost is not None:
             return float(self.verify_cost(batch, width))
-        if (batch, width) in self.verify_s:
-            return self.verify_s[(batch, width)]
-        seen = sorted((w, t) for (b, w), t in self.verify_s.items() if b == batch)
-        below = [p for p in seen if p[0] < width]
-        above = [p for p in seen if p[0] > width]
-        if below and above:
-            (w0, t0), (w1, t1) = below[-1], above[0]
-            return t0 + (t1 - t0) * (width - w0) / (w1 - w0)
-        return (below or above)[-1 if below else 0][1]
+        return _at_width(self.verify_s, batch, width)
 
     # ---- what a step measured ----------------------------------------------------------------------------------
     def observe(self, rows: list[int], k: int, accepted: list[int], verify_s: float, draft_s: float,
@@ -177,10 +169,24 @@ class AdaptiveChain:
             self._probing = False
             nothing = not any(accepted)
             self._wait = min(self.max_probe_every, 2 * (self._wait or self.probe_every)) if nothing else 0
-        self._average(self.other_s, batch, other_s)
+        self._average(self.other_s, (batch, k + 1), other_s)  # the commit grows with what a long chain accepts
 
     def _average(self, table: dict, key, value: float) -> None:
         table[key] = value if key not in table else (1 - self.smoothing) * table[key] + self.smoothing * value
+
+
+def _at_width(table: dict, batch: int, width: int) -> float:
+    """`table[(batch, width)]`, else interpolated linearly in the width between the nearest widths seen at this batch
+    size (the nearest one beyond them); 0 before any."""
+    if (batch, width) in table:
+        return table[(batch, width)]
+    seen = sorted((w, t) for (b, w), t in table.items() if b == batch)
+    below = [p for p in seen if p[0] < width]
+    above = [p for p in seen if p[0] > width]
+    if below and above:
+        (w0, t0), (w1, t1) = below[-1], above[0]
+        return t0 + (t1 - t0) * (width - w0) / (w1 - w0)
+    return below[-1][1] if below else above[0][1] if above else 0.0
 
 
 __all__ = ["AdaptiveChain"]

@@ -18,12 +18,13 @@ import torch
 from .recorder import Recorder, repeat
 
 
-def ragged_batch(prompts: Sequence[torch.Tensor], batch: int, pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask) [batch, W]: prompt i % P cut to between 60% and 100% of its tokens (row i keeps
-    a fraction that cycles over five steps), left-padded with `pad`."""
+def ragged_batch(prompts: Sequence[torch.Tensor], batch: int, pad: int = 0,
+                 max_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) [batch, W]: prompt i % P (its first `max_tokens` tokens) cut to between 60% and
+    100% of its tokens (row i keeps a fraction that cycles over five steps), left-padded with `pad`."""
     rows = []
     for i in range(batch):
-        ids = prompts[i % len(prompts)][0]
+        ids = prompts[i % len(prompts)][0][:max_tokens]
         keep = max(2, int(len(ids) * (1.0 - 0.1 * (i % 5))))
         rows.append(ids[:keep])
     width = max(len(r) for r in rows)
@@ -36,13 +37,15 @@ def ragged_batch(prompts: Sequence[torch.Tensor], batch: int, pad: int = 0) -> t
 
 
 def sweep(methods_at: Callable[[int], dict], prompts: Sequence[torch.Tensor], batches: Sequence[int], rounds: int,
-          compare: Callable | None = None, pad: int = 0, desc: str = "batch", shown: Callable | None = None) -> dict:
+          compare: Callable | None = None, pad: int = 0, desc: str = "batch", shown: Callable | None = None,
+          prompt_tokens: int | None = None) -> dict:
     """One recorder table per batch size (`methods_at(B)`: name -> callable((ids, mask)) -> output, "plain" among
     them), each over the same batch in `rounds` repeated rounds after a warm-up; `shown(B, table)` sees each table
-    as soon as it is measured. Returns {"B": table}."""
+    as soon as it is measured; `prompt_tokens`: each prompt's first tokens kept (the prefill of long prompts at a
+    large B would otherwise be most of what is timed). Returns {"B": table}."""
     tables = {}
     for b in batches:
-        inputs = [ragged_batch(prompts, b, pad)]
+        inputs = [ragged_batch(prompts, b, pad, prompt_tokens)]
         count = lambda inp, out: _new_tokens(inp, out)  # noqa: E731
         table = Recorder(methods_at(b), "plain", count=count, compare=compare,
                          also_against=["no_draft"] if "no_draft" in methods_at(b) else ()).run(

@@ -299,6 +299,9 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
 
 
 # `--quick`'s rows (with the peers): the engine without drafts, each drafter family once, the EAGLE tree
+# a sweep's prompts keep their first 256 tokens: with the held-out files' 1200, the prefill was 82% of the time
+# timed at B = 32 (benchmarks/results/batch_sweep_stdlib-bytes-large_auto.json), so the sweep measured prefill
+SWEEP_PROMPT_TOKENS = 256
 QUICK_ROWS = ("no_draft", "ngram_chain_k{k}", "draft_chain_k{k}", "eagle_chain_k{k}", "eagle_chain_auto",
               "eagle_dynamic_tree", "hybrid_chain_k{k}", "recycling_tree", "suffix_tree")
 SWEEP_ROWS = ("no_draft", "ngram_chain_k{k}", "eagle_chain_k{k}", "eagle_chain_auto", "eagle_dynamic_tree",
@@ -322,7 +325,14 @@ def run_batch_sweep(pair_name: str = "stdlib-bytes-large", batches: Sequence[int
     setup = setup_rows(pair, pair_name, ps, max_new_tokens or (64 if quick else None), chain_k, tree, 0)
     target, n = setup.pair.target, setup.n
     wanted = only or tuple(r.replace("{k}", str(setup.chain_k)) for r in SWEEP_ROWS)
-    all_rows = [r for r in rows(setup, compile=False) if r.name in wanted]
+    every = rows(setup, compile=False)
+    missing = [name for name in (only or ()) if name not in {r.name for r in every}]
+    if missing:  # e.g. eagle_chain_k8 where the length was calibrated to another k
+        how = "calibrated on this machine" if setup.choice else "given, or the pair's"
+        names = ", ".join(r.name for r in every)
+        raise ValueError(f"--methods: no row {', '.join(missing)} here: the chain rows have k = {setup.chain_k} "
+                         f"({how}); pass --chain-k to choose it. Rows: {names}")
+    all_rows = [r for r in every if r.name in wanted]
 
     def run(inputs, drafter, spec, options):
         ids, mask = inputs
@@ -339,11 +349,13 @@ def run_batch_sweep(pair_name: str = "stdlib-bytes-large", batches: Sequence[int
     def shown(b, table):
         print(format_table(f"batch {b} (tokens/s summed over the rows)", table), flush=True)
 
-    tables = sweep(methods_at, [ids for _, ids in ps], batches, rounds, compare, desc="greedy", shown=shown)
+    tables = sweep(methods_at, [ids for _, ids in ps], batches, rounds, compare, desc="greedy", shown=shown,
+                   prompt_tokens=SWEEP_PROMPT_TOKENS)
     settings = {"pair": pair_name, "quick": quick, "batches": list(batches), "max_new_tokens": n,
                 "chain_k": setup.chain_k, "rounds": rounds, "threads": torch.get_num_threads(),
-                "prompts": [p for p, _ in ps], "batch_layout": "prompts cycled, cut to 60-100% of their tokens, "
-                                                               "left-padded", "split": "heldout"}
+                "prompts": [p for p, _ in ps], "prompt_tokens": SWEEP_PROMPT_TOKENS,
+                "batch_layout": f"prompts cycled, their first {SWEEP_PROMPT_TOKENS} tokens cut to 60-100%, left-padded",
+                "split": "heldout"}
     out = results("text-batch", settings, tables, crossover=crossover(tables), throughput=throughput_table(tables))
     print("\n" + out["throughput"])
     print("crossover (the smallest batch at which a row no longer beats plain batched decoding): "

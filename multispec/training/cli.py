@@ -46,7 +46,8 @@ TRAINERS: dict[str, TargetTrainer] = {}
 TEXT_OPTIONS = {"seq_len": "--seq-len", "draft_vocab": "--draft-vocab",
                 "intermediate_size": "--intermediate-size", "heads": "--heads", "kv_heads": "--kv-heads",
                 "sliding_window": "--sliding-window", "ttt_steps": "--ttt-steps", "aux_layers": "--aux-layers",
-                "draft_layers": "--draft-layers", "self_distill": "--self-distill", "format": "--format"}
+                "draft_layers": "--draft-layers", "self_distill": "--self-distill", "format": "--format",
+                "self_distill_tokens": "--self-distill-tokens"}
 
 
 def register_trainer(trainer: TargetTrainer) -> None:
@@ -109,6 +110,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     data.add_argument("--self-distill", type=int, default=None, metavar="N",
                       help="the target rewrites N conversations' assistant turns (or writes N sequences from prompts "
                            "of plain text) to train on beside the data")
+    data.add_argument("--self-distill-tokens", type=positive_int, default=None, metavar="T",
+                      help="the most tokens the target writes per rewritten turn (default 256)")
     data.add_argument("--eval-prompts", type=positive_int, default=8,
                       help="held-out prompts the accepted length is measured on, before and after training")
     for trainer in TRAINERS.values():
@@ -163,7 +166,7 @@ def _run_text(args: argparse.Namespace) -> int:
     if args.format is not None and args.kind != "eagle3":
         raise ValueError(f"--format: a layout of EAGLE-3 heads (--kind eagle3), not of --kind {args.kind}")
     draft_run = DraftRun(kind=args.kind, seq_len=args.seq_len or 256, self_distill=args.self_distill or 0,
-                         eval_prompts=args.eval_prompts)
+                         self_distill_tokens=args.self_distill_tokens or 256, eval_prompts=args.eval_prompts)
     options = KindOptions(draft_vocab=args.draft_vocab, intermediate_size=args.intermediate_size, heads=args.heads,
                           kv_heads=args.kv_heads, sliding_window=args.sliding_window, ttt_steps=args.ttt_steps or 7,
                           aux_layers=args.aux_layers, draft_layers=args.draft_layers, seed=args.seed,

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ..chat import turn_format
+
 TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst")
 RECORD_SUFFIXES = (".jsonl", ".json")
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
@@ -93,11 +95,13 @@ def messages_of(record: dict, where: str) -> list[dict] | None:
 
 
 def render(messages: list[dict], tokenizer, add_generation_prompt: bool = False) -> str:
-    """A conversation as the target reads it: its chat template when the tokenizer has one, else plain turns."""
-    if getattr(tokenizer, "chat_template", None):
+    """A conversation as the target reads it: its chat template when the tokenizer has one, else the turn format
+    `multispec.chat` gives it (Gemma's turn markers when its vocabulary has them, else plain role prefixes), the
+    one `multispec eval chat` and `Conversation` write, so a head trains on the text it will draft."""
+    fmt = turn_format(tokenizer)
+    if fmt is None:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
-    text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
-    return text + ("assistant: " if add_generation_prompt else "")
+    return fmt.render(messages, add_generation_prompt)
 
 
 def encode(tokenizer, text: str) -> list[int]:

@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..bench.shards import current
+from ..chat import stop_ids, turn_format
 from ..config import StoppingConfig
 from ..generate import speculative_generate
 from .data import TextData, chunks, read_documents, split
@@ -68,9 +69,11 @@ def training_sequences(target, tokenizer, data: TextData, run: DraftRun, seed: i
     docs = list(data.train)
     regenerated = 0
     if run.self_distill and any(d.messages for d in docs):
+        # a turn ends at the EOS or the turn format's end-of-turn marker (Gemma's <end_of_turn>)
         rewritten = regenerate_conversations(target, tokenizer, docs, run.self_distill, run.self_distill_tokens,
-                                             eos=tokenizer.eos_token_id, pad=pad)
-        docs += rewritten
+                                             eos=stop_ids(tokenizer, turn_format(tokenizer)) or None, pad=pad)
+        # a conversation of prompts alone (its assistant turns empty) trains through its rewrite only
+        docs = [d for d in docs if not _prompts_only(d)] + rewritten
         regenerated = len(rewritten)
     sequences = chunks(docs, run.seq_len)
     if run.self_distill and not any(d.messages for d in data.train):
@@ -83,6 +86,11 @@ def training_sequences(target, tokenizer, data: TextData, run: DraftRun, seed: i
     return sequences, {"documents": len(data.train), "heldout_documents": len(data.heldout),
                        "sequences": len(sequences), "tokens": len(sequences) * run.seq_len,
                        "self_distilled": regenerated}
+
+
+def _prompts_only(doc) -> bool:
+    turns = [m for m in doc.messages or () if m["role"] == "assistant"]
+    return bool(turns) and not any(m["content"].strip() for m in turns)
 
 
 def bounded(sequences: list[list[int]], account: dict, loop: LoopConfig) -> list[list[int]]:

@@ -29,9 +29,11 @@ def left_padded(prompts: list[list[int]], pad: int, device) -> tuple[torch.Tenso
 
 
 @torch.no_grad()
-def continue_texts(target, prompts: list[list[int]], max_new_tokens: int, batch_size: int, eos: int | None,
-                   pad: int, desc: str) -> list[list[int]]:
-    """The target's greedy continuation of each prompt (the prompt not included; cut after an EOS)."""
+def continue_texts(target, prompts: list[list[int]], max_new_tokens: int, batch_size: int,
+                   eos: int | list[int] | None, pad: int, desc: str) -> list[list[int]]:
+    """The target's greedy continuation of each prompt (the prompt not included; cut after the first of the `eos`
+    ids)."""
+    stops = set([eos] if isinstance(eos, int) else eos or [])
     device = next(target.parameters()).device
     out = []
     for i in tqdm(range(0, len(prompts), batch_size), desc=desc, unit="batch"):
@@ -39,12 +41,13 @@ def continue_texts(target, prompts: list[list[int]], max_new_tokens: int, batch_
         seqs = target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
                                eos_token_id=eos, pad_token_id=pad)[:, ids.shape[1]:].tolist()
         for seq in seqs:
-            out.append(seq[: seq.index(eos) + 1] if eos is not None and eos in seq else seq)
+            end = next((i for i, t in enumerate(seq) if t in stops), None)
+            out.append(seq if end is None else seq[: end + 1])
     return out
 
 
 def regenerate_conversations(target, tokenizer, docs: list[Document], count: int, max_new_tokens: int,
-                             batch_size: int = 8, eos: int | None = None, pad: int = 0) -> list[Document]:
+                             batch_size: int = 8, eos: int | list[int] | None = None, pad: int = 0) -> list[Document]:
     """The first `count` conversations with every assistant turn written by the target, turn by turn."""
     chosen = [d for d in docs if d.messages][:count]
     replies: list[list[dict]] = [[] for _ in chosen]

@@ -287,3 +287,7 @@ def test_a_batch_sweep_times_ragged_batches_and_finds_the_crossover(tmp_path, ca
     assert "batch 1 (tokens/s summed over the rows)" in printed and "crossover" in printed
     with pytest.raises(SystemExit):  # refused by argparse, before anything loads
         main(["bench", "text", "--batch", "0,2"])
+    # a chain row of another length than the run's is named, not silently dropped
+    assert main(["bench", "text", "--pair", "stdlib-bytes", "--quick", "--batch", "1", "--chain-k", "3",
+                 "--methods", "eagle_chain_k4,no_draft"]) == 2
+    assert "--methods: no row eagle_chain_k4 here: the chain rows have k = 3" in capsys.readouterr().err

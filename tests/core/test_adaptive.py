@@ -5,7 +5,7 @@ accepted or where a batch makes verifying them dear.
 
 Mutations caught (checked by hand): pricing a chain by its expected tokens alone, without the verification's cost
 (the batch-of-32 case then keeps drafting); one acceptance rate for every depth (the falling-with-depth case then
-drafts 8); never probing after choosing k = 0 (an acceptance that recovers is
+drafts 8); one commit time for every width (the growing-commit case then drafts 8); never probing after choosing k = 0 (an acceptance that recovers is
 never seen)."""
 
 import pytest
@@ -63,6 +63,20 @@ def test_acceptance_that_falls_with_depth_shortens_the_chain():
         policy.observe([0], 8, [3], verify_s=1.09, draft_s=0.4, other_s=0.1)
     assert policy.depth_factor(1) > 1.2 and policy.depth_factor(4) < 0.2
     assert policy.choose([0]) == 3
+
+
+def test_a_commit_that_grows_with_the_chain_is_priced_by_width():
+    """The step's time beyond drafting and verifying (mostly the commit: a long chain commits more) is kept per
+    width: with a flat verification and a commit of 0.1 + 0.5 k, rows that accept 9 drafts in 10 draft 3 or 4, not
+    the longest chain (which one cost for every width would pick)."""
+    policy = AdaptiveChain(max_k=8)
+    policy.warmed.add(1)
+    for k in (8, 0, 4, 2, 6):
+        policy.observe([0], k, [0], verify_s=1.0, draft_s=0.0, other_s=0.1 + 0.5 * k)
+    policy.accepted = {0: (90, 100)}
+    policy.pooled = (0, 0)
+    policy.by_depth.clear()
+    assert 3 <= policy.choose([0]) <= 4
 
 
 def test_it_looks_again_every_few_steps():
