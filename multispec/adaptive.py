@@ -82,8 +82,15 @@ class AdaptiveChain:
         self.accepted.clear()
 
     # ---- the choice -------------------------------------------------------------------------------------------
-    def choose(self, rows: list[int]) -> int:
-        """The chain length for a step of the active `rows` (original row indices)."""
+    def choose(self, rows: list[int], room: int | None = None) -> int:
+        """The chain length for a step of the active `rows` (original row indices). `room`: the most tokens a row
+        may still emit; a chain longer than `room - 1` drafts what no row can keep, so it is cut there."""
+        k = self._choose(rows)
+        if room is not None and k > max(room - 1, 0):
+            k = self.chosen[-1] = max(room - 1, 0)
+        return k
+
+    def _choose(self, rows: list[int]) -> int:
         batch = len(rows)
         if self.verify_cost is None:
             if batch not in self.warmed:

@@ -38,6 +38,8 @@ def test_the_choice_weighs_acceptance_against_the_cost_at_this_batch_size():
     assert policy.choose(list(range(32))) == 0  # at 32 rows every verified node costs as much: none pay
     policy.accepted = {0: (0, 60)}
     assert policy.choose([0]) == 0  # drafts never accepted: not worth even a cheap verification
+    policy.accepted = {0: (90, 100)}
+    assert policy.choose([0], room=3) == 2 and policy.chosen[-1] == 2  # no row can keep more than 3 tokens
 
 
 def test_a_new_prompt_starts_from_what_the_rows_so_far_accepted():
@@ -120,7 +122,7 @@ def test_greedy_output_is_generates_whatever_it_picks(rows):
         out = speculative_generate(model, ControlledDrafter(model, acceptance=acceptance, horizon=60), ids, mask,
                                    max_new_tokens=60, tree=policy, stopping=StoppingConfig.never())
         assert torch.equal(out.sequences[:, : want.shape[1]], want), acceptance
-        late[acceptance] = policy.chosen[-8:]
+        late[acceptance] = policy.chosen[-10:-2]  # the last steps are cut to the room left
         if acceptance:
             assert out.stats.mean_accepted_length > 2.5 and min(late[acceptance]) >= 4, late
     assert sum(late[0.0]) <= 1, late  # no drafts (a probe at most) once none is accepted
