@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from .. import SamplingConfig, zoo
+from ..adaptive import AdaptiveChain
 from ..chat import render_ids
 from ..cli_types import chain_length, name_list, positive_int
 from ..drafters import NGramDrafter, SuffixDecodingDrafter
@@ -71,13 +72,20 @@ def _rows(args, drafter, runner, questions):
                                                                                      "hybrid_ngram_suffix"))]
         draft_model = pair.draft_model
     else:
-        rows = [Row("no_draft", NGramDrafter, 0, sampled=True, role="control"), Row("ngram_chain_k4", NGramDrafter, 4),
+        # a checkpoint has no step profiles to calibrate from: --chain-k K, else 4
+        if args.chain_k == "auto":
+            raise ValueError("--chain-k auto: calibrates from a zoo pair's step profiles; give --target a length K "
+                             "(the row eagle_chain_auto chooses each step's length itself)")
+        chain_k = args.chain_k or 4
+        rows = [Row("no_draft", NGramDrafter, 0, sampled=True, role="control"),
+                Row(f"ngram_chain_k{chain_k}", NGramDrafter, chain_k),
                 Row("suffix_tree", SuffixDecodingDrafter, _default_tree(), fresh=True, sampled=True)]
         draft_model = None
         if args.draft is not None:
-            name = "eagle_chain_k4" if args.draft.startswith("eagle:") else "draft_chain_k4"
-            rows.append(Row(name, drafter, 4, sampled=True))
-        chain_k = 4
+            eagle = args.draft.startswith("eagle:")
+            rows.append(Row(f"{'eagle' if eagle else 'draft'}_chain_k{chain_k}", drafter, chain_k, sampled=True))
+            if eagle:
+                rows.append(Row("eagle_chain_auto", drafter, AdaptiveChain(max_k=min(16, 2 * chain_k)), sampled=True))
 
     def run(q, drafter, tree, options):
         return runner.speculative(q, drafter, tree, options)

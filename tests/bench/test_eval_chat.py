@@ -90,3 +90,6 @@ def test_eval_chat_on_a_checkpoint_runs_every_turn_and_matches_plain_decoding(tm
     assert "| method | multi-turn conversation | qa | rag | overall [spread] |" in board
     assert "speedup over plain decoding by kind" in capsys.readouterr().out  # printed as measured
     assert main(["eval", "chat", "--target", str(tmp_path / "target"), "--data", str(tmp_path / "none.jsonl")]) == 2
+    capsys.readouterr()
+    assert main(["eval", "chat", "--target", str(tmp_path / "target"), "--data", str(data), "--chain-k", "auto"]) == 2
+    assert "--chain-k auto: calibrates from a zoo pair's step profiles" in capsys.readouterr().err
