@@ -101,7 +101,22 @@ def render(messages: list[dict], tokenizer, add_generation_prompt: bool = False)
     fmt = turn_format(tokenizer)
     if fmt is None:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
-    return fmt.render(messages, add_generation_prompt)
+    return fmt.render(_system_folded(messages), add_generation_prompt)
+
+
+def _system_folded(messages: list[dict]) -> list[dict]:
+    """System messages put before the next user turn's text (Gemma's own template does the same): the turn formats
+    write user and assistant turns only."""
+    out, pending = [], []
+    for m in messages:
+        if m["role"] == "system":
+            pending.append(m["content"])
+        elif m["role"] == "user" and pending:
+            out.append({"role": "user", "content": "\n\n".join([*pending, m["content"]])})
+            pending = []
+        else:
+            out.append(m)
+    return out
 
 
 def encode(tokenizer, text: str) -> list[int]:

@@ -225,3 +225,25 @@ def test_bf16_autocast_trains_on_the_cpu_too(tmp_path, checkpoint):
     from safetensors.torch import load_file
 
     assert all(v.dtype in (torch.float16, torch.int64) for v in load_file(out / "eagle.safetensors").values())
+
+
+def test_a_tokenizer_without_a_template_gets_the_turn_format_eval_chat_writes():
+    """Training text for a template-less tokenizer is what `multispec.chat` renders (Gemma's markers when its
+    vocabulary has them); a system message goes before the next user turn instead of failing."""
+    from multispec.training.data import render
+
+    class Vocab:
+        chat_template = None
+
+        def __init__(self, words):
+            self.words = words
+
+        def get_vocab(self):
+            return {w: i for i, w in enumerate(self.words)}
+
+    talk = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "yo"}]
+    assert render(talk, Vocab(["a"])) == "user: Be brief.\n\nhi\nassistant: yo\n"
+    gemma = render(talk[1:], Vocab(["<start_of_turn>", "<end_of_turn>"]), add_generation_prompt=True)
+    assert gemma == ("<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\nyo<end_of_turn>\n"
+                     "<start_of_turn>model\n")
