@@ -19,10 +19,13 @@ pay. `AdaptiveChain` (`tree="auto"`) prices every k with what it measures where 
   (mostly the commit, which grows with what a long chain accepts) likewise, and the draft's time per drafted
   token by batch size.
 
-Lossless whatever it picks: the length of a chain changes what is verified, never how. Every `probe_every` steps
-it looks again where its estimates may be stale: after chains, at the longest (a width timed once while the
-machine was busy); after a run of k = 0, at the cheapest chain by its measured cost (a wide verification can
-cost less than a narrow one on a CPU), and a probe that accepts nothing doubles the wait before the next (up to
+Lossless whatever it picks: the length of a chain changes what is verified, never how. A chain must beat no
+chain by `margin` (3%): where drafts are barely accepted the two are a near tie within the timings' noise, and a
+wrong chain costs more than a wrong k = 0. Every `probe_every` steps it looks again where its estimates may be
+stale: after chains, one longer than the chosen one (a width timed once while the machine was busy is timed again,
+a step at a time; a probe at the longest chain costs most where acceptance is low, and was most of what the policy
+lost there); after a run of k = 0, at the cheapest chain by its measured cost (a wide verification can cost less
+than a narrow one on a CPU), and a probe that accepts nothing doubles the wait before the next (up to
 `max_probe_every`), so drafts that never pay cost a vanishing share of the steps.
 
     out = speculative_generate(target, drafter, ids, tree="auto")      # AdaptiveChain(max_k=8)
@@ -38,8 +41,8 @@ from dataclasses import dataclass, field
 @dataclass
 class AdaptiveChain:
     """A chain whose length each step is chosen (see the module docstring). `max_k`: the longest chain;
-    `smoothing`: the weight of a new timing in the averages; `probe_every`: steps of k = 0 before a one-token
-    probe; `verify_cost(batch, width)`: seconds of a verification when known beforehand (e.g. measured with
+    `smoothing`: the weight of a new timing in the averages; `probe_every`: steps between probes; `margin`: how
+    much more tokens per second a chain must promise than none; `verify_cost(batch, width)`: seconds of a verification when known beforehand (e.g. measured with
     `multispec.draft_length.VerifyCost` per batch size), instead of the steps' own timings. The timings carry over from one generation to the next (they are the machine's); the rows'
     acceptance starts over at each prompt (`start`)."""
 
@@ -49,6 +52,7 @@ class AdaptiveChain:
     max_probe_every: int = 256
     prior: tuple[float, float] = (1.0, 2.0)
     prior_weight: float = 4.0
+    margin: float = 0.03
     verify_cost: Callable[[int, int], float] | None = None
     verify_s: dict = field(default_factory=dict)  # (batch, width) -> seconds
     draft_s: dict = field(default_factory=dict)  # batch -> seconds per drafted token
@@ -61,6 +65,7 @@ class AdaptiveChain:
     _since_probe: int = 0
     _wait: int = 0  # steps between probes now (0: `probe_every`)
     _probing: bool = False
+    _probe_up: bool = False  # the last probe after chains went one longer (the next goes one shorter)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_k, int) or self.max_k < 1:
@@ -92,7 +97,7 @@ class AdaptiveChain:
 
     def _choose(self, rows: list[int]) -> int:
         batch = len(rows)
-        if self.verify_cost is None:
+        if self.verify_cost is None and self._near(batch) is None:
             if batch not in self.warmed:
                 return self._record(self.max_k)  # the warm-up step: its timings are not kept
             seen = sorted(w for b, w in self.verify_s if b == batch)
@@ -102,12 +107,28 @@ class AdaptiveChain:
         tokens = self._expected_tokens(rows)
         rates = {k: tokens[k] / self._cost(batch, k) for k in range(self.max_k + 1)}
         k = max(rates, key=rates.get)
+        if k and rates[k] < rates[0] * (1 + self.margin):  # drafts must clearly pay: a near tie is noise
+            k = 0
         self._since_probe += 1
         if self._since_probe >= (self._wait or self.probe_every):  # look again where the estimates may be stale
             self._since_probe = 0
             self._probing = k == 0
-            k = min(range(1, self.max_k + 1), key=lambda j: self._cost(batch, j)) if k == 0 else self.max_k
+            if k == 0:
+                k = min(range(1, self.max_k + 1), key=lambda j: self._cost(batch, j))
+            else:  # a neighbour of the chosen length, longer and shorter in turn
+                self._probe_up = not self._probe_up
+                k = min(k + 1, self.max_k) if self._probe_up else k - 1
         return self._record(k)
+
+    def _near(self, batch: int) -> int | None:
+        """The batch size whose timings stand in for `batch`'s: itself once explored, else the nearest timed one
+        within a factor of 1.5 (rows that finish shrink a batch a row at a time: 8 -> 7 -> 6 costs about what 8
+        did, and exploring each would spend the longest chain's steps where a generation ends). None: explore."""
+        sizes = {b for b, _ in self.verify_s}
+        if sum(b == batch for b, _ in self.verify_s) >= 3:
+            return batch
+        near = [b for b in sizes if b != batch and max(b, batch) <= 1.5 * min(b, batch)]
+        return min(near, key=lambda b: (abs(b - batch), -b)) if near else None
 
     def _record(self, k: int) -> int:
         self.chosen.append(k)
@@ -145,13 +166,29 @@ class AdaptiveChain:
         return totals
 
     def _cost(self, batch: int, k: int) -> float:
-        return self._verify(batch, k + 1) + k * self.draft_s.get(batch, 0.0) + _at_width(self.other_s, batch, k + 1)
+        near = self._near(batch)
+        draft = self.draft_s.get(batch, self.draft_s.get(near, 0.0))
+        return self._verify(batch, k + 1) + k * draft + self._estimate(self.other_s, batch, k + 1)
 
     def _verify(self, batch: int, width: int) -> float:
-        """The given cost, else the measured time at this width, else interpolated between the nearest seen."""
+        """The given cost, else the measured time at this width, else estimated (`_estimate`)."""
         if self.verify_cost is not None:
             return float(self.verify_cost(batch, width))
-        return _at_width(self.verify_s, batch, width)
+        return self._estimate(self.verify_s, batch, width)
+
+    def _estimate(self, table: dict, batch: int, width: int) -> float:
+        """`table`'s time at (batch, width): measured; else interpolated between the widths seen at this batch size;
+        else the nearest batch size's (`_near`) shape, at this batch size's level where one width is timed here."""
+        own = sorted(w for b, w in table if b == batch)
+        near = self._near(batch)
+        if (batch, width) in table or near in (None, batch) or own and own[0] < width < own[-1]:
+            return _at_width(table, batch, width)
+        there = _at_width(table, near, width)
+        if not own:
+            return there
+        w0 = min(own, key=lambda w: abs(w - width))
+        base = _at_width(table, near, w0)
+        return there * table[(batch, w0)] / base if base > 0 else there
 
     # ---- what a step measured ----------------------------------------------------------------------------------
     def observe(self, rows: list[int], k: int, accepted: list[int], verify_s: float, draft_s: float,

@@ -6,7 +6,8 @@ accepted or where a batch makes verifying them dear.
 Mutations caught (checked by hand): pricing a chain by its expected tokens alone, without the verification's cost
 (the batch-of-32 case then keeps drafting); one acceptance rate for every depth (the falling-with-depth case then
 drafts 8); one commit time for every width (the growing-commit case then drafts 8); never probing after choosing k = 0 (an acceptance that recovers is
-never seen)."""
+never seen); no margin over k = 0 (the near tie drafts 1); exploring every new batch size (the shrinking batch
+drafts 8 at 7 rows)."""
 
 import pytest
 import torch
@@ -83,8 +84,8 @@ def test_a_commit_that_grows_with_the_chain_is_priced_by_width():
 
 def test_it_looks_again_every_few_steps():
     """After a run of k = 0 it drafts the cheapest chain (an acceptance that recovers is seen), and a probe that
-    accepts nothing doubles the wait for the next; after a run of chains it tries the longest (a width timed once on
-    a busy machine is timed again)."""
+    accepts nothing doubles the wait for the next; after a run of chains it tries one longer, then one shorter (a
+    width timed once on a busy machine is timed again)."""
     policy = AdaptiveChain(max_k=4, probe_every=5)
     _timed(policy, 1, verify_per_node_row=0.5)
     policy.accepted = {0: (0, 50)}
@@ -103,8 +104,39 @@ def test_it_looks_again_every_few_steps():
     _timed(policy, 1, verify_per_node_row=0.0)
     policy.verify_s[(1, 5)] = 50.0  # the longest chain timed once, slow
     policy.accepted = {0: (95, 100)}
-    choices = [policy.choose([0]) for _ in range(5)]
-    assert choices[:4] == [2] * 4 and choices[4] == 4  # width 4 priced between the cheap 3 and the slow 5
+    choices = [policy.choose([0]) for _ in range(10)]
+    # width 4 priced between the cheap 3 and the slow 5: 2 chosen; probes one longer, then one shorter
+    assert choices == [2, 2, 2, 2, 3, 2, 2, 2, 2, 1]
+
+
+def test_a_chain_must_clearly_beat_none():
+    """Where a chain promises tokens per second within `margin` of no chain (a drafter barely accepted), k = 0:
+    a near tie is within the timings' noise, and a wrong chain is dearer than a wrong k = 0."""
+    def policy_at(margin):
+        policy = AdaptiveChain(max_k=4, margin=margin)
+        policy.warmed.add(1)
+        for k in (4, 0, 2, 1, 3):  # a chain of 1 costs 1.2 plain steps, and its draft is accepted 1 in 5 (+2%)
+            policy.observe([0], k, [0], verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0)
+        policy.accepted, policy.pooled = {0: (2240, 10000)}, (0, 0)
+        policy.prior_weight = 0.0
+        return policy
+    assert policy_at(0.0).choose([0]) == 1
+    assert policy_at(0.03).choose([0]) == 0
+
+
+def test_a_batch_that_shrinks_as_rows_finish_borrows_the_full_batch_costs():
+    """Rows that finish shrink a batch a row at a time (8 -> 7 -> 6): those sizes take the nearest explored
+    size's costs instead of exploring (the longest chain's steps, where the drafts are not accepted, at the end of
+    every generation), scaled to the level timed at their own size once one width is."""
+    policy = AdaptiveChain(max_k=8)
+    _timed(policy, 8, verify_per_node_row=0.1)  # width w at 8 rows: 1 + 0.8 w
+    policy.accepted, policy.pooled = {r: (1, 50) for r in range(8)}, (1, 50)
+    assert policy.choose(list(range(7))) == 0 and policy.choose(list(range(6))) == 0
+    assert policy._verify(7, 5) == pytest.approx(1 + 0.8 * 5)  # the shape of 8's costs
+    policy.warmed.add(7)
+    policy.observe(list(range(7)), 0, [0] * 7, verify_s=0.9, draft_s=0.0, other_s=0.1)
+    assert policy._verify(7, 5) == pytest.approx(0.9 * (1 + 0.8 * 5) / 1.8)  # at 7's own level
+    assert policy._near(4) is None  # half the size: explored anew
 
 
 @pytest.mark.parametrize("rows", [1, 3], ids=["B1", "ragged-B3"])
