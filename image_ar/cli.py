@@ -11,7 +11,7 @@ import torch
 from tqdm.auto import tqdm
 
 from multispec.bench.machine import machine_info
-from multispec.bench.shards import Shards, current
+from multispec.shards import Shards, current
 from multispec.cli import parse_tree, positive_int, register_command
 from multispec.training.cli import register_trainer
 

@@ -26,7 +26,7 @@ import torch
 from transformers import PreTrainedModel
 
 from multispec import EngineConfig, SamplingConfig, speculative_generate
-from multispec.bench.shards import current
+from multispec.shards import current
 from multispec.drafters import NGramDrafter
 from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
 from multispec.drafters.eagle_train import EagleTrainConfig, EagleTrainer

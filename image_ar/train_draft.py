@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from multispec.bench.shards import current
+from multispec.shards import current
 from multispec.cli import positive_int
 from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
 from multispec.drafters.eagle_train import EagleTrainConfig

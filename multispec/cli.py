@@ -10,15 +10,15 @@ from pathlib import Path
 
 import torch
 
-from . import generate_cli, zoo
+from . import generate_cli, shards, zoo
 from .bench import chat_cli
 from .bench import core as bench_core
-from .bench import report, shards
+from .bench import report, tune
 from .bench import text as bench_text
 from .cli_types import chain_length, int_list, name_list, parse_tree, positive_int
 from .targets import load_adapter_plugins
 from .training import cli as training_cli
-from .zoo import export, tune
+from .zoo import export
 
 # commands that modality packages add when imported (`multispec.adapters` entry points):
 # (group, name) -> (help, add_arguments(parser), run(args) -> exit code); group is "bench", "eval" or "train"

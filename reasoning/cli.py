@@ -8,7 +8,7 @@ from pathlib import Path
 
 from multispec.bench.machine import save_results
 from multispec.bench.recorder import results
-from multispec.bench.shards import current
+from multispec.shards import current
 from multispec.cli import positive_int, register_command
 from multispec.rules import Judge, JudgeHead, train_judge_head
 

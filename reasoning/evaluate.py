@@ -39,7 +39,7 @@ import torch
 
 from multispec import StoppingConfig, speculative_generate
 from multispec.bench.recorder import Recorder, partition, with_role
-from multispec.bench.shards import Shards
+from multispec.shards import Shards
 from multispec.drafters import ModelDrafter
 from multispec.rules import Judge, JudgeHead, JudgeStats
 
@@ -209,7 +209,7 @@ def evaluate_table(models: Models, problems: Sequence[Problem], methods: Sequenc
     """Run every method on every problem through the recorder (methods interleaved problem by problem, the
     problems split into `rounds`, fewer when there are fewer problems) and return its table, each row with
     the method's accuracy and counts. `warmup`: run every method once on the first problem, untimed;
-    `progress`: show progress bars; `shards`: this process's part of a data-parallel run (`multispec.bench.shards`:
+    `progress`: show progress bars; `shards`: this process's part of a data-parallel run (`multispec.shards`:
     each process solves its share of every round, and every process returns the table of all problems);
     `controls=False`: a judge row without its controls (for a sweep that runs them itself, as
     benchmarks/studies/reasoning_judge_floors.py does)."""

@@ -251,3 +251,34 @@ def test_no_function_outside_the_tests_is_over_80_lines():
     assert not long, "functions over 80 lines:\n" + "\n".join(long)
     planted = ast.parse("def f():\n" + "    x = 1\n" * 80)
     assert _long_functions({"m": (ROOT / "m.py", planted, [])}) == ["m.py:1: f (81 lines)"]
+
+
+# the core's layers, lowest first: a module imports its own layer and those below, never one above (a back arrow
+# makes the lower layer carry the upper one: training would load the benchmarks, the zoo the bench's rows)
+LAYERS = ("core", "training", "zoo", "testing", "bench", "cli")
+CLI_MODULES = {"multispec.__main__", "multispec.cli", "multispec.cli_types", "multispec.generate_cli",
+               "multispec.bench.chat_cli", "multispec.training.cli"}
+
+
+def _layer(module: str) -> str:
+    if module in CLI_MODULES:
+        return "cli"
+    part = module.split(".")[1] if module.count(".") else ""
+    return part if part in LAYERS else "core"
+
+
+def _back_arrows(graph: dict[str, set[str]]) -> list[str]:
+    core = lambda m: m.startswith("multispec") and _top_package(m) == "core"  # noqa: E731
+    return sorted(f"{a} ({_layer(a)}) -> {b} ({_layer(b)})" for a, targets in graph.items() if core(a)
+                  for b in targets if core(b) and LAYERS.index(_layer(b)) > LAYERS.index(_layer(a)))
+
+
+def test_no_import_runs_back_up_the_cores_layers():
+    """core < training < zoo < testing < bench < cli (the commands' modules): `zoo tune` is a benchmark (in
+    bench), data sharding is the core's (`multispec.shards`), used by training and the benchmarks alike."""
+    bad = _back_arrows(_graph())
+    assert not bad, "imports that run back up the layers " + " < ".join(LAYERS) + ":\n" + "\n".join(bad)
+    planted = {"multispec.zoo.tune": {"multispec.bench.text"}, "multispec.bench.text": {"multispec.zoo.data"},
+               "multispec.training.loop": {"multispec.bench.shards"}}
+    assert _back_arrows(planted) == ["multispec.training.loop (training) -> multispec.bench.shards (bench)",
+                                     "multispec.zoo.tune (zoo) -> multispec.bench.text (bench)"]

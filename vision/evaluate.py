@@ -15,7 +15,7 @@ import torch
 from multispec import DynamicTree, Prompt, StoppingConfig, speculative_generate
 from multispec.bench.recorder import (Recorder, generated_tokens, outputs_identical, partition, sequences,
                                       with_role)
-from multispec.bench.shards import Shards
+from multispec.shards import Shards
 from multispec.targets import as_target
 
 from .vqa_metrics import anls, relaxed_accuracy, vqa_accuracy
@@ -113,7 +113,7 @@ def run_vqa(items: Sequence[VQAItem], processor, methods: dict[str, Method], eos
     on the first question. Returns the recorder's table (rows: tokens/s, speedup with its spread, mean
     accepted length, step split, `outputs` against plain decoding, and under `quality` the VQA accuracy /
     ANLS / relaxed accuracy on the short questions), whether every output equals plain decoding's, and the
-    predictions. `shards`: this process's part of a data-parallel run (`multispec.bench.shards`): it answers
+    predictions. `shards`: this process's part of a data-parallel run (`multispec.shards`): it answers
     its share of the questions, and every process returns the figures of all of them."""
     prepared = [(i, processor(item.image, item.question)) for i, item in enumerate(items)]
     predictions: dict[str, list[str | None]] = {name: [None] * len(items) for name in methods}

@@ -35,7 +35,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from .machine import machine_info
-from .shards import Shards
+from ..shards import Shards
 
 SCHEMA = "multispec.bench/1"
 SPLIT_KEYS = ("prefill_s", "draft_s", "verify_s", "commit_s")

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..bench.shards import current
+from ..shards import current
 from ..chat import stop_ids, turn_format
 from ..config import StoppingConfig
 from ..generate import speculative_generate

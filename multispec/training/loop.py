@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..bench.shards import Shards, current
+from ..shards import Shards, current
 
 CHECKPOINT = "checkpoint"
 

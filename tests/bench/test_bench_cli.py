@@ -239,7 +239,7 @@ def test_zoo_tune_chooses_shapes_on_validation_and_writes_them(tmp_path, capsys,
     """`multispec zoo tune`: every candidate timed on validation prompts against plain decoding; `--write` stores
     the choice (and the chain lengths' step profiles) in the pair's draft_shape.json, which `zoo.load` reads,
     then Token Recycling's tree beside it. The pair's shipped file is left alone (the test writes a copy)."""
-    from multispec.zoo import tune
+    from multispec.bench import tune
 
     shipped = tune.shape_file("stdlib-bytes")
     monkeypatch.setattr(tune, "shape_file", lambda name: tmp_path / "draft_shape.json")

@@ -17,7 +17,7 @@ ACCELERATE = Path(sys.executable).with_name("accelerate")
 
 def _launch(args: list[str], json_path: Path) -> dict:
     # --multi_gpu is accelerate's name for its torchrun launcher; on a machine without GPUs the processes run on
-    # the CPU and join a gloo group (multispec.bench.shards)
+    # the CPU and join a gloo group (multispec.shards)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     run = subprocess.run([str(ACCELERATE), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "multispec", *args,

@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 
 from .. import zoo
-from ..bench.machine import describe, save_results
-from ..bench.recorder import Recorder, format_table, repeat, results
-from ..bench.rows import Row, method_table
-from ..bench.text import prompts
+from .machine import describe, save_results
+from .recorder import Recorder, format_table, repeat, results
+from .rows import Row, method_table
+from .text import prompts
 from ..config import StoppingConfig
 from ..draft_length import StepProfile, VerifyCost, choose_chain_length, describe_choice
 from ..drafters import NGramDrafter, TokenRecyclingDrafter
