@@ -88,12 +88,15 @@ class EngineConfig:
     cache is attention key/values (`multispec.targets.static_hf`); other targets are refused by name. `pad_widths[M]`: verify a step of M nodes (root included) as this many
     (>= M; padding nodes are invalid) where a CPU's matrix kernels run the wider batch faster
     (`multispec.draft_length.VerifyCost.padding()`); the output is unchanged, only the cost; eager steps
-    only. `progress`: a progress bar over generated tokens.
+    only. `progress`: a progress bar over generated tokens. `session_tokens`: with a fixed-shape step, the tokens
+    a `Session`'s caches hold in all (prompt, appended turns, generated tokens); `speculative_generate` sets it
+    from the prompt and `max_new_tokens`.
     """
 
     step: str = "eager"
     pad_widths: Mapping[int, int] | None = field(default=None, hash=False)
     progress: bool = False
+    session_tokens: int = 2048
 
     def __post_init__(self) -> None:
         if self.step not in STEPS:
@@ -103,6 +106,8 @@ class EngineConfig:
             raise ValueError(f"pad_widths: the {self.step} step has a fixed node budget; padding is for step='eager'")
         if not isinstance(self.progress, bool):
             raise TypeError(f"progress: expected a bool, got {type(self.progress).__name__}")
+        if isinstance(self.session_tokens, bool) or not isinstance(self.session_tokens, int) or self.session_tokens < 1:
+            raise ValueError(f"session_tokens: expected an int >= 1, got {self.session_tokens!r}")
 
 
 def check_pad_widths(pad_widths: Mapping[int, int] | None) -> dict[int, int] | None:

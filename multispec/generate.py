@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from .config import EngineConfig, StoppingConfig, check_max_new_tokens, checked, refuse_moved
-from .drafters import as_drafter
 from .metrics import SpeculativeStats
 from .prompt import Prompt
 from .rules import AcceptanceRule, Verdict
 from .sampling import SamplingConfig
 from .session import Session
-from .targets.static import static_engines
-from .tree import DraftTree, TreeSpec, as_tree_spec
+from .tree import DraftTree, TreeSpec
 
 
 @dataclass
@@ -74,9 +72,8 @@ def speculative_generate(
     prompt = Prompt.build(input_ids, attention_mask, **model_inputs)
     check_max_new_tokens(max_new_tokens)
     engine = checked(engine, EngineConfig, "engine")
-    if engine.step != "eager":
-        target, drafter = static_engines(target, as_drafter(drafter), engine.step, prompt.input_ids.shape[1],
-                                         max_new_tokens, as_tree_spec(tree).max_nodes)
+    if engine.step != "eager":  # the session builds the static engines, sized for this call
+        engine = replace(engine, session_tokens=prompt.input_ids.shape[1] + max_new_tokens)
     session = Session(target, drafter, tree=tree, rule=rule, sampling=sampling, stopping=stopping, engine=engine,
                       generator=generator, rollback=False)
     b = prompt.batch_size

@@ -35,6 +35,7 @@ from .sampling import SamplingConfig, check_logits_finite
 from .step_read import StepClock, read_step
 from .targets import Target, as_target
 from .targets.base import Features
+from .targets.static import static_engines
 from .adaptive import AdaptiveChain
 from .tree import Chain, DraftTree, TreeSpec, as_tree_spec
 
@@ -84,13 +85,19 @@ class Session:
                  rule: AcceptanceRule | str | None = None, sampling: SamplingConfig | None = None,
                  stopping: StoppingConfig | None = None, engine: EngineConfig | None = None,
                  generator: torch.Generator | None = None, rollback: bool = True):
-        """Arguments as `speculative_generate`'s (which see; the static engines of `engine.step` are built by
-        `speculative_generate`, or passed in as the target and drafter); nothing runs until the first
-        `append`. `rollback=False` skips keeping what a rollback needs (the target features a feature-level
-        drafter read so far): for one-shot generation."""
+        """Arguments as `speculative_generate`'s (which see). With a fixed-shape `engine.step` the static engines
+        of the target and the drafter are built here (kept on the models for the next session), with room for
+        `engine.session_tokens` tokens in all; nothing runs until the first `append`. `rollback=False` skips
+        keeping what a rollback needs (the target features a feature-level drafter read so far): for one-shot
+        generation."""
         self.sampling = checked(sampling, SamplingConfig, "sampling")
         self.stopping = checked(stopping, StoppingConfig, "stopping")
         self.engine = checked(engine, EngineConfig, "engine")
+        self._columns: int | None = None  # the fixed-shape caches' room, in tokens (None: eager, unbounded)
+        if self.engine.step != "eager":
+            target, drafter = static_engines(target, as_drafter(drafter), self.engine.step, 0,
+                                             self.engine.session_tokens, as_tree_spec(tree).max_nodes)
+            self._columns = self.engine.session_tokens
         self.target: Target = as_target(target)
         self.drafter: Drafter = as_drafter(drafter)
         self.target.check_request(self.drafter.feature_request)
@@ -138,6 +145,10 @@ class Session:
         if max_pos is not None and longest + extra + self.spec.max_nodes > max_pos:
             raise ValueError(f"max_new_tokens: context ({longest}) + new tokens ({extra}) + draft nodes "
                              f"({self.spec.max_nodes}) exceed the target's max_position_embeddings ({max_pos})")
+        if self._columns is not None and longest + extra > self._columns:
+            raise ValueError(f"max_new_tokens: context ({longest}) + new tokens ({extra}) exceed the fixed-shape "
+                             f"caches of this session (EngineConfig(session_tokens={self._columns})); build the "
+                             "session with more")
 
     # ---- append -------------------------------------------------------------------------------------------
     @torch.no_grad()

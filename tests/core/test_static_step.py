@@ -219,6 +219,28 @@ def test_step_switch_builds_static_engines_once_and_keeps_them(byte_pair):
     assert type(pair.drafter.lm) is LeanCausalLM  # the caller's drafter is left as it was
 
 
+def test_a_session_runs_the_step_its_engine_config_names(byte_pair):
+    """`Session(engine=EngineConfig(step="static"))` builds and runs the static engines itself (it once ran the
+    eager step silently): the target's own greedy tokens, every verification and head forward on the fixed-shape
+    step, a second turn appended into the same caches, and a clear error past `session_tokens`."""
+    pair, ids, mask, expected = byte_pair
+    session = Session(pair.target, pair.drafter, tree=4, engine=EngineConfig(step="static", session_tokens=320),
+                      stopping=StoppingConfig.never())
+    assert isinstance(session.target, StaticLeanCausalLM) and isinstance(session.drafter.lm, StaticLeanCausalLM)
+    calls = session.target.static_calls, session.drafter.lm.static_calls  # engines kept from earlier tests
+    session.append(ids, mask)
+    new = session.generate(32)[0]
+    assert torch.equal(torch.tensor(new), expected[0, ids.shape[1]:])
+    steps = len(session.stats.steps)
+    assert session.target.static_calls - calls[0] == steps and session.drafter.lm.static_calls - calls[1] >= steps
+    session.append(torch.tensor([new[:3]]))  # another turn: appended, not prefilled again
+    session.generate(8)
+    assert session.target.static_calls - calls[0] > steps
+    with pytest.raises(ValueError, match=r"session_tokens=320"):
+        session.generate(200)
+    assert type(pair.drafter.lm) is LeanCausalLM  # the caller's drafter is left as it was
+
+
 def test_step_switch_refuses_what_it_cannot_run(byte_pair):
     pair, ids, mask, _ = byte_pair
     with pytest.raises(ValueError, match="step: expected one of 'eager', 'static', 'compiled'"):
