@@ -14,13 +14,10 @@ drafting with a small `PatchAR` or with a `PatchEagle` (EAGLE-style: it predicts
 and samples with the target's head; `train_eagle` trains one for a user's own `PatchAR`).
 """
 
-from multispec.generate_cli import register_generate_mode
 from multispec.targets import register_target_adapter
 from multispec.targets.static import register_fixed_shape
 from multispec.zoo import register_entry
 
-from . import cli as _cli
-from . import generate_mode as _generate_mode
 
 from .continuous import (ContinuousImageOutput, PatchAR, PatchARConfig, PatchEagle, PatchEagleConfig, TrajectoryRatio,
                          generate_continuous, train_eagle)
@@ -42,8 +39,6 @@ register_target_adapter(lambda model: isinstance(model, ClassConditionalGPT), Im
 register_fixed_shape(JanusImageTarget, static_janus_class)  # Janus on `step="static"`
 register_entry(zoo_entry())
 register_entry(continuous_zoo_entry())
-_cli.register()
-register_generate_mode(_generate_mode.MODE)
 
 
 def load_image_pair(folder=None):

@@ -13,9 +13,10 @@ from tqdm.auto import tqdm
 from multispec.bench.machine import machine_info
 from multispec.shards import Shards, current
 from multispec.cli import parse_tree, positive_int, register_command
+from multispec.generate_cli import register_generate_mode
 from multispec.training.cli import register_trainer
 
-from . import train_draft, zoo_pair
+from . import generate_mode, train_draft, zoo_pair
 from .continuous import zoo_pair as continuous_pair
 from .bench import NEIGHBOURS, run
 from .continuous.bench import K
@@ -233,6 +234,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def register() -> None:
+    register_generate_mode(generate_mode.MODE)
     register_trainer(train_draft.TRAINER)
     register_command("bench", "image-ar", "LANTERN (discrete) or continuous speculative decoding vs plain AR on the "
                      "zoo image models",

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import torch
@@ -16,13 +18,30 @@ from .bench import core as bench_core
 from .bench import report, tune
 from .bench import text as bench_text
 from .cli_types import chain_length, int_list, name_list, parse_tree, positive_int
-from .targets import load_adapter_plugins
 from .training import cli as training_cli
 from .zoo import export
 
 # commands that modality packages add when imported (`multispec.adapters` entry points):
 # (group, name) -> (help, add_arguments(parser), run(args) -> exit code); group is "bench", "eval" or "train"
 PLUGIN_COMMANDS: dict[tuple[str, str], tuple[str, Callable, Callable]] = {}
+
+
+COMMAND_GROUP = "multispec.commands"  # entry points: a modality's `register()` of its commands
+_commands_loaded = False
+
+
+def load_command_plugins() -> None:
+    """Call every `register` of the `multispec.commands` entry-point group (once): the modalities' commands, their
+    generate modes and trainers. Only the command line does this: importing a modality loads none of it."""
+    global _commands_loaded
+    if _commands_loaded:
+        return
+    _commands_loaded = True
+    for entry in entry_points(group=COMMAND_GROUP):
+        try:
+            entry.load()()
+        except Exception as error:  # a broken plugin must not take the other commands down with it
+            warnings.warn(f"multispec: the command plugin {entry.name!r} ({entry.value}) failed to load: {error}")
 
 
 def register_command(group: str, name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None],
@@ -194,8 +213,6 @@ def _demo(args: argparse.Namespace) -> int:
 def _quiet_libraries() -> None:
     """Keep library chatter out of the results a command prints: `transformers`' per-load progress bars and
     info lines, and deprecation warnings of the libraries underneath (our own progress bars stay)."""
-    import warnings
-
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -346,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole command line: the core's commands and those the modality packages register on import."""
     parser = Parser(prog="multispec", description="Speculative generation beyond plain text.")
     sub = parser.add_subparsers(dest="command", required=True)
-    load_adapter_plugins()  # modality packages register their commands
+    load_command_plugins()  # modality packages register their commands
     _register_core_commands()
     suites = _add_bench(sub)
     _add_plugins(sub, suites)

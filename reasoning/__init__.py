@@ -14,11 +14,8 @@ Llamas on synthetic step-by-step arithmetic) ships a base, a small model and its
 experts, a styled drafter and judges.
 """
 
-from multispec.generate_cli import register_generate_mode
 from multispec.zoo import register_entry
 
-from . import cli as _cli
-from . import generate_mode as _generate_mode
 from .data import Problem, extract_answer, is_correct, make_problems, read_problems, write_problems
 from .evaluate import METHODS, Models, Settings, evaluate
 from .judge_data import label_divergences
@@ -31,8 +28,6 @@ from .steps import PlainWriter, ReasoningOutput, SessionWriter, Step, Writer
 from .zoo_pair import load_pair, zoo_entry
 
 register_entry(zoo_entry())
-_cli.register()
-register_generate_mode(_generate_mode.MODE)
 
 __all__ = ["LikelihoodVerdict", "LogLikelihoodScorer", "METHODS", "Models", "PlainWriter", "Problem", "PromptScorer",
            "PromptVerdict", "ReasoningOutput", "SessionWriter", "Settings", "SpecReason", "SpecReasonConfig",

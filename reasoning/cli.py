@@ -10,8 +10,10 @@ from multispec.bench.machine import save_results
 from multispec.bench.recorder import results
 from multispec.shards import current
 from multispec.cli import positive_int, register_command
+from multispec.generate_cli import register_generate_mode
 from multispec.rules import Judge, JudgeHead, train_judge_head
 
+from . import generate_mode
 from .bench import (DRAFTERS, SPLITS, ZOO_METHODS, check_zoo_methods, run, settings_record, zoo_models,
                     zoo_settings)
 from .data import make_problems, read_problems
@@ -197,6 +199,7 @@ def _train_judge(args: argparse.Namespace) -> int:
 
 
 def register() -> None:
+    register_generate_mode(generate_mode.MODE)
     register_command("bench", "reasoning", "SpecReason, Speculative Thinking, Speculative Verdict and judge decoding "
                      "on the arith-reasoning pair", _add_bench, _bench)
     register_command("eval", "reasoning", "accuracy / latency / steps per reasoning method on a JSONL of problems",

@@ -12,7 +12,6 @@ from multispec.targets import register_draft_engine, register_target_adapter
 from multispec.targets.static import register_fixed_shape
 from multispec.zoo import register_entry
 
-from . import cli as _cli
 from .drafters import StatefulDraftEngine
 from .hybrid import (BambaTarget, FalconH1Target, GraniteMoeHybridTarget, JambaTarget, Lfm2Target, NemotronHTarget,
                      Zamba2Target)
@@ -54,7 +53,6 @@ register_fixed_shape(SSMTarget, static_ssm_class)  # Mamba-2, Mamba-1, FalconMam
 register_fixed_shape(BambaTarget, static_hybrid_class)  # every hybrid
 for _entry in zoo_entries():
     register_entry(_entry)
-_cli.register()
 
 __all__ = ["BambaTarget", "FalconH1Target", "FalconMambaTarget", "GraniteMoeHybridTarget", "JambaTarget", "Lfm2Target",
            "NemotronHTarget", "Mamba2Target", "MambaTarget", "SSMTarget", "StatefulDraftEngine", "StaticHybrid", "StaticSSM", "tree_conv1d",

@@ -8,6 +8,7 @@ let it pass today.
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,9 +232,9 @@ def _imported_modules(sources: dict) -> set[str]:
 
 def test_every_package_module_is_imported_by_something():
     """No dead file: every module of the package is imported by another module, a test, a demo or a benchmark
-    (or is a package `__init__`, `__main__`, or a modality package the entry points load)."""
+    (or is a package `__init__`, `__main__`, or a modality package or command module the entry points load)."""
     imported = _imported_modules(SOURCES | _test_sources())
-    entry_points = {f"multispec.{m}" for m in MODALITIES}
+    entry_points = {f"multispec.{m}" for m in MODALITIES} | {f"multispec.{m}.cli" for m in MODALITIES}
     dead = sorted(m for m in SOURCES if m.startswith("multispec") and m not in imported and m not in PACKAGES
                   and not m.endswith("__main__") and m not in entry_points)
     assert not dead, f"modules nothing imports: {dead}"
@@ -282,3 +283,40 @@ def test_no_import_runs_back_up_the_cores_layers():
                "multispec.training.loop": {"multispec.bench.shards"}}
     assert _back_arrows(planted) == ["multispec.training.loop (training) -> multispec.bench.shards (bench)",
                                      "multispec.zoo.tune (zoo) -> multispec.bench.text (bench)"]
+
+
+def _closure(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    return seen
+
+
+def _command_modules(graph: dict[str, set[str]], package: str) -> list[str]:
+    """The command-line modules importing `package` loads: the core's CLI and any modality's commands."""
+    commands = CLI_MODULES | {f"multispec.{m}.{c}" for m in MODALITIES for c in ("cli", "generate_mode")}
+    return sorted(_closure(graph, package) & commands)
+
+
+def test_importing_a_modality_never_loads_the_command_line():
+    """A modality registers its adapters, engines and zoo pairs on import (`multispec.adapters`); its commands are
+    registered only by the command line, through the `multispec.commands` entry points. So a plain
+    `speculative_generate` on a model that an adapter serves loads no CLI, bench or argparse code of any modality."""
+    graph = _graph()
+    for modality in MODALITIES:
+        assert _command_modules(graph, f"multispec.{modality}") == [], modality
+    planted = {"multispec.vision": {"multispec.vision.cli"}, "multispec.vision.cli": {"multispec.cli"}}
+    assert _command_modules(planted, "multispec.vision") == ["multispec.cli", "multispec.vision.cli"]
+
+
+def test_the_command_entry_points_name_each_modalitys_register():
+    """pyproject's `multispec.commands` group: one `register` per modality, each a function of its cli module."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    commands = project["multispec.commands"]
+    assert commands == {m: f"multispec.{m}.cli:register" for m in MODALITIES}
+    for modality in MODALITIES:
+        _, tree, _ = SOURCES[f"multispec.{modality}.cli"]
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "register" for n in tree.body), modality

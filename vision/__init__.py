@@ -12,13 +12,10 @@ trained with `VisionDistiller` (online logit distillation). The zoo pair `vqa-ll
 `vqa-words-llava` (word tokens, 256 image tokens) ships beside it (`multispec zoo train vqa-words-llava` retrains it).
 """
 
-from multispec.generate_cli import register_generate_mode
 from multispec.targets import register_target_adapter
 from multispec.targets.static import register_fixed_shape
 from multispec.zoo import register_entry
 
-from . import cli as _cli
-from . import generate_mode as _generate_mode
 from .compress import ElasticCompressor, QueryAdaptor
 from .distill import DistillConfig, VisionDistiller
 from .drafters import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead, build_draft_sequence
@@ -32,8 +29,6 @@ register_target_adapter(lambda model: vision_adapter_for(model) is not None,
 register_fixed_shape(PaliGemmaTarget, static_paligemma_class)  # its prefix root's masks: tensors of its own
 register_entry(zoo_entry())
 register_entry(words_zoo_entry())
-_cli.register()
-register_generate_mode(_generate_mode.MODE)
 
 __all__ = ["DistillConfig", "ElasticCompressor", "Gemma3VLTarget", "Idefics3Target", "LlavaTarget", "PaliGemmaTarget",
            "QueryAdaptor", "Qwen2VLTarget", "Qwen3VLTarget",

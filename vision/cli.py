@@ -13,9 +13,11 @@ from multispec import StoppingConfig, speculative_generate, zoo
 from multispec.bench.recorder import LEGEND, format_table
 from multispec.shards import current
 from multispec.cli import parse_tree, positive_int, register_command
+from multispec.generate_cli import register_generate_mode
 from multispec.training.cli import TargetTrainer, loop_config, loop_report, register_trainer, write_report
 from multispec.training.loop import TrainLoop
 
+from . import generate_mode
 from .bench import ANSWER_KINDS, PAIRS, SPLITS, run
 from .compress import BRANCHES, COMPRESSORS
 from .distill import DistillConfig, VisionDistiller
@@ -278,6 +280,7 @@ def _is_vlm(config) -> bool:
 
 
 def register() -> None:
+    register_generate_mode(generate_mode.MODE)
     register_command("bench", "vision", "VLM drafters (EAGLE, ViSpec, SpecVLM) on the zoo VLM", _add_bench, _bench)
     register_command("eval", "vqa", "VQA accuracy / ANLS and speed per method", _add_eval, _eval)
     register_trainer(TargetTrainer("vision-language", _is_vlm, ("vispec", "specvlm", "eagle"), TRAIN_OPTIONS,
