@@ -19,14 +19,15 @@ pay. `AdaptiveChain` (`tree="auto"`) prices every k with what it measures where 
   (mostly the commit, which grows with what a long chain accepts) likewise, and the draft's time per drafted
   token by batch size.
 
-Lossless whatever it picks: the length of a chain changes what is verified, never how. A chain must beat no
-chain by `margin` (3%): where drafts are barely accepted the two are a near tie within the timings' noise, and a
-wrong chain costs more than a wrong k = 0. Every `probe_every` steps it looks again where its estimates may be
-stale: after chains, one longer than the chosen one (a width timed once while the machine was busy is timed again,
-a step at a time; a probe at the longest chain costs most where acceptance is low, and was most of what the policy
-lost there); after a run of k = 0, at the cheapest chain by its measured cost (a wide verification can cost less
-than a narrow one on a CPU), and a probe that accepts nothing doubles the wait before the next (up to
-`max_probe_every`), so drafts that never pay cost a vanishing share of the steps.
+Lossless whatever it picks: the length of a chain changes what is verified, never how. A chain must beat no chain
+by `margin` (3%): where drafts are barely accepted the two are a near tie within the timings' noise, and a wrong
+chain costs more than a wrong k = 0. Every `probe_every` steps it looks again where its estimates may be stale:
+after chains, longer and shorter than the chosen chain in turn (the longer one: the longest expected to keep half a
+token more per row, so a width timed once while the machine was busy is timed again; where drafts are barely
+accepted, just one longer: a probe at the longest chain there costs most and shows nothing); after a run of k = 0,
+at the cheapest chain by its measured cost (a wide verification can cost less than a narrow one on a CPU), and a
+probe that accepts nothing doubles the wait before the next (up to `max_probe_every`), so drafts that never pay
+cost a vanishing share of the steps.
 
     out = speculative_generate(target, drafter, ids, tree="auto")      # AdaptiveChain(max_k=8)
     out = speculative_generate(target, drafter, ids, tree=AdaptiveChain(max_k=12))
@@ -115,10 +116,17 @@ class AdaptiveChain:
             self._probing = k == 0
             if k == 0:
                 k = min(range(1, self.max_k + 1), key=lambda j: self._cost(batch, j))
-            else:  # a neighbour of the chosen length, longer and shorter in turn
+            else:  # longer and shorter than the chosen length in turn
                 self._probe_up = not self._probe_up
-                k = min(k + 1, self.max_k) if self._probe_up else k - 1
+                k = self._longer(k, tokens, len(rows)) if self._probe_up else k - 1
         return self._record(k)
+
+    def _longer(self, k: int, tokens: list[float], rows: int) -> int:
+        """The probe above `k`: the longest chain expected to keep at least half a token more per row (its
+        timing may be stale: a width timed once on a busy machine), else one longer (drafts barely accepted: a
+        long probe would cost most and show nothing)."""
+        far = [j for j in range(k + 1, self.max_k + 1) if tokens[j] - tokens[k] >= 0.5 * rows]
+        return far[-1] if far else min(k + 1, self.max_k)
 
     def _near(self, batch: int) -> int | None:
         """The batch size whose timings stand in for `batch`'s: itself once explored, else the nearest timed one

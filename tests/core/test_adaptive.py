@@ -84,8 +84,9 @@ def test_a_commit_that_grows_with_the_chain_is_priced_by_width():
 
 def test_it_looks_again_every_few_steps():
     """After a run of k = 0 it drafts the cheapest chain (an acceptance that recovers is seen), and a probe that
-    accepts nothing doubles the wait for the next; after a run of chains it tries one longer, then one shorter (a
-    width timed once on a busy machine is timed again)."""
+    accepts nothing doubles the wait for the next; after a run of chains it tries longer (the longest that would keep
+    half a token more: a width timed once on a busy machine is timed again; one longer where drafts are barely
+    accepted), then one shorter."""
     policy = AdaptiveChain(max_k=4, probe_every=5)
     _timed(policy, 1, verify_per_node_row=0.5)
     policy.accepted = {0: (0, 50)}
@@ -105,8 +106,15 @@ def test_it_looks_again_every_few_steps():
     policy.verify_s[(1, 5)] = 50.0  # the longest chain timed once, slow
     policy.accepted = {0: (95, 100)}
     choices = [policy.choose([0]) for _ in range(10)]
-    # width 4 priced between the cheap 3 and the slow 5: 2 chosen; probes one longer, then one shorter
-    assert choices == [2, 2, 2, 2, 3, 2, 2, 2, 2, 1]
+    # width 4 priced between the cheap 3 and the slow 5: 2 chosen; probes at the longest (the slow width, timed
+    # again: it keeps 1.7 tokens more), then one shorter
+    assert choices == [2, 2, 2, 2, 4, 2, 2, 2, 2, 1]
+    policy = AdaptiveChain(max_k=8, probe_every=5)  # drafts accepted 1 in 3: the probe goes one longer only
+    _timed(policy, 1, verify_per_node_row=0.0)
+    policy.verify_s.update({(1, w): 1.0 + 0.05 * w for w in range(1, 10)})
+    policy.accepted, policy.pooled = {0: (30, 100)}, (0, 0)
+    choices = [policy.choose([0]) for _ in range(5)]
+    assert choices[:4] == [choices[0]] * 4 and 0 < choices[0] < 8 and choices[4] == choices[0] + 1
 
 
 def test_a_chain_must_clearly_beat_none():
