@@ -27,7 +27,7 @@ from .generate import ImageGenerationOutput, generate_ar, generate_images
 from .gpt import ClassConditionalGPT, ImageGPTConfig
 from .neighbourhood import latent_neighbours
 from .relaxed import Relaxed, RelaxedVerdict
-from .targets import ImageGPTTarget, JanusImageTarget, static_janus_class
+from .targets import FIXED_SHAPE_CLASSES, ImageGPTTarget, JanusImageTarget
 from .vqvae import VQVAE
 from .zoo_pair import CFG_SCALE, zoo_entry
 from .zoo_pair import image_drafter as _image_drafter
@@ -36,7 +36,8 @@ from .zoo_pair import load_pair as _load_image_pair
 register_target_adapter(lambda model: getattr(getattr(model, "config", None), "model_type", None) == "janus",
                         JanusImageTarget)
 register_target_adapter(lambda model: isinstance(model, ClassConditionalGPT), ImageGPTTarget)
-register_fixed_shape(JanusImageTarget, static_janus_class)  # Janus on `step="static"`
+for _eager, _static in FIXED_SHAPE_CLASSES.items():  # `step="static"`: each adapter's own fixed-shape class
+    register_fixed_shape(_eager, _static)
 register_entry(zoo_entry())
 register_entry(continuous_zoo_entry())
 

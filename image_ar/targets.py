@@ -29,6 +29,7 @@ from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM,
 from multispec.targets.base import TargetOutput
 from multispec.targets.lean import LeanCausalLM
 from multispec.targets.static_hf import StaticFeed
+from multispec.targets.static_step import StaticLeanCausalLM
 
 from .gpt import ClassConditionalGPT
 
@@ -160,6 +161,12 @@ class StaticJanusFeed(StaticFeed):
         return super().feed(tokens, parents, valid, inputs_embeds=inputs_embeds, request=request)
 
 
-def static_janus_class(base: type) -> type:
-    """`base` (`JanusImageTarget` or a subclass) with the fixed-shape feed mixed in."""
-    return type(f"Static{base.__name__}", (StaticJanusFeed, base), {"__module__": __name__})
+class StaticJanusImageTarget(StaticJanusFeed, JanusImageTarget):
+    """`JanusImageTarget` at fixed shapes (`step="static"`)."""
+
+
+class StaticImageGPTTarget(StaticLeanCausalLM, ImageGPTTarget):
+    """`ImageGPTTarget` on the lean fixed-shape step (`step="static"`)."""
+
+
+FIXED_SHAPE_CLASSES = {JanusImageTarget: StaticJanusImageTarget, ImageGPTTarget: StaticImageGPTTarget}

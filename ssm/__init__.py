@@ -18,8 +18,10 @@ from .hybrid import (BambaTarget, FalconH1Target, GraniteMoeHybridTarget, JambaT
 from .mamba1 import FalconMambaTarget, MambaTarget, tree_selective_scan
 from .mamba2 import Mamba2Target
 from .qwen3_next import Qwen3NextTarget
-from .static import StaticSSM, static_ssm_class
-from .static_hybrid import StaticHybrid, static_hybrid_class
+from .static import FIXED_SHAPE_CLASSES as SSM_FIXED_SHAPE
+from .static import StaticSSM
+from .static_hybrid import FIXED_SHAPE_CLASSES as HYBRID_FIXED_SHAPE
+from .static_hybrid import StaticHybrid
 from .delta_rule import tree_gated_delta_rule
 from .targets import SSMTarget
 from .tree_scan import tree_conv1d, tree_ssd, tree_state
@@ -49,8 +51,8 @@ for _matches, _adapter, _cls in ((_is("mamba2"), Mamba2Target, "Mamba2ForCausalL
                                  (_is_type("qwen3_next"), Qwen3NextTarget, "Qwen3NextForCausalLM")):
     register_target_adapter(_matches, _adapter, serves=f"{_cls} (multispec.ssm)")
     register_draft_engine(_matches, lambda model, _adapter=_adapter: StatefulDraftEngine(_adapter(model)))
-register_fixed_shape(SSMTarget, static_ssm_class)  # Mamba-2, Mamba-1, FalconMamba: `step="static"`
-register_fixed_shape(BambaTarget, static_hybrid_class)  # every hybrid
+for _eager, _static in (SSM_FIXED_SHAPE | HYBRID_FIXED_SHAPE).items():  # `step="static"`: each adapter's own class
+    register_fixed_shape(_eager, _static)
 for _entry in zoo_entries():
     register_entry(_entry)
 

@@ -32,6 +32,8 @@ from multispec.host import require
 from multispec.targets.base import NO_FEATURES, FeatureRequest, Features, TargetOutput
 from multispec.targets.static_step import CapturedFeed, padded
 
+from .mamba1 import FalconMambaTarget, MambaTarget
+from .mamba2 import Mamba2Target
 from .targets import SSMTarget, rms_norm
 
 
@@ -160,11 +162,20 @@ def unflat_step(kind: type, tensors: tuple[torch.Tensor, ...]):
     return tensors[0] if issubclass(kind, torch.Tensor) else kind(*tensors)
 
 
-def static_ssm_class(base: type) -> type:
-    """`base` (an `SSMTarget` subclass) with the fixed-shape step mixed in."""
-    if not issubclass(base, SSMTarget):
-        raise TypeError(f"base: expected an SSMTarget subclass, got {base.__name__}")
-    return type(f"Static{base.__name__}", (StaticSSM, base), {"__module__": __name__})
+class StaticMamba2Target(StaticSSM, Mamba2Target):
+    """`Mamba2Target` on the fixed-shape step."""
 
 
-__all__ = ["StaticSSM", "flat_step", "ssm_step", "state_buffers", "static_ssm_class", "unflat_step"]
+class StaticMambaTarget(StaticSSM, MambaTarget):
+    """`MambaTarget` on the fixed-shape step."""
+
+
+class StaticFalconMambaTarget(StaticSSM, FalconMambaTarget):
+    """`FalconMambaTarget` on the fixed-shape step."""
+
+
+FIXED_SHAPE_CLASSES = {Mamba2Target: StaticMamba2Target, MambaTarget: StaticMambaTarget,
+                       FalconMambaTarget: StaticFalconMambaTarget}
+
+__all__ = ["FIXED_SHAPE_CLASSES", "StaticFalconMambaTarget", "StaticMamba2Target", "StaticMambaTarget", "StaticSSM",
+           "flat_step", "ssm_step", "state_buffers", "unflat_step"]

@@ -25,7 +25,9 @@ from multispec.targets.base import NO_FEATURES, FeatureRequest, TargetOutput
 from multispec.targets.static_hf import ColumnCache, StaticFeed
 from multispec.targets.static_step import padded, static_feed_tables
 
-from .hybrid import BambaTarget
+from .hybrid import (BambaTarget, FalconH1Target, GraniteMoeHybridTarget, JambaTarget, Lfm2Target, NemotronHTarget,
+                     Zamba2Target)
+from .qwen3_next import Qwen3NextTarget
 from .static import flat_step, state_buffers, unflat_step
 
 
@@ -173,11 +175,44 @@ def hybrid_step(engine: StaticHybrid, request: FeatureRequest, masks, positions:
     return logits, hidden, engine._sources, tuple(flat_step(s) for s in steps.values())
 
 
-def static_hybrid_class(base: type) -> type:
-    """`base` (a `BambaTarget` subclass) with the fixed-shape step mixed in."""
-    if not issubclass(base, BambaTarget):
-        raise TypeError(f"base: expected a BambaTarget subclass, got {base.__name__}")
-    return type(f"Static{base.__name__}", (StaticHybrid, base), {"__module__": __name__})
+# each hybrid adapter's fixed-shape class
+class StaticBambaTarget(StaticHybrid, BambaTarget):
+    """`BambaTarget` on the fixed-shape step."""
 
 
-__all__ = ["StaticHybrid", "hybrid_step", "static_hybrid_class"]
+class StaticGraniteMoeHybridTarget(StaticHybrid, GraniteMoeHybridTarget):
+    """`GraniteMoeHybridTarget` on the fixed-shape step."""
+
+
+class StaticNemotronHTarget(StaticHybrid, NemotronHTarget):
+    """`NemotronHTarget` on the fixed-shape step."""
+
+
+class StaticJambaTarget(StaticHybrid, JambaTarget):
+    """`JambaTarget` on the fixed-shape step."""
+
+
+class StaticFalconH1Target(StaticHybrid, FalconH1Target):
+    """`FalconH1Target` on the fixed-shape step."""
+
+
+class StaticLfm2Target(StaticHybrid, Lfm2Target):
+    """`Lfm2Target` on the fixed-shape step."""
+
+
+class StaticZamba2Target(StaticHybrid, Zamba2Target):
+    """`Zamba2Target` on the fixed-shape step."""
+
+
+class StaticQwen3NextTarget(StaticHybrid, Qwen3NextTarget):
+    """`Qwen3NextTarget` on the fixed-shape step."""
+
+
+FIXED_SHAPE_CLASSES = {BambaTarget: StaticBambaTarget, GraniteMoeHybridTarget: StaticGraniteMoeHybridTarget,
+                       NemotronHTarget: StaticNemotronHTarget, JambaTarget: StaticJambaTarget,
+                       FalconH1Target: StaticFalconH1Target, Lfm2Target: StaticLfm2Target,
+                       Zamba2Target: StaticZamba2Target, Qwen3NextTarget: StaticQwen3NextTarget}
+
+__all__ = ["FIXED_SHAPE_CLASSES", "StaticBambaTarget", "StaticFalconH1Target", "StaticGraniteMoeHybridTarget",
+           "StaticHybrid", "StaticJambaTarget", "StaticLfm2Target", "StaticNemotronHTarget", "StaticQwen3NextTarget",
+           "StaticZamba2Target", "hybrid_step"]

@@ -19,14 +19,15 @@ from multispec.zoo import register_entry
 from .compress import ElasticCompressor, QueryAdaptor
 from .distill import DistillConfig, VisionDistiller
 from .drafters import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead, build_draft_sequence
-from .targets import (Gemma3VLTarget, Idefics3Target, LlavaTarget, PaliGemmaTarget, Qwen2VLTarget, Qwen3VLTarget,
-                      VisionLanguageTarget, static_paligemma_class, vision_adapter_for)
+from .targets import (FIXED_SHAPE_CLASSES, Gemma3VLTarget, Idefics3Target, LlavaTarget, PaliGemmaTarget,
+                      Qwen2VLTarget, Qwen3VLTarget, VisionLanguageTarget, vision_adapter_for)
 from .zoo_pair import zoo_entry
 from .zoo_words import zoo_entry as words_zoo_entry
 
 register_target_adapter(lambda model: vision_adapter_for(model) is not None,
                         lambda model: vision_adapter_for(model)(model))
-register_fixed_shape(PaliGemmaTarget, static_paligemma_class)  # its prefix root's masks: tensors of its own
+for _eager, _static in FIXED_SHAPE_CLASSES.items():  # `step="static"`: each adapter's own fixed-shape class
+    register_fixed_shape(_eager, _static)
 register_entry(zoo_entry())
 register_entry(words_zoo_entry())
 

@@ -340,11 +340,6 @@ class StaticPaliGemmaFeed(StaticFeed):
         self._prefix_cols, self._root_flag = self._prefix_cols[rows], self._root_flag[rows]
 
 
-def static_paligemma_class(base: type) -> type:
-    """`base` (`PaliGemmaTarget` or a subclass) with the fixed-shape feed mixed in."""
-    return type(f"Static{base.__name__}", (StaticPaliGemmaFeed, base), {"__module__": __name__})
-
-
 class Qwen3VLTarget(Qwen2VLTarget):
     """`Qwen3VLForConditionalGeneration`: Qwen2-VL's 3-axis positions (interleaved M-RoPE inside the model), and
     deepstack: features of the vision tower's intermediate layers are added to the hidden states at the image
@@ -421,6 +416,42 @@ class LeanLlavaTarget(LlavaTarget, LeanCausalLM):
 
 
 ADAPTERS = (LlavaTarget, Qwen2VLTarget, Qwen3VLTarget, Idefics3Target, Gemma3VLTarget, PaliGemmaTarget)
+
+
+# the fixed-shape classes (`step="static"`), one written for each adapter: the model's own forward at fixed shapes
+# (`StaticFeed`) under the adapter's inputs and positions; PaliGemma's with its prefix root's masks as tensors
+class StaticVisionLanguageTarget(StaticFeed, VisionLanguageTarget):
+    """`VisionLanguageTarget` at fixed shapes."""
+
+
+class StaticLlavaTarget(StaticFeed, LlavaTarget):
+    """`LlavaTarget` (and `LeanLlavaTarget`, which stands in for it) at fixed shapes."""
+
+
+class StaticQwen2VLTarget(StaticFeed, Qwen2VLTarget):
+    """`Qwen2VLTarget` at fixed shapes (its 3-axis positions as the eager feed gives them)."""
+
+
+class StaticQwen3VLTarget(StaticFeed, Qwen3VLTarget):
+    """`Qwen3VLTarget` at fixed shapes."""
+
+
+class StaticIdefics3Target(StaticFeed, Idefics3Target):
+    """`Idefics3Target` (SmolVLM too) at fixed shapes."""
+
+
+class StaticGemma3VLTarget(StaticFeed, Gemma3VLTarget):
+    """`Gemma3VLTarget` at fixed shapes."""
+
+
+class StaticPaliGemmaTarget(StaticPaliGemmaFeed, PaliGemmaTarget):
+    """`PaliGemmaTarget` at fixed shapes, its prefix root's reach past the window given as tensors."""
+
+
+FIXED_SHAPE_CLASSES = {VisionLanguageTarget: StaticVisionLanguageTarget, LlavaTarget: StaticLlavaTarget,
+                       Qwen2VLTarget: StaticQwen2VLTarget, Qwen3VLTarget: StaticQwen3VLTarget,
+                       Idefics3Target: StaticIdefics3Target, Gemma3VLTarget: StaticGemma3VLTarget,
+                       PaliGemmaTarget: StaticPaliGemmaTarget}
 
 
 def vision_adapter_for(model: Any) -> type[VisionLanguageTarget] | None:

@@ -149,7 +149,12 @@ class Target(_Committing):
     - `unconditional_prompt(prompt) -> Prompt`: the unconditional half of classifier-free guidance, for
       adapters that know their model's convention (`GuidedTarget`'s default); None where unknown;
     - `max_positions`: the longest sequence the model takes (None: unbounded);
-    - `generation_defaults()`: the EOS ids and pad id `generate` would use.
+    - `generation_defaults()`: the EOS ids and pad id `generate` would use;
+    - `eager_class`: the adapter class this one stands in for, faster (None: itself); the fixed-shape class
+      registered for that class serves it (`multispec.targets.static.register_fixed_shape`).
+
+    The fixed-shape contract: `step="static"` runs an adapter's models on the class registered for exactly its
+    class (or its `eager_class`), written out by name beside it; any other adapter is refused by name.
     """
 
     name: str = "target"
@@ -165,6 +170,7 @@ class Target(_Committing):
     provides: FeatureRequest = NO_FEATURES
     accepts_host_counts: bool = False
     unconditional_prompt: Callable[[Prompt], Prompt] | None = None
+    eager_class: type | None = None
 
     @property
     def user_model(self) -> Any:

@@ -1,71 +1,61 @@
 """Which fixed-shape engine runs a pair under `EngineConfig(step="static" | "compiled")`: the hand-written lean
 step (`static_step.StaticLeanCausalLM`) for the Llama-family decoders it serves, the model's own forward at
 fixed shapes (`static_hf.StaticHFCausalLM`) for every other attention-cache decoder, and for a model a modality
-adapter serves, that adapter with the matching static engine mixed in before it, where the adapter keeps the
-engine's feed; classifier-free guidance (`GuidedTarget`) wraps the static engine of its model. Anything else is
-refused by name. The engines are kept on the models they run, so buffers, compiled code and captured graphs
-stay for the next call."""
+adapter serves, the fixed-shape class written for that adapter class and registered with `register_fixed_shape`
+(e.g. `class StaticLlavaTarget(StaticFeed, LlavaTarget)`: the adapter's own inputs and positions, the feed at fixed
+shapes); classifier-free guidance (`GuidedTarget`) wraps the static engine of its model. Anything else is refused
+by name: an adapter without a class of its own (a user's subclass of a served adapter included: the parent's
+static class would drop its overrides). The engines are kept on the models they run, so buffers, compiled code and
+captured graphs stay for the next call."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 
 from transformers import PreTrainedModel
 
 from ..config import STEPS
 from .guidance import GuidedTarget
-from .hf import HFCausalLM, check_causal_lm
+from .hf import check_causal_lm, keeps_state
 from .lean import LeanCausalLM, lean_unsupported
 from .registry import ADAPTERS, registered
-from .static_hf import StaticFeed, StaticHFCausalLM, model_unsupported
-from .static_step import StaticLeanCausalLM, capacity_for
+from .static_hf import StaticHFCausalLM, model_unsupported
+from .static_step import CapturedFeed, StaticLeanCausalLM, capacity_for
 
-# what an adapter may change for its feed to run at fixed shapes: positions (`_positions`), the prompt's prefill,
-# `select`, attributes; one that changes any of these feeds otherwise (a recurrent state, masks or inputs of its
-# own) is refused
-FEED_HOOKS = ("feed", "_score", "_run", "_feed_unwindowed", "_first_read_column", "_layer_masks", "commit",
-              "_move_columns", "_crop", "checkpoint", "rollback")
-_VARIANTS: dict[type, type] = {}
-# adapter classes whose modality brings its own fixed-shape engine: base class -> (adapter class -> engine class)
-FIXED_SHAPE: dict[type, Callable[[type], type]] = {}
+# an adapter class -> the fixed-shape class written for it (a subclass of it taking `(model, name=, capacity=,
+# node_budget=, compile=)`); exact classes only
+FIXED_SHAPE: dict[type, type] = {}
 
 
-def register_fixed_shape(base: type, engine_for: Callable[[type], type]) -> None:
-    """A modality's fixed-shape engines: for a model served by an adapter of class `base` (or a subclass),
-    `engine_for(adapter class)` is the engine class (taking `(model, name=, capacity=, node_budget=,
-    compile=)`)."""
-    FIXED_SHAPE[base] = engine_for
+def register_fixed_shape(eager: type, static: type) -> None:
+    """Models that the adapter class `eager` serves run at fixed shapes on `static`, the class written for it: a
+    subclass of `eager` and of a fixed-shape feed (`StaticFeed`, `StaticLeanCausalLM`, a modality's own)."""
+    if not isinstance(eager, type) or not isinstance(static, type) or not issubclass(static, eager) \
+            or not issubclass(static, CapturedFeed):
+        raise TypeError(f"static: expected a fixed-shape subclass of {getattr(eager, '__name__', eager)!s} "
+                        f"(e.g. class Static{getattr(eager, '__name__', 'X')}(StaticFeed, "
+                        f"{getattr(eager, '__name__', 'X')})), got {static!r}")
+    FIXED_SHAPE[eager] = static
 
 
 def fixed_shape_class(model: object) -> type:
     """The fixed-shape engine class for `model` (see the module docstring); ValueError (TypeError for what is
     not a causal LM) naming the reason otherwise. An adapter standing in for a slower reference names it as
-    `eager_class` (the static variant wraps the reference)."""
+    `eager_class` (the static class of the reference serves it)."""
     adapter = registered(ADAPTERS, model) if isinstance(model, PreTrainedModel) else None
-    own = next((make for base, make in FIXED_SHAPE.items() if isinstance(adapter, base)), None)
-    if own is not None:
-        if type(adapter) not in _VARIANTS:
-            _VARIANTS[type(adapter)] = own(type(adapter))
-        return _VARIANTS[type(adapter)]
-    reason = model_unsupported(model)
-    if reason is not None:
+    reason = None if adapter is not None and keeps_state(model) else model_unsupported(model)
+    if reason is not None:  # a recurrent state is refused only where no adapter brings an engine for it
         raise ValueError(reason)
     if adapter is None:
         check_causal_lm(model, "target")
         return StaticLeanCausalLM if lean_unsupported(model) is None else StaticHFCausalLM
-    base = getattr(type(adapter), "eager_class", None) or type(adapter)
-    if not issubclass(base, HFCausalLM) or base.stateful:
-        raise ValueError(f"{type(model).__name__} is served by {base.__name__}, which has no fixed-shape step")
-    reference, engine = (LeanCausalLM, StaticLeanCausalLM) if issubclass(base, LeanCausalLM) else (HFCausalLM,
-                                                                                                   StaticFeed)
-    changed = [h for h in FEED_HOOKS if getattr(base, h) is not getattr(reference, h)]
-    if changed:
-        raise ValueError(f"{type(model).__name__} is served by {base.__name__}, whose feed is its own "
-                         f"({', '.join(changed)}): no fixed-shape step yet")
-    if base not in _VARIANTS:
-        _VARIANTS[base] = type(f"Static{base.__name__}", (engine, base), {"__module__": __name__})
-    return _VARIANTS[base]
+    base = type(adapter).eager_class or type(adapter)
+    engine = FIXED_SHAPE.get(base)
+    if engine is None:
+        raise ValueError(f"{type(model).__name__} is served by {base.__name__}, which has no fixed-shape class: "
+                         f"write one for it (class Static{base.__name__}(StaticFeed, {base.__name__}) where it "
+                         f"keeps the feed) and `register_fixed_shape({base.__name__}, Static{base.__name__})`")
+    return engine
 
 
 def generic_static_unsupported(model: object) -> str | None:
@@ -121,5 +111,5 @@ def _kept_engine(model: PreTrainedModel, key: tuple, need: int, engine: type, na
     return found
 
 
-__all__ = ["FEED_HOOKS", "FIXED_SHAPE", "fixed_shape_class", "generic_static_unsupported", "register_fixed_shape",
+__all__ = ["FIXED_SHAPE", "fixed_shape_class", "generic_static_unsupported", "register_fixed_shape",
            "static_engines"]

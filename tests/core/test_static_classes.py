@@ -4,7 +4,9 @@ scales, attention sinks (`multispec.testing.DECODERS`). Per class: its logits eq
 node of a tree (across commits and a dropped row), its greedy output equals `generate` at batch 1 and a ragged
 batch of 3 with drafts accepted, and `torch.compile(fullgraph=True)` traces the step without a graph break."""
 
+import ast
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +16,8 @@ from multispec import EngineConfig, StoppingConfig, speculative_generate
 from multispec.drafters.controlled import ControlledDrafter
 from multispec.targets.base import FeatureRequest
 from multispec.targets.hf import HFCausalLM
-from multispec.targets.static import generic_static_unsupported
-from multispec.targets.static_hf import StaticHFCausalLM
+from multispec.targets.static import FIXED_SHAPE, fixed_shape_class, generic_static_unsupported, register_fixed_shape
+from multispec.targets.static_hf import StaticFeed, StaticHFCausalLM
 from multispec.testing import DECODERS, compare_tree_feeds, make_decoder, make_target, ragged_prompts
 
 
@@ -81,3 +83,43 @@ def test_what_the_static_step_refuses_is_named():
     assert generic_static_unsupported(make_bamba()) is None  # served: tests/ssm/test_ssm_static.py
     with pytest.raises(ValueError, match="capacity: expected an int above the largest node budget"):
         StaticHFCausalLM(make_target("gemma3"), capacity=8, node_budget=16)
+
+
+def test_an_adapter_runs_at_fixed_shapes_only_on_the_class_written_for_it(monkeypatch):
+    """The fixed-shape contract: the class registered for exactly the adapter's class (named, written beside it);
+    a user's subclass of a served adapter is refused by name (the parent's static class would drop its overrides,
+    a silent wrong answer), until a class is registered for it; `register_fixed_shape` takes only a fixed-shape
+    subclass of the adapter."""
+    from multispec.vision.targets import LlavaTarget, StaticLlavaTarget
+    from multispec.vision.testing import make_vlm
+    model = make_vlm("llava-clip")
+    assert fixed_shape_class(model) is StaticLlavaTarget  # LeanLlavaTarget serves it; its eager_class is Llava's
+
+    class MyLlava(LlavaTarget):
+        def _positions(self, *args, **kwargs):  # a user's own positions, say
+            return super()._positions(*args, **kwargs)
+
+    monkeypatch.setattr("multispec.targets.static.ADAPTERS", [(lambda m: True, MyLlava)])
+    with pytest.raises(ValueError, match=r"served by MyLlava, which has no fixed-shape class: write one for it "
+                                         r"\(class StaticMyLlava\(StaticFeed, MyLlava\)"):
+        fixed_shape_class(model)
+    with pytest.raises(TypeError, match="static: expected a fixed-shape subclass of MyLlava"):
+        register_fixed_shape(MyLlava, StaticLlavaTarget)  # not a subclass of MyLlava
+
+    class StaticMyLlava(StaticFeed, MyLlava):
+        pass
+
+    monkeypatch.setitem(FIXED_SHAPE, MyLlava, StaticMyLlava)
+    assert fixed_shape_class(model) is StaticMyLlava
+
+
+def test_no_class_is_made_at_run_time():
+    """Every fixed-shape class is written out by name: no three-argument `type(name, bases, namespace)` anywhere in
+    the package or its modalities."""
+    root = Path(__file__).resolve().parents[2]
+    made = [f"{path.relative_to(root)}:{node.lineno}" for folder in ("multispec", "vision", "image_ar", "ssm",
+                                                                      "reasoning")
+            for path in (root / folder).rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type"
+            and len(node.args) == 3]
+    assert not made, f"classes made at run time: {made}"
