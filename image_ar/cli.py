@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from multispec.bench.machine import machine_info
 from multispec.shards import Shards, current
 from multispec.cli import parse_tree, positive_int, register_command
-from multispec.generate_cli import register_generate_mode
+from multispec.generate_args import register_generate_mode
 from multispec.training.cli import register_trainer
 
 from . import generate_mode, train_draft, zoo_pair

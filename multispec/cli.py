@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import sys
 import warnings
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from pathlib import Path
 
-import torch
+from .cli_types import chain_length, parse_tree, positive_int
+from .generate_args import DESCRIPTION as GENERATE_DESCRIPTION
+from .generate_args import add_arguments as add_generate_arguments
 
-from . import generate_cli, shards, zoo
-from .bench import chat_cli
-from .bench import core as bench_core
-from .bench import report, tune
-from .bench import text as bench_text
-from .cli_types import chain_length, int_list, name_list, parse_tree, positive_int
-from .training import cli as training_cli
-from .zoo import export
+# the top-level commands and what they do (`multispec --help` prints these without loading any command)
+COMMANDS = {
+    "bench": "speed benchmarks against plain decoding and transformers",
+    "eval": "task evaluation (accuracy and speed per method)",
+    "train": "train drafters for your own models",
+    "generate": "generate text speculatively (a zoo pair or your checkpoint)",
+    "zoo": "the model zoo: list, locate, retrain or tune pairs",
+    "demo": "the Gradio demos (a tab per modality; needs the [demo] extra)",
+}
+# the modules behind the commands (torch, transformers, the modalities), loaded once a command needs them
+COMMANDS_MODULE = "multispec.cli_commands"
+
 
 # commands that modality packages add when imported (`multispec.adapters` entry points):
 # (group, name) -> (help, add_arguments(parser), run(args) -> exit code); group is "bench", "eval" or "train"
@@ -50,12 +55,6 @@ def register_command(group: str, name: str, help: str, add_arguments: Callable[[
     if group not in ("bench", "eval", "train"):
         raise ValueError(f"group: expected bench, eval or train, got {group!r}")
     PLUGIN_COMMANDS[(group, name)] = (help, add_arguments, run)
-
-
-def _register_core_commands() -> None:
-    """The core's own commands in the plugin groups (`multispec eval chat`)."""
-    register_command("eval", "chat", "speed per method on chat questions in the Spec-Bench / MT-bench format, by "
-                     "kind, multi-turn", chat_cli.add_arguments, chat_cli.run)
 
 
 def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, temperature: float = 0.8,
@@ -89,267 +88,6 @@ def add_speed_options(parser: argparse.ArgumentParser, pair: str | None = None, 
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
 
 
-def _bench_all(args: argparse.Namespace, parsers: dict[str, argparse.ArgumentParser]) -> int:
-    names = report.bench_names(list(parsers), args.only)  # a bad --only fails before anything runs
-    if args.from_json is not None:
-        if not Path(args.from_json).is_file():
-            raise FileNotFoundError(f"--from-json: {args.from_json} is not a file")
-        doc = json.loads(Path(args.from_json).read_text())
-        json_path = Path(args.from_json)
-    else:
-        json_path = Path(args.json or f"benchmarks/results/all{'_quick' if args.quick else ''}.json")
-        stored = json.loads(json_path.read_text()) if args.only and json_path.is_file() else None
-        if stored is not None:
-            report.check_merge(stored, args.quick)  # before anything runs
-        doc = report.run_all(parsers, names, args.quick, args.rounds)
-        if stored is not None:  # --only: replace those benchmarks in the stored run, keep the others
-            doc = report.merge(stored, doc)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(doc, indent=2))
-    readme = None if args.readme == "none" else Path(args.readme)
-    report.write_report(doc, json_path, Path(args.benchmarks_md), readme, Path(args.plots))
-    print(report.summary_table(doc))
-    print(f"\nwrote {json_path}, {args.benchmarks_md}'s generated section, {args.plots}/*.png"
-          + ("" if readme is None else f" and {readme}'s summary"))
-    return 0
-
-
-def _bench_core(args: argparse.Namespace) -> int:
-    bench_core.run(quick=args.quick, max_new_tokens=args.max_new_tokens, json_path=args.json, threads=args.threads,
-                   rounds=args.rounds)
-    return 0
-
-
-def _bench_text(args: argparse.Namespace) -> int:
-    if args.batch is not None:
-        if any(b < 1 for b in args.batch):
-            raise ValueError(f"--batch: expected positive batch sizes, got {list(args.batch)}")
-        bench_text.run_batch_sweep(pair_name=args.pair, batches=args.batch, quick=args.quick, json_path=args.json,
-                                   max_new_tokens=args.max_new_tokens, threads=args.threads, chain_k=args.chain_k,
-                                   tree=args.tree, rounds=args.rounds, only=args.methods, plot=args.plot)
-        return 0
-    if args.plot is not None:
-        raise ValueError("--plot: goes with --batch")
-    bench_text.run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
-                   temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
-                   rounds=args.rounds, compile=args.compile, split=args.split, only=args.methods)
-    return 0
-
-
-def _zoo_list(args: argparse.Namespace) -> int:
-    for name in zoo.names():
-        e = zoo.entry(name)
-        shipped = "shipped" if any(zoo.path(name).glob("**/*.safetensors")) else "not trained"
-        extra = f" [needs pip extra '{e.requires}']" if e.requires else ""
-        print(f"{name:20s} {shipped:12s} {e.description}{extra}")
-    return 0
-
-
-def _zoo_path(args: argparse.Namespace) -> int:
-    print(zoo.path(args.name))
-    return 0
-
-
-def _zoo_train(args: argparse.Namespace) -> int:
-    result = zoo.train(args.name, args.out)
-    print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2, default=str))
-    return 0
-
-
-def _zoo_export(args: argparse.Namespace) -> int:
-    if args.name not in zoo.names():
-        raise ValueError(f"NAME: no zoo pair {args.name!r}; pairs: {', '.join(zoo.names())}")
-    written = export.export_pair(zoo.load(args.name), args.dir)
-    print(json.dumps(written, indent=2))
-    return 0
-
-
-def _zoo_tune(args: argparse.Namespace) -> int:
-    if args.name not in zoo.names():
-        raise ValueError(f"NAME: no zoo pair {args.name!r}; pairs: {', '.join(zoo.names())}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    run = tune.TuneRun(args.name, rounds=args.rounds, max_new_tokens=args.max_new_tokens, full=args.full,
-                       json_path=args.json, write=args.write)
-    if args.what == "recycling":
-        if args.chains is not None or args.drafter is not None:
-            raise ValueError(f"{'--chains' if args.chains is not None else '--drafter'}: for --what shape only")
-        tune.tune_recycling(run, args.trees or tune.RECYCLING_TREES)
-        return 0
-    trees = args.trees or tune.TREES
-    for tree in trees if trees != ["none"] else []:
-        try:
-            parse_tree(tree)  # a malformed tree fails before any timing
-        except argparse.ArgumentTypeError as err:
-            raise ValueError(f"--trees: {err}") from None
-    tune.tune_shape(run, args.chains or tune.CHAINS, [] if trees == ["none"] else trees, args.drafter or "eagle")
-    return 0
-
-
-def _demo(args: argparse.Namespace) -> int:
-    import importlib.util
-
-    app_py = Path(__file__).resolve().parent.parent / "demos" / "app.py"
-    if not app_py.exists():
-        raise FileNotFoundError(f"{app_py}: the demos live in the source checkout; install it with "
-                                "`pip install -e \".[demo]\"` from a clone")
-    if importlib.util.find_spec("gradio") is None:
-        raise ImportError("the demos need gradio: pip install -e \".[demo]\"")
-    if args.target is not None:
-        generate_cli.check_checkpoint(args.target, args.draft)
-    elif args.draft is not None:
-        raise ValueError("--draft: drafts the model of --target PATH; give that too")
-    spec = importlib.util.spec_from_file_location("multispec_demo_app", app_py)
-    app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)
-    blocks = app.build(args.target, args.draft)
-    if args.build_only:
-        print(f"built {type(blocks).__name__} from {app_py}")
-        return 0
-    blocks.launch(server_name=args.host, server_port=args.port, share=args.share)
-    return 0
-
-
-def _quiet_libraries() -> None:
-    """Keep library chatter out of the results a command prints: `transformers`' per-load progress bars and
-    info lines, and deprecation warnings of the libraries underneath (our own progress bars stay)."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    for category in (FutureWarning, DeprecationWarning):
-        warnings.filterwarnings("ignore", category=category, module=r"(transformers|torch|numpy|PIL)\b.*")
-
-
-def _add_bench(sub) -> argparse._SubParsersAction:
-    """`multispec bench core|text` (the modality packages add theirs); returns the suites' subparsers."""
-    bench = sub.add_parser("bench", help="speed benchmarks against plain decoding and transformers")
-    suites = bench.add_subparsers(dest="suite", required=True)
-    core = suites.add_parser("core", help="random-weight pair")
-    add_speed_options(core)
-    core.set_defaults(func=_bench_core)
-    text = suites.add_parser("text", help="a zoo text pair")
-    add_speed_options(text, pair="stdlib-bytes-large", temperature=0.8,
-                      tree="the pair's, chosen on the validation split, else 4/4/15", chain_k=None, auto_chain=True)
-    text.add_argument("--split", choices=["heldout", "validation"], default="heldout",
-                      help="prompts: held-out stdlib files (the test split, default) or validation files (where "
-                           "settings are chosen)")
-    text.add_argument("--compile", action="store_true",
-                      help="also the EAGLE rows on the compiled static step (Llama-family targets, e.g. stdlib-bytes)")
-    text.add_argument("--methods", type=name_list, default=None, metavar="A,B",
-                      help="only these rows (plain decoding and the peers each table compares with always run); "
-                           "default: every row")
-    text.add_argument("--batch", type=int_list, default=None, metavar="B,B",
-                      help="a batch sweep instead of batch 1: tokens/s summed over ragged batches of these sizes, "
-                           "plain batched generate, no drafts and the rows (default rows: the chains and the tree)")
-    text.add_argument("--plot", default=None, metavar="PNG", help="with --batch: tokens/s against the batch size")
-    text.set_defaults(func=_bench_text, rounds=None)  # 3, or 2 with --quick (the text bench decides)
-    return suites
-
-
-def _add_plugins(sub, suites) -> None:
-    """The commands modality packages registered, under `bench`, `eval` and `train`."""
-    groups = {"bench": suites,
-              "eval": sub.add_parser("eval", help="task evaluation (accuracy and speed per method)")
-              .add_subparsers(dest="task", required=True),
-              "train": sub.add_parser("train", help="train drafters for your own models")
-              .add_subparsers(dest="what", required=True)}
-    draft = groups["train"].add_parser("draft", help="train a drafter (EAGLE, EAGLE-3, a draft model) for your own "
-                                       "target", description=training_cli.DESCRIPTION,
-                                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    training_cli.add_arguments(draft)
-    draft.set_defaults(func=training_cli.run)
-    for (group, name), (help_text, add_arguments, run) in sorted(PLUGIN_COMMANDS.items()):
-        command = groups[group].add_parser(name, help=help_text)
-        add_arguments(command)
-        command.set_defaults(func=run)
-
-
-def _add_bench_all(suites) -> None:
-    """`multispec bench all`: every benchmark registered so far, each through its own parser."""
-    every = dict(suites.choices)
-    everything = suites.add_parser("all", help="every benchmark, one JSON, BENCHMARKS.md's section and plots and "
-                                   "README's summary regenerated")
-    everything.add_argument("--quick", action="store_true", help="each benchmark's smaller run")
-    everything.add_argument("--only", default=None, metavar="A,B",
-                            help="some of the benchmarks: " + ", ".join(report.bench_names(list(every), None))
-                            + "; where --json (or the default path) holds a stored run, only these are rerun and "
-                            "replace theirs, the others are kept")
-    everything.add_argument("--rounds", type=positive_int, default=None, help="timed rounds per benchmark "
-                            "(default: each one's)")
-    everything.add_argument("--json", default=None, metavar="PATH",
-                            help="the combined results (default benchmarks/results/all[_quick].json)")
-    everything.add_argument("--from-json", default=None, metavar="PATH",
-                            help="regenerate the report from a stored run instead of running")
-    everything.add_argument("--benchmarks-md", default="BENCHMARKS.md", metavar="PATH",
-                            help="the report whose generated section is rewritten (default %(default)s)")
-    everything.add_argument("--readme", default="README.md", metavar="PATH",
-                            help="whose results summary is rewritten (default %(default)s; 'none': leave it)")
-    everything.add_argument("--plots", default="benchmarks/plots", metavar="DIR",
-                            help="where the PNGs go (default %(default)s)")
-    everything.set_defaults(func=lambda args: _bench_all(args, every))
-
-
-def _add_generate(sub) -> None:
-    generate = sub.add_parser("generate", help="generate text speculatively (a zoo pair or your checkpoint)",
-                              description=generate_cli.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    generate_cli.add_arguments(generate)
-    generate.set_defaults(func=generate_cli.run)
-
-
-def _add_zoo(sub) -> None:
-    actions = sub.add_parser("zoo", help="the model zoo: list, locate, retrain or tune pairs").add_subparsers(
-        dest="action", required=True)
-    actions.add_parser("list", help="the pairs, whether their weights ship, what they need").set_defaults(
-        func=_zoo_list)
-    path = actions.add_parser("path", help="where a pair's files are")
-    path.add_argument("name")
-    path.set_defaults(func=_zoo_path)
-    train = actions.add_parser("train", help="retrain a pair with its own recipe (fixed seeds)")
-    train.add_argument("name")
-    train.add_argument("--out", default=None, help="where it writes (default ~/.cache/multispec/zoo/NAME)")
-    train.set_defaults(func=_zoo_train)
-    exported = actions.add_parser("export", help="write a text pair's target and drafters as checkpoint folders "
-                                  "(--target / --draft and transformers' Auto classes load them, tokenizer included)")
-    exported.add_argument("name")
-    exported.add_argument("dir", help="the folder to write (target/, eagle/, draft/)")
-    exported.set_defaults(func=_zoo_export)
-    tuned = actions.add_parser("tune", help="choose a pair's draft shapes on the validation split (--write: store "
-                               "them in its draft_shape.json)", description=tune.__doc__,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    tuned.add_argument("name")
-    tuned.add_argument("--what", choices=["shape", "recycling"], default="shape",
-                       help="the chain length and dynamic tree (default), or Token Recycling's tree")
-    tuned.add_argument("--chains", type=int_list, default=None, metavar="K,K",
-                       help=f"--what shape: chain lengths to try (default {','.join(map(str, tune.CHAINS))})")
-    tuned.add_argument("--trees", nargs="+", default=None, metavar="TREE",
-                       help=f"candidate trees: D/K/N for --what shape (default {' '.join(tune.TREES)}; none: chains "
-                            f"only), rank paths for --what recycling (default {' '.join(tune.RECYCLING_TREES)})")
-    tuned.add_argument("--drafter", choices=["eagle", "ngram"], default=None,
-                       help="--what shape: whose drafts the candidates verify (default: the pair's EAGLE head)")
-    tuned.add_argument("--rounds", type=positive_int, default=3, help="timed rounds (default %(default)s)")
-    tuned.add_argument("--max-new-tokens", type=positive_int, default=128, help="per prompt (default %(default)s)")
-    tuned.add_argument("--full", action="store_true", help="every validation prompt (default: the quick set)")
-    tuned.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
-    tuned.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
-    tuned.add_argument("--write", action="store_true", help="store the choice in the pair's draft_shape.json")
-    tuned.set_defaults(func=_zoo_tune)
-
-
-def _add_demo(sub) -> None:
-    demo = sub.add_parser("demo", help="the Gradio demos (a tab per modality; needs the [demo] extra)")
-    demo.add_argument("--host", default="127.0.0.1",
-                      help="the address to serve on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
-    demo.add_argument("--port", type=positive_int, default=7860)
-    demo.add_argument("--share", action="store_true", help="a public Gradio link")
-    demo.add_argument("--target", default=None, metavar="PATH",
-                      help="your causal LM checkpoint folder (with its tokenizer), served in the Text tab")
-    demo.add_argument("--draft", default=None, metavar="PATH|ngram|suffix|eagle:PATH",
-                      help="with --target: its drafter, as multispec generate takes it (default ngram)")
-    demo.add_argument("--build-only", action="store_true", help="build the app and exit (a smoke test)")
-    demo.set_defaults(func=_demo)
-
-
 class Parser(argparse.ArgumentParser):
     """argparse with the error first: a bad option prints the one line that matters and where the options are
     listed, not the whole usage before it (the subcommands' parsers are of this class too)."""
@@ -359,34 +97,35 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: the core's commands and those the modality packages register on import."""
-    parser = Parser(prog="multispec", description="Speculative generation beyond plain text.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    load_command_plugins()  # modality packages register their commands
-    _register_core_commands()
-    suites = _add_bench(sub)
-    _add_plugins(sub, suites)
-    _add_bench_all(suites)  # after the plugins: `all` runs every benchmark, theirs included
-    _add_generate(sub)
-    _add_zoo(sub)
-    _add_demo(sub)
-    return parser
+def _light_help(argv: list[str]) -> argparse.ArgumentParser | None:
+    """A parser that answers `argv` without loading the commands, where it only asks for help: `multispec`,
+    `multispec --help`, and `multispec generate --help` without --pair (the core's options; a modality pair's own
+    options are listed with `--pair NAME --help`, which loads them). None: build the whole command line."""
+    if all(a.startswith("-") for a in argv):
+        parser = Parser(prog="multispec", description="Speculative generation beyond plain text.")
+        sub = parser.add_subparsers(dest="command", required=True)
+        for name, help_text in COMMANDS.items():
+            sub.add_parser(name, help=help_text)
+        return parser
+    if argv[0] == "generate" and {"-h", "--help"} & set(argv) and not any(a.startswith("--pair") for a in argv):
+        parser = Parser(prog="multispec", description="Speculative generation beyond plain text.")
+        generate = parser.add_subparsers(dest="command", required=True).add_parser(
+            "generate", help=COMMANDS["generate"], description=GENERATE_DESCRIPTION,
+            epilog="The other modalities' pairs take options of their own: `multispec generate --pair NAME --help` "
+                   "lists them (`multispec zoo list` names the pairs).",
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_generate_arguments(generate)
+        return parser
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    _quiet_libraries()
-    try:
-        code = args.func(args)
-    except (ValueError, FileNotFoundError, ImportError) as err:
-        print(f"multispec: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # Ctrl-C: what was measured is printed where it was measured; no traceback
-        print("\nmultispec: interrupted", file=sys.stderr)
-        return 130
-    shards.finish()  # a data-parallel run (accelerate launch): every process ends together
-    return code
+    argv = list(sys.argv[1:] if argv is None else argv)
+    light = _light_help(argv)
+    if light is not None:
+        light.parse_args(argv)  # prints the help (or the error) and exits
+    commands = importlib.import_module(COMMANDS_MODULE)
+    return commands.run(commands.build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@ argparse's "argument --option: ..." message, before anything loads."""
 from __future__ import annotations
 
 import argparse
+import importlib
+from typing import TYPE_CHECKING
 
-from .tree import DynamicTree
+if TYPE_CHECKING:
+    from .tree import DynamicTree
 
 
 def chain_length(text: str) -> int | str:
@@ -31,7 +34,8 @@ def parse_tree(text: str | None) -> DynamicTree | None:
         return None
     try:
         depth, topk, total = (int(x) for x in text.split("/"))
-        return DynamicTree(depth=depth, topk=topk, total=total)
+        # `multispec.tree` loads torch: imported here, when a tree is parsed, so that `--help` loads none
+        return importlib.import_module("multispec.tree").DynamicTree(depth=depth, topk=topk, total=total)
     except ValueError as err:
         raise argparse.ArgumentTypeError(f"expected DEPTH/TOPK/TOTAL, e.g. 4/4/15; got {text!r} ({err})") from None
 

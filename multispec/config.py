@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .sampling import SamplingConfig
+from .steps import STEPS
 
-STEPS = ("eager", "static", "compiled")
 
 
 def eos_ids(eos_token_id: int | Sequence[int] | torch.Tensor | None) -> tuple[int, ...]:

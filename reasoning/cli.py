@@ -10,7 +10,7 @@ from multispec.bench.machine import save_results
 from multispec.bench.recorder import results
 from multispec.shards import current
 from multispec.cli import positive_int, register_command
-from multispec.generate_cli import register_generate_mode
+from multispec.generate_args import register_generate_mode
 from multispec.rules import Judge, JudgeHead, train_judge_head
 
 from . import generate_mode

@@ -34,7 +34,7 @@ from multispec.targets.static_step import CapturedFeed, padded
 
 from .mamba1 import FalconMambaTarget, MambaTarget
 from .mamba2 import Mamba2Target
-from .targets import SSMTarget, rms_norm
+from .targets import rms_norm
 
 
 class StaticSSM(CapturedFeed):

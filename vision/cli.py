@@ -13,7 +13,7 @@ from multispec import StoppingConfig, speculative_generate, zoo
 from multispec.bench.recorder import LEGEND, format_table
 from multispec.shards import current
 from multispec.cli import parse_tree, positive_int, register_command
-from multispec.generate_cli import register_generate_mode
+from multispec.generate_args import register_generate_mode
 from multispec.training.cli import TargetTrainer, loop_config, loop_report, register_trainer, write_report
 from multispec.training.loop import TrainLoop
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec.config import STEPS
+from multispec.steps import STEPS
 from multispec.continuous import ContinuousOutput, continuous_generate
 from multispec.metrics import SpeculativeStats
 

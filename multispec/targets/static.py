@@ -14,7 +14,7 @@ import copy
 
 from transformers import PreTrainedModel
 
-from ..config import STEPS
+from ..steps import STEPS
 from .guidance import GuidedTarget
 from .hf import check_causal_lm, keeps_state
 from .lean import LeanCausalLM, lean_unsupported
