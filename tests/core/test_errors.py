@@ -96,11 +96,11 @@ def test_a_bad_command_line_prints_the_error_first_and_a_hint_not_the_usage(caps
 def test_ctrl_c_ends_the_command_quietly(capsys, monkeypatch):
     """Ctrl-C: exit status 130 and one line, no traceback (a bench prints its finished rounds first:
     tests/bench/test_recorder.py; training says where it can continue: tests/core/test_train_draft.py)."""
-    from multispec import cli
+    from multispec import cli, cli_commands
 
     def interrupted(_args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_zoo_list", interrupted)
+    monkeypatch.setattr(cli_commands, "_zoo_list", interrupted)
     assert cli.main(["zoo", "list"]) == 130
     assert capsys.readouterr().err.strip() == "multispec: interrupted"
