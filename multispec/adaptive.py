@@ -26,8 +26,9 @@ after chains, longer and shorter than the chosen chain in turn (the longer one: 
 token more per row, so a width timed once while the machine was busy is timed again; where drafts are barely
 accepted, just one longer: a probe at the longest chain there costs most and shows nothing); after a run of k = 0,
 at the cheapest chain by its measured cost (a wide verification can cost less than a narrow one on a CPU), and a
-probe that accepts nothing doubles the wait before the next (up to `max_probe_every`), so drafts that never pay
-cost a vanishing share of the steps.
+probe that does not pay (its measured tokens per second, the drafter's catch-up included, not `margin` above a
+step without drafts) doubles the wait before the next (up to `max_probe_every`), so drafts that never pay cost a
+vanishing share of the steps.
 
     out = speculative_generate(target, drafter, ids, tree="auto")      # AdaptiveChain(max_k=8)
     out = speculative_generate(target, drafter, ids, tree=AdaptiveChain(max_k=12))
@@ -217,11 +218,20 @@ class AdaptiveChain:
                 for d in range(1, min(a + 1, k) + 1):  # depths 1..a accepted; a + 1 tried and rejected
                     at, tried_d = self.by_depth.get(d, (0, 0))
                     self.by_depth[d] = (at + (d <= a), tried_d + 1)
-        if self._probing:  # a probe after a run of k = 0: nothing accepted waits twice as long for the next
+        if self._probing:  # a probe after a run of k = 0: one that did not pay waits twice as long for the next
             self._probing = False
-            nothing = not any(accepted)
-            self._wait = min(self.max_probe_every, 2 * (self._wait or self.probe_every)) if nothing else 0
+            self._wait = 0 if self._paid(batch, accepted, verify_s + draft_s + other_s) else min(
+                self.max_probe_every, 2 * (self._wait or self.probe_every))
         self._average(self.other_s, (batch, k + 1), other_s)  # the commit grows with what a long chain accepts
+
+    def _paid(self, batch: int, accepted: list[int], seconds: float) -> bool:
+        """Whether a probe's tokens per second, measured (the EAGLE head's catch-up over the skipped steps
+        included), beat a step without drafts by `margin`: drafts that are accepted now and then but never pay
+        must not bring the probes back every `probe_every` steps."""
+        none = self._cost(batch, 0)
+        if none <= 0 or seconds <= 0:
+            return any(accepted)
+        return (batch + sum(accepted)) / seconds > batch / none * (1 + self.margin)
 
     def _average(self, table: dict, key, value: float) -> None:
         table[key] = value if key not in table else (1 - self.smoothing) * table[key] + self.smoothing * value

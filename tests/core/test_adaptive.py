@@ -6,7 +6,8 @@ accepted or where a batch makes verifying them dear.
 Mutations caught (checked by hand): pricing a chain by its expected tokens alone, without the verification's cost
 (the batch-of-32 case then keeps drafting); one acceptance rate for every depth (the falling-with-depth case then
 drafts 8); one commit time for every width (the growing-commit case then drafts 8); never probing after choosing k = 0 (an acceptance that recovers is
-never seen); no margin over k = 0 (the near tie drafts 1); exploring every new batch size (the shrinking batch
+never seen); doubling the wait only when a probe accepts nothing (the probe that accepts a token now and then but
+never pays keeps coming back every 4 steps); no margin over k = 0 (the near tie drafts 1); exploring every new batch size (the shrinking batch
 drafts 8 at 7 rows)."""
 
 import pytest
@@ -115,6 +116,27 @@ def test_it_looks_again_every_few_steps():
     policy.accepted, policy.pooled = {0: (30, 100)}, (0, 0)
     choices = [policy.choose([0]) for _ in range(5)]
     assert choices[:4] == [choices[0]] * 4 and 0 < choices[0] < 8 and choices[4] == choices[0] + 1
+
+
+def test_a_probe_that_does_not_pay_doubles_the_wait_even_when_it_accepts_something():
+    """A drafter accepted now and then (one draft in five) whose probes cost a switching step (a head catching up on
+    the skipped tokens: a probe's step takes 3x a plain one): each probe accepts a token at times but never pays,
+    so the waits double (16, 32, 64, ...); a probe that pays resets the wait."""
+    policy = AdaptiveChain(max_k=4, probe_every=4)
+    _timed(policy, 1, verify_per_node_row=0.5)
+    policy.accepted, policy.pooled = {0: (0, 50)}, (0, 0)
+    probes = []
+    for step in range(60):
+        k = policy.choose([0])
+        if k:
+            probes.append(step)
+        policy.observe([0], k, [1 if k and len(probes) % 2 else 0], verify_s=1.5 if k == 0 else 4.5, draft_s=0.0,
+                       other_s=0.0)
+    assert probes[:3] == [3, 11, 27]  # waits 4, then 8, then 16: accepted tokens did not make them pay
+    policy._since_probe, policy._wait = 0, 16
+    policy._probing = True
+    policy.observe([0], 1, [1], verify_s=0.5, draft_s=0.0, other_s=0.0)  # 2 tokens in a third of a plain step
+    assert policy._wait == 0
 
 
 def test_a_chain_must_clearly_beat_none():
