@@ -26,11 +26,10 @@ COMMANDS = {
 COMMANDS_MODULE = "multispec.cli_commands"
 
 
-# commands that modality packages add when imported (`multispec.adapters` entry points):
-# (group, name) -> (help, add_arguments(parser), run(args) -> exit code); group is "bench", "eval" or "train"
+# commands that modality packages add in their `register()` (the `multispec.commands` entry points) and the core's
+# own in those groups: (group, name) -> (help, add_arguments(parser), run(args) -> exit code); group is "bench",
+# "eval" or "train"
 PLUGIN_COMMANDS: dict[tuple[str, str], tuple[str, Callable, Callable]] = {}
-
-
 COMMAND_GROUP = "multispec.commands"  # entry points: a modality's `register()` of its commands
 _commands_loaded = False
 
