@@ -44,9 +44,10 @@ from dataclasses import dataclass, field
 class AdaptiveChain:
     """A chain whose length each step is chosen (see the module docstring). `max_k`: the longest chain;
     `smoothing`: the weight of a new timing in the averages; `probe_every`: steps between probes; `margin`: how
-    much more tokens per second a chain must promise than none; `verify_cost(batch, width)`: seconds of a verification when known beforehand (e.g. measured with
-    `multispec.draft_length.VerifyCost` per batch size), instead of the steps' own timings. The timings carry over from one generation to the next (they are the machine's); the rows'
-    acceptance starts over at each prompt (`start`)."""
+    much more tokens per second a chain must promise than none; `verify_cost(batch, width)`: seconds of a
+    verification when known beforehand (e.g. measured with `multispec.draft_length.VerifyCost` per batch size),
+    instead of the steps' own timings. The timings carry over from one generation to the next (they are the
+    machine's); the rows' acceptance starts over at each prompt (`start`)."""
 
     max_k: int = 8
     smoothing: float = 0.3
@@ -67,13 +68,15 @@ class AdaptiveChain:
     _since_probe: int = 0
     _wait: int = 0  # steps between probes now (0: `probe_every`)
     _probing: bool = False
-    _probe_up: bool = False  # the last probe after chains went one longer (the next goes one shorter)
+    _probe_up: bool = False  # the last probe after chains went longer (the next goes one shorter)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_k, int) or self.max_k < 1:
             raise ValueError(f"max_k: expected an int >= 1, got {self.max_k!r}")
         if not 0 < self.smoothing <= 1:
             raise ValueError(f"smoothing: expected a number in (0, 1], got {self.smoothing!r}")
+        if not self.margin >= 0:
+            raise ValueError(f"margin: expected a number >= 0, got {self.margin!r}")
 
     # the TreeSpec face: the widest step the session must make room for
     @property

@@ -22,7 +22,6 @@ from .sampling import SamplingConfig
 from .steps import STEPS
 
 
-
 def eos_ids(eos_token_id: int | Sequence[int] | torch.Tensor | None) -> tuple[int, ...]:
     """EOS ids in the order given (the first is `generate`'s default pad id), without repeats."""
     if eos_token_id is None:

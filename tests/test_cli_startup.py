@@ -1,7 +1,6 @@
 """The command line starts without loading what its command does not need: `multispec --help` and `multispec
-generate --help` load no torch (about 1.5 s of a 2-core machine's time before this, and the modalities' packages
-through the plugins, 7 s in all); the other commands load theirs. Checked in a fresh interpreter by the modules it
-loaded, not by timing it."""
+generate --help` load no torch and no modality; the other commands load theirs. Checked in a fresh interpreter by
+the modules it loaded, not by timing it (timings: benchmarks/probes/cli_startup.py, docs/cli.md)."""
 
 import json
 import subprocess

@@ -30,11 +30,12 @@ FIXED_SHAPE: dict[type, type] = {}
 def register_fixed_shape(eager: type, static: type) -> None:
     """Models that the adapter class `eager` serves run at fixed shapes on `static`, the class written for it: a
     subclass of `eager` and of a fixed-shape feed (`StaticFeed`, `StaticLeanCausalLM`, a modality's own)."""
-    if not isinstance(eager, type) or not isinstance(static, type) or not issubclass(static, eager) \
-            or not issubclass(static, CapturedFeed):
-        raise TypeError(f"static: expected a fixed-shape subclass of {getattr(eager, '__name__', eager)!s} "
-                        f"(e.g. class Static{getattr(eager, '__name__', 'X')}(StaticFeed, "
-                        f"{getattr(eager, '__name__', 'X')})), got {static!r}")
+    if not isinstance(eager, type):
+        raise TypeError(f"eager: expected an adapter class, got {eager!r}")
+    if not isinstance(static, type) or not issubclass(static, eager) or not issubclass(static, CapturedFeed):
+        name = eager.__name__
+        raise TypeError(f"static: expected a fixed-shape subclass of {name} (e.g. class Static{name}(StaticFeed, "
+                        f"{name})), got {static!r}")
     FIXED_SHAPE[eager] = static
 
 

@@ -215,6 +215,8 @@ def test_tree_auto_and_bad_settings():
         speculative_generate(model, "ngram", torch.tensor([[5, 6]]), max_new_tokens=2, tree="adaptive")
     with pytest.raises(ValueError, match="max_k: expected an int >= 1"):
         AdaptiveChain(max_k=0)
+    with pytest.raises(ValueError, match="margin: expected a number >= 0"):
+        AdaptiveChain(margin=-0.1)
 
 
 def test_steps_without_drafts_skip_an_eagle_head_which_catches_up_when_it_drafts_again():

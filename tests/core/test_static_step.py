@@ -231,6 +231,7 @@ def test_a_session_runs_the_step_its_engine_config_names(byte_pair):
     session.append(ids, mask)
     new = session.generate(32)[0]
     assert torch.equal(torch.tensor(new), expected[0, ids.shape[1]:])
+    assert session.stats.mean_accepted_length > 2  # drafts accepted: not plain decoding in disguise
     steps = len(session.stats.steps)
     assert session.target.static_calls - calls[0] == steps and session.drafter.lm.static_calls - calls[1] >= steps
     session.append(torch.tensor([new[:3]]))  # another turn: appended, not prefilled again
