@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec import DynamicTree, StoppingConfig, speculative_generate, zoo
+from multispec import DynamicTree, EngineConfig, StoppingConfig, speculative_generate, zoo
 from multispec.trace import StepRecorder, render_steps_html
 
 
@@ -53,7 +53,7 @@ def compare(model, tokenizer, prompt: str, methods: dict[str, tuple[object, obje
         rec = StepRecorder()
         t0 = time.perf_counter()
         out = speculative_generate(target, drafter, ids, max_new_tokens=max_new_tokens, tree=tree,
-                                   on_step=rec, stopping=StoppingConfig.never())
+                                   engine=EngineConfig(on_step=rec), stopping=StoppingConfig.never())
         dt = time.perf_counter() - t0
         html = render_steps_html(rec.row(0), decode=lambda t: tokenizer.decode([t]))
         new = out.sequences[0, n0:n0 + out.num_new_tokens[0]].tolist()

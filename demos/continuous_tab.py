@@ -10,7 +10,7 @@ import functools
 
 import torch
 
-from multispec.image_ar import generate_continuous, load_continuous_pair
+from multispec.image_ar import HeadSampling, generate_continuous, load_continuous_pair
 
 from .compare import build_image_outputs, shown
 
@@ -53,7 +53,8 @@ def run(label: int, seed: int = 0, k: int = 4, guidance_scale: float = 2.0, fewe
     rows = ["| method | time | vs plain | drafts accepted | residual fallbacks |", "| --- | --- | --- | --- | --- |"]
     gallery, grid, plain_s = [], "", None
     for name, kw in methods.items():
-        out = generate_continuous(pair.target, torch.tensor([int(label)]), guidance_scale=float(guidance_scale),
+        out = generate_continuous(pair.target, torch.tensor([int(label)]),
+                                  sampling=HeadSampling(guidance_scale=float(guidance_scale)),
                                   generator=torch.Generator().manual_seed(int(seed)), **kw)
         plain_s = plain_s or out.seconds
         rate = f"{out.accepted}/{out.drafted} ({out.acceptance_rate:.0%})" if out.drafted else "-"

@@ -9,6 +9,7 @@ import functools
 
 import torch
 
+from multispec import SamplingConfig
 from multispec.image_ar import Relaxed, generate_images, image_drafter, load_image_pair
 
 from .compare import build_image_outputs, shown
@@ -55,7 +56,8 @@ def run(label: int, seed: int = 0, delta: float = 0.2, guidance_scale: float = 2
     rows = ["| method | time | vs plain | mean accepted length | max TVD |", "| --- | --- | --- | --- | --- |"]
     gallery, grids, plain_s = [], [], None
     for name, kw in methods.items():
-        out = generate_images(pair.target, [int(label)], guidance_scale=float(guidance_scale), top_k=int(top_k),
+        out = generate_images(pair.target, [int(label)], guidance_scale=float(guidance_scale),
+                              sampling=SamplingConfig(do_sample=True, top_k=int(top_k)),
                               vqvae=pair.vqvae, generator=torch.Generator().manual_seed(int(seed)), **kw)
         plain_s = plain_s or out.seconds
         rows.append(f"| {name} | {out.seconds * 1e3:.0f} ms | {plain_s / out.seconds:.2f}x | "

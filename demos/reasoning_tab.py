@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from multispec import StoppingConfig, speculative_generate
+from multispec import EngineConfig, StoppingConfig, speculative_generate
 from multispec.drafters import ModelDrafter
 from multispec.reasoning import (Settings, SpecReason, SpecReasonConfig, SpeculativeThinking, Writer, extract_answer,
                                  load_pair)
@@ -140,7 +140,7 @@ def run_judge(problem: int = 0, question: str = "", judge_threshold: float | Non
                        (f"control: approve-all head, floor {floor:g}", control)):
         t0 = time.perf_counter()
         out = speculative_generate(pair.target, ModelDrafter(pair.styled), ids, max_new_tokens=320, tree=settings.k,
-                                   rule=rule, on_step=authors if name == "judge" else None,
+                                   rule=rule, engine=EngineConfig(on_step=authors if name == "judge" else None),
                                    stopping=StoppingConfig(eos_token_id=tok.eos_token_id))
         seconds = time.perf_counter() - t0
         text = tok.decode(out.sequences[0, ids.shape[1]: ids.shape[1] + out.num_new_tokens[0]].tolist())

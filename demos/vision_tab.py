@@ -9,7 +9,7 @@ import html
 import random
 import time
 
-from multispec import DynamicTree, StoppingConfig, speculative_generate, zoo
+from multispec import DynamicTree, EngineConfig, StoppingConfig, speculative_generate, zoo
 from multispec.trace import StepRecorder
 from multispec.vision.vqa_synth import KINDS, generate_vqa
 from multispec.vision.zoo_pair import NAME, load_drafters
@@ -70,7 +70,7 @@ def run(image, question: str, max_new_tokens: int = 160, chain_k: int = 8, depth
         for label, spec in ((f"chain k={int(chain_k)}", int(chain_k)), (f"tree {tree.depth}/{tree.topk}/{tree.total}", tree)):
             rec = StepRecorder()
             t0 = time.perf_counter()
-            out = speculative_generate(model, drafter, max_new_tokens=n, tree=spec, on_step=rec,
+            out = speculative_generate(model, drafter, max_new_tokens=n, tree=spec, engine=EngineConfig(on_step=rec),
                                        stopping=StoppingConfig(**stop), **inputs)
             secs = time.perf_counter() - t0
             new = out.sequences[0, n0:n0 + out.num_new_tokens[0]].tolist()

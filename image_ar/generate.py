@@ -4,8 +4,8 @@
     pair = load_image_pair()                                   # the zoo's mnist-vq-gpt
     rule = Relaxed.from_codebook(pair.vqvae.codebook_latents(), k=20, delta=0.2)
     out = generate_images(pair.target, [3, 7], drafter=image_drafter(pair, "eagle"), rule=rule,
-                          guidance_scale=2.0, top_k=64, tree=DynamicTree(4, 4, 16), vqvae=pair.vqvae,
-                          generator=torch.Generator().manual_seed(0))
+                          guidance_scale=2.0, sampling=SamplingConfig(do_sample=True, top_k=64),
+                          tree=DynamicTree(4, 4, 16), vqvae=pair.vqvae, generator=torch.Generator().manual_seed(0))
     out.images, out.codes, out.stats.mean_accepted_length, out.max_tvd
 
 `generate_ar` is the plain reference loop (the model's own `transformers` forward with a KV cache, the
@@ -16,15 +16,17 @@ the losslessness tests compare two different implementations.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from multispec import EngineConfig, GuidedTarget, NGramDrafter, speculative_generate
-from multispec.metrics import SpeculativeStats
-from multispec.sampling import SamplingConfig, classifier_free_guidance
+from multispec.plugin import SamplingConfig, SpeculativeStats, checked, classifier_free_guidance
 
 from .gpt import ClassConditionalGPT
+
+# image generators sample: the default of `generate_images` and `generate_ar` (greedy: `SamplingConfig()`)
+IMAGE_SAMPLING = SamplingConfig(do_sample=True, temperature=1.0)
 
 
 @dataclass
@@ -71,15 +73,14 @@ class _Trace:
 
 
 def generate_images(target, labels, *, drafter=None, rule=None, tree=None, guidance_scale: float | None = None,
-                    do_sample: bool = True, temperature: float = 1.0, top_k: int | None = None,
-                    top_p: float | None = None, generator: torch.Generator | None = None, vqvae=None,
-                    progress: bool = False, step: str = "eager") -> ImageGenerationOutput:
+                    sampling: SamplingConfig | None = None, generator: torch.Generator | None = None, vqvae=None,
+                    engine: EngineConfig | None = None) -> ImageGenerationOutput:
     """Generate one image per class label with `target` (a `ClassConditionalGPT`, or a Janus-style target
     adapter whose prompts are class tokens). `drafter=None` decodes plainly through the same adapter (one
     token per target forward); otherwise speculative decoding with `rule` (None: Exact when sampling,
-    Greedy otherwise; a `Relaxed` for LANTERN) over `tree` (None: a 4-token chain). Guidance, temperature,
-    top-k and top-p apply identically to target and draft. `step`: `EngineConfig.step` ("static": the fixed-shape
-    step, guidance included)."""
+    Greedy otherwise; a `Relaxed` for LANTERN) over `tree` (None: a 4-token chain). Guidance and `sampling`
+    (default `IMAGE_SAMPLING`: sampled at temperature 1) apply identically to target and draft. `engine`:
+    `EngineConfig` ("static" step: the fixed-shape step, guidance included; `progress`: a bar)."""
     if not isinstance(target, ClassConditionalGPT):
         raise TypeError(f"target: expected a ClassConditionalGPT, got {type(target).__name__}")
     labels = _labels(labels, target)
@@ -88,12 +89,13 @@ def generate_images(target, labels, *, drafter=None, rule=None, tree=None, guida
     plain = drafter is None
     trace = _Trace(len(labels))
     start = time.perf_counter()
-    sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+    sampling = checked(sampling, SamplingConfig, "sampling") if sampling is not None else IMAGE_SAMPLING
     guided = target if guidance_scale is None else GuidedTarget(target, guidance_scale)
-    out = speculative_generate(guided, NGramDrafter() if plain else drafter, prompt, torch.ones_like(prompt),
+    out = speculative_generate(guided, NGramDrafter() if plain else drafter, prompt,
+                               attention_mask=torch.ones_like(prompt),
                                max_new_tokens=n, tree=0 if plain else tree, rule=rule, sampling=sampling,
-                               engine=EngineConfig(progress=progress, step=step), generator=generator,
-                               on_step=trace)
+                               engine=replace(checked(engine, EngineConfig, "engine"), on_step=trace),
+                               generator=generator)
     seconds = time.perf_counter() - start
     codes = out.sequences[:, prompt.shape[1]:]
     if codes.shape[1] != n:
@@ -103,17 +105,18 @@ def generate_images(target, labels, *, drafter=None, rule=None, tree=None, guida
 
 
 @torch.no_grad()
-def generate_ar(model: ClassConditionalGPT, labels, *, guidance_scale: float | None = None, do_sample: bool = True,
-                temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                generator: torch.Generator | None = None, vqvae=None) -> ImageGenerationOutput:
-    """Plain AR sampling with the model's own forward (see the module docstring)."""
+def generate_ar(model: ClassConditionalGPT, labels, *, guidance_scale: float | None = None,
+                sampling: SamplingConfig | None = None, generator: torch.Generator | None = None,
+                vqvae=None) -> ImageGenerationOutput:
+    """Plain AR sampling with the model's own forward (see the module docstring); `sampling` as in
+    `generate_images`."""
     from transformers import DynamicCache
 
     if not isinstance(model, ClassConditionalGPT):
         raise TypeError(f"model: expected a ClassConditionalGPT, got {type(model).__name__}")
     labels = _labels(labels, model)
     b = len(labels)
-    sampling = SamplingConfig(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+    sampling = checked(sampling, SamplingConfig, "sampling") if sampling is not None else IMAGE_SAMPLING
     ids = model.class_tokens(labels)
     if guidance_scale is not None:
         ids = torch.cat([ids, model.unconditional_tokens(ids)])

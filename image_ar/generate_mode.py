@@ -9,11 +9,12 @@ from pathlib import Path
 
 import torch
 
-from multispec.generate_cli import (GenerateMode, comparison_line, comparison_record, timed_rounds, tree_option,
-                                    write_json)
+from multispec import EngineConfig, SamplingConfig
+from multispec.plugin import GenerateMode, comparison_line, comparison_record, timed_rounds, tree_option, write_json
 
 from .bench import NEIGHBOURS
 from .continuous.generate import generate_continuous
+from .continuous.head_sampler import HeadSampling
 from .continuous.zoo_pair import NAME as CONTINUOUS
 from .continuous.zoo_pair import load_pair as load_continuous_pair
 from .generate import generate_images
@@ -82,12 +83,15 @@ def _draw(args: argparse.Namespace, classes: list[int], k: int):
     if args.pair == CONTINUOUS:
         pair = load_continuous_pair()
         labels = torch.tensor(classes)
+
         def speculative():
-            return generate_continuous(pair.target, labels, pair.draft, k=k, guidance_scale=CFG_SCALE,
-                                       generator=gen(), step=args.step)
+            return generate_continuous(pair.target, labels, pair.draft, tree=k,
+                                       sampling=HeadSampling(guidance_scale=CFG_SCALE),
+                                       engine=EngineConfig(step=args.step), generator=gen())
 
         def plain():
-            return generate_continuous(pair.target, labels, guidance_scale=CFG_SCALE, generator=gen())
+            return generate_continuous(pair.target, labels, sampling=HeadSampling(guidance_scale=CFG_SCALE),
+                                       generator=gen())
 
         where = "" if args.step == "eager" else f", {args.step} step"
         return speculative(), speculative, plain, f"continuous speculative decoding, chain k={k} (exact{where})"
@@ -96,11 +100,11 @@ def _draw(args: argparse.Namespace, classes: list[int], k: int):
     if args.delta is not None:
         rule = Relaxed.from_codebook(pair.vqvae.codebook_latents(), NEIGHBOURS, delta=args.delta)
         what = f"EAGLE chain k={k}, LANTERN delta={args.delta:g}"
-    common = dict(guidance_scale=CFG_SCALE, top_k=TOP_K, vqvae=pair.vqvae)
+    common = dict(guidance_scale=CFG_SCALE, sampling=SamplingConfig(do_sample=True, top_k=TOP_K), vqvae=pair.vqvae)
 
     def speculative():
         return generate_images(pair.target, classes, drafter=image_drafter(pair, "eagle"), rule=rule, tree=k,
-                               generator=gen(), step=args.step, **common)
+                               generator=gen(), engine=EngineConfig(step=args.step), **common)
 
     def plain():
         return generate_images(pair.target, classes, generator=gen(), **common)

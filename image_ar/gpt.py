@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from multispec.sampling import uniform
+from multispec.plugin import uniform
 
 
 class ImageGPTConfig(LlamaConfig):

@@ -26,15 +26,9 @@ import torch
 from transformers import PreTrainedModel
 
 from multispec import EngineConfig, SamplingConfig, speculative_generate
-from multispec.shards import current
-from multispec.drafters import NGramDrafter
-from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
-from multispec.drafters.eagle_train import EagleTrainConfig, EagleTrainer
-from multispec.prompt import Prompt
-from multispec.targets import GuidedTarget
-from multispec.training.cli import loop_config, loop_report, write_report
-from multispec.training.kinds import DraftKind
-from multispec.training.loop import TrainLoop, item_generator
+from multispec.plugin import (DraftKind, EagleConfig, EagleDrafter, EagleHead, EagleTrainConfig, EagleTrainer,
+                              GuidedTarget, NGramDrafter, Prompt, TrainLoop, current_shards, item_generator,
+                              loop_config, loop_report, write_report)
 
 from .targets import JanusImageTarget, restore_generation_kwargs
 
@@ -246,7 +240,8 @@ def draw_images(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, s
     generator = torch.Generator(ids.device).manual_seed(seed)
     out = []
     for i in range(0, len(ids), batch):
-        seq = speculative_generate(guided, NGramDrafter(), ids[i:i + batch], mask[i:i + batch], max_new_tokens=n,
+        seq = speculative_generate(guided, NGramDrafter(), ids[i:i + batch], attention_mask=mask[i:i + batch],
+                                   max_new_tokens=n,
                                    tree=0, sampling=SamplingConfig(do_sample=True), generator=generator,
                                    engine=EngineConfig(progress=False)).sequences
         out.append(seq[:, ids.shape[1]:])
@@ -257,7 +252,7 @@ def draw_images(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, s
 def accepted(model: PreTrainedModel, drafter, ids: torch.Tensor, mask: torch.Tensor, scale: float) -> float:
     """Tokens committed per target forward, guided greedy generation of one image per prompt, chains of 4."""
     n = int(model.config.vision_config.num_image_tokens)
-    out = speculative_generate(GuidedTarget(model, scale), drafter, ids, mask, max_new_tokens=n, tree=4)
+    out = speculative_generate(GuidedTarget(model, scale), drafter, ids, attention_mask=mask, max_new_tokens=n, tree=4)
     return round(out.stats.mean_accepted_length, 4)
 
 
@@ -265,7 +260,7 @@ def run(args: argparse.Namespace, scale: float, per_prompt: int) -> int:
     """`multispec train draft` for a Janus target (see the module docstring)."""
     from transformers import AutoTokenizer, JanusForConditionalGeneration
 
-    shards = current()
+    shards = current_shards()
     model = JanusForConditionalGeneration.from_pretrained(args.target, dtype=torch.float32).eval()
     restore_generation_kwargs(model, args.target)
     device = args.device or (str(shards.device) if shards.world > 1 else None)

@@ -17,8 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from multispec.kernels.checks import check_same_device, check_tensor
-from multispec.kernels.dispatch import backend_for
+from multispec.plugin import backend_for, check_same_device, check_tensor
 
 
 def latent_neighbours(latents: torch.Tensor, k: int) -> torch.Tensor:

@@ -31,12 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec.rules import AcceptanceRule, Verdict, check_logits, full_tree_tokens
-from multispec.targets import Features
-from multispec.tree import DraftTree
-from multispec.kernels.common import argmax_ref, sample_ref
-from multispec.kernels.dispatch import backend_for
-from multispec.sampling import SamplingConfig, exponential, nan_safe_argmax, uniform
+from multispec.plugin import (AcceptanceRule, DraftTree, Features, SamplingConfig, Verdict, argmax_ref, backend_for,
+                              check_logits, exponential, full_tree_tokens, nan_safe_argmax, sample_ref, uniform)
 
 from .neighbourhood import check_table, latent_neighbours, neighbour_mass, neighbour_mass_ref
 

@@ -24,12 +24,8 @@ from typing import NamedTuple
 import torch
 from transformers import PreTrainedModel
 
-from multispec.prompt import Prompt
-from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
-from multispec.targets.base import TargetOutput
-from multispec.targets.lean import LeanCausalLM
-from multispec.targets.static_hf import StaticFeed
-from multispec.targets.static_step import StaticLeanCausalLM
+from multispec.plugin import (FeatureRequest, Features, HFCausalLM, LeanCausalLM, NO_FEATURES, PrefillOutput, Prompt,
+                              StaticFeed, StaticLeanCausalLM, TargetOutput)
 
 from .gpt import ClassConditionalGPT
 

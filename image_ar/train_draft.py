@@ -19,13 +19,10 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from multispec.shards import current
-from multispec.cli import positive_int
-from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
-from multispec.drafters.eagle_train import EagleTrainConfig
-from multispec.training.cli import TargetTrainer, loop_config, loop_report, write_report
-from multispec.training.kinds import DraftKind
-from multispec.training.loop import TrainLoop, item_generator
+from multispec import SamplingConfig
+from multispec.plugin import (DraftKind, EagleConfig, EagleDrafter, EagleHead, EagleTrainConfig, TargetTrainer,
+                              TrainLoop, current_shards, item_generator, loop_config, loop_report, positive_int,
+                              write_report)
 
 from . import janus_draft
 from .generate import generate_ar, generate_images
@@ -102,7 +99,7 @@ class ImageEagleKind(DraftKind):
 
 def accepted(target, drafter, labels: list[int], scale: float) -> float:
     """Tokens committed per target forward, guided greedy generation of one image per label, chains of 4."""
-    out = generate_images(target, labels, drafter=drafter, tree=4, guidance_scale=scale, do_sample=False)
+    out = generate_images(target, labels, drafter=drafter, tree=4, guidance_scale=scale, sampling=SamplingConfig())
     return round(out.stats.mean_accepted_length, 4)
 
 
@@ -110,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     scale = args.guidance_scale if args.guidance_scale is not None else CFG_SCALE
     if is_janus(AutoConfig.from_pretrained(args.target)):
         return janus_draft.run(args, scale, args.images_per_class or 64)
-    shards = current()
+    shards = current_shards()
     target = ClassConditionalGPT.from_pretrained(args.target).eval()
     device = args.device or (str(shards.device) if shards.world > 1 else None)
     if device is not None:

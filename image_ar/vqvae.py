@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from huggingface_hub import PyTorchModelHubMixin
 from torch import nn
 
-from multispec.zoo.training import train_steps
+from multispec.plugin import train_steps
 
 from .data import shifted
 
@@ -125,8 +125,8 @@ def train_vqvae(images: torch.Tensor, *, steps: int = 1500, batch_size: int = 12
                     model.codebook.weight[dead] = z[pick] + 0.01 * torch.randn(len(dead), embed_dim, generator=g)
             usage.zero_()
 
-    losses = train_steps(model, None, steps, opt, sched, "vq-vae", after_step=reseed, loss=step_loss, clip=None,
-                         progress=progress)
+    losses = train_steps(model, None, steps, (opt, sched), "vq-vae", after_step=reseed, loss=step_loss,
+                         clip=None, progress=progress)
     model.eval()
     with torch.no_grad():
         codes = model.encode(images[:1000])

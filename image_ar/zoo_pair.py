@@ -25,14 +25,9 @@ from pathlib import Path
 import torch
 
 from multispec import zoo
-from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
-from multispec.drafters.eagle_train import EagleTrainConfig, EagleTrainer
-from multispec.drafters.model import ModelDrafter
-from multispec.targets import GuidedTarget
-from multispec.zoo import ZooEntry, ZooPair
-from multispec.zoo.int8 import FILE as INT8_FILE
-from multispec.zoo.int8 import load_int8, save_int8
-from multispec.zoo.training import adamw_cosine, train_steps
+from multispec.plugin import (EagleConfig, EagleDrafter, EagleHead, EagleTrainConfig, EagleTrainer, GuidedTarget,
+                              INT8_FILE, ModelDrafter, ZooEntry, ZooPair, adamw_cosine, load_int8, save_int8,
+                              train_steps)
 
 from .classifier import DigitClassifier, accuracy, train_classifier
 from .data import load_digits_dataset, shifted
@@ -90,7 +85,7 @@ def train_gpt(config, codes: torch.Tensor, labels: torch.Tensor, *, steps: int, 
         return model.image_loss(labels[idx], codes[idx], generator=g)
 
     model.train()
-    losses = train_steps(model, None, steps, opt, sched, desc, loss=step_loss, progress=progress)
+    losses = train_steps(model, None, steps, (opt, sched), desc, loss=step_loss, progress=progress)
     return model.eval(), losses
 
 

@@ -17,6 +17,7 @@ from .bench import chat_cli
 from .bench import core as bench_core
 from .bench import report, tune
 from .bench import text as bench_text
+from .bench.options import BenchOptions
 from .cli import (COMMANDS, GENERATE_DESCRIPTION, PLUGIN_COMMANDS, Parser, add_generate_arguments, add_speed_options,
                   load_command_plugins, register_command)
 from .cli_types import int_list, name_list, parse_tree, positive_int
@@ -72,8 +73,7 @@ def _bench_all(args: argparse.Namespace, parsers: dict[str, argparse.ArgumentPar
 
 
 def _bench_core(args: argparse.Namespace) -> int:
-    bench_core.run(quick=args.quick, max_new_tokens=args.max_new_tokens, json_path=args.json, threads=args.threads,
-                   rounds=args.rounds)
+    bench_core.run(BenchOptions.from_args(args))
     return 0
 
 
@@ -81,15 +81,12 @@ def _bench_text(args: argparse.Namespace) -> int:
     if args.batch is not None:
         if any(b < 1 for b in args.batch):
             raise ValueError(f"--batch: expected positive batch sizes, got {list(args.batch)}")
-        bench_text.run_batch_sweep(pair_name=args.pair, batches=args.batch, quick=args.quick, json_path=args.json,
-                                   max_new_tokens=args.max_new_tokens, threads=args.threads, chain_k=args.chain_k,
-                                   tree=args.tree, rounds=args.rounds, only=args.methods, plot=args.plot)
+        bench_text.run_batch_sweep(args.pair, BenchOptions.from_args(args), args.batch, only=args.methods,
+                                   plot=args.plot)
         return 0
     if args.plot is not None:
         raise ValueError("--plot: goes with --batch")
-    bench_text.run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
-                   temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
-                   rounds=args.rounds, compile=args.compile, split=args.split, only=args.methods)
+    bench_text.run(args.pair, BenchOptions.from_args(args), compile=args.compile, only=args.methods)
     return 0
 
 

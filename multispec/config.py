@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -87,7 +88,9 @@ class EngineConfig:
     cache is attention key/values (`multispec.targets.static_hf`); other targets are refused by name. `pad_widths[M]`: verify a step of M nodes (root included) as this many
     (>= M; padding nodes are invalid) where a CPU's matrix kernels run the wider batch faster
     (`multispec.draft_length.VerifyCost.padding()`); the output is unchanged, only the cost; eager steps
-    only. `progress`: a progress bar over generated tokens. `session_tokens`: with a fixed-shape step, the tokens
+    only. `progress`: a progress bar over generated tokens. `on_step(draft, verdict, rows)`: called after each
+    verification with the draft tree, the verdict and the original batch rows they cover (e.g.
+    `multispec.trace.StepRecorder`, which the demos render). `session_tokens`: with a fixed-shape step, the tokens
     a `Session`'s caches hold in all (prompt, appended turns, generated tokens); `speculative_generate` sets it
     from the prompt and `max_new_tokens`.
     """
@@ -96,6 +99,7 @@ class EngineConfig:
     pad_widths: Mapping[int, int] | None = field(default=None, hash=False)
     progress: bool = False
     session_tokens: int = 2048
+    on_step: Callable[[Any, Any, list[int]], None] | None = field(default=None, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.step not in STEPS:
@@ -107,6 +111,9 @@ class EngineConfig:
             raise TypeError(f"progress: expected a bool, got {type(self.progress).__name__}")
         if isinstance(self.session_tokens, bool) or not isinstance(self.session_tokens, int) or self.session_tokens < 1:
             raise ValueError(f"session_tokens: expected an int >= 1, got {self.session_tokens!r}")
+        if self.on_step is not None and not callable(self.on_step):
+            raise TypeError(f"on_step: expected a callable (draft, verdict, rows) or None, got "
+                            f"{type(self.on_step).__name__}")
 
 
 def check_pad_widths(pad_widths: Mapping[int, int] | None) -> dict[int, int] | None:
@@ -140,7 +147,7 @@ def checked(value, kind: type, name: str):
 # keywords of earlier releases, now fields of a settings object: named in the error a stray one gets
 MOVED = {**{k: "sampling=SamplingConfig(...)" for k in ("do_sample", "temperature", "top_k", "top_p")},
          **{k: "stopping=StoppingConfig(...)" for k in ("eos_token_id", "pad_token_id", "stop")},
-         **{k: "engine=EngineConfig(...)" for k in ("step", "pad_widths", "progress")},
+         **{k: "engine=EngineConfig(...)" for k in ("step", "pad_widths", "progress", "on_step")},
          "guidance_scale": "the target: GuidedTarget(target, guidance_scale)"}
 
 

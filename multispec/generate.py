@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -10,10 +9,10 @@ import torch
 from .config import EngineConfig, StoppingConfig, check_max_new_tokens, checked, refuse_moved
 from .metrics import SpeculativeStats
 from .prompt import Prompt
-from .rules import AcceptanceRule, Verdict
+from .rules import AcceptanceRule
 from .sampling import SamplingConfig
 from .session import Session
-from .tree import DraftTree, TreeSpec
+from .tree import TreeSpec
 
 
 @dataclass
@@ -30,7 +29,6 @@ def speculative_generate(
     target,
     drafter,
     input_ids: torch.Tensor,  # [B, L] left-padded prompt ids
-    attention_mask: torch.Tensor | None = None,  # [B, L] 1 = real token
     *,
     max_new_tokens: int = 32,
     tree: TreeSpec | int | None = None,
@@ -39,7 +37,6 @@ def speculative_generate(
     stopping: StoppingConfig | None = None,
     engine: EngineConfig | None = None,
     generator: torch.Generator | None = None,
-    on_step: Callable[[DraftTree, Verdict, list[int]], None] | None = None,
     **model_inputs,
 ) -> SpeculativeOutput:
     """Generate with speculative decoding; lossless with the default rules.
@@ -49,7 +46,8 @@ def speculative_generate(
             registered for its class) or a `Target`; `GuidedTarget(target, scale)` for classifier-free guidance.
         drafter: a smaller `transformers` model with the same vocabulary, a `Drafter`, or a drafter name
             ("ngram", "recycling", "suffix").
-        input_ids / attention_mask: left-padded prompts [B, L]; rows may have different lengths.
+        input_ids: left-padded prompts [B, L]; rows may have different lengths (`attention_mask=` [B, L], 1 for
+            a real token, as `generate` takes it).
         max_new_tokens: new tokens per row at most.
         tree: None (a 4-token chain), an int k (a k-token chain), `Chain`, `StaticTree` or `DynamicTree`.
         rule: None (Greedy, or Exact when sampling), "greedy", "exact" or any `AcceptanceRule`.
@@ -58,17 +56,19 @@ def speculative_generate(
         stopping: `StoppingConfig`: EOS ids, pad id (default: the target's generation config, as `generate`)
             and stop sequences.
         engine: `EngineConfig`: the step ("eager", "static": fixed shapes, CUDA graphs on CUDA, or "compiled";
-            the static engines are built on the first call and kept on the models), node padding, progress bar.
+            the static engines are built on the first call and kept on the models), node padding, progress bar,
+            `on_step` (called after each verification with the draft tree, the verdict and the original batch
+            rows they cover, e.g. `multispec.trace.StepRecorder`, which the demos render).
         generator: the `torch.Generator` all randomness is drawn from (seeded runs reproduce).
-        on_step: called after each verification with the draft tree, the verdict and the original batch
-            rows they cover (e.g. `multispec.trace.StepRecorder`, which the demos render).
-        **model_inputs: the target's other prefill inputs, by the model's own names, as `generate` takes
+        **model_inputs: `attention_mask` and the target's other prefill inputs, by the model's own names, as
+            `generate` takes
             them (`pixel_values`, `image_grid_thw`, `mm_token_type_ids`, ...); one the target does not take
             raises a TypeError naming it.
 
     Returns `SpeculativeOutput(sequences, stats, num_new_tokens)`.
     """
     refuse_moved(model_inputs)
+    attention_mask = model_inputs.pop("attention_mask", None)
     prompt = Prompt.build(input_ids, attention_mask, **model_inputs)
     check_max_new_tokens(max_new_tokens)
     engine = checked(engine, EngineConfig, "engine")
@@ -81,7 +81,7 @@ def speculative_generate(
         session.target.check_prompt(prompt)
         return SpeculativeOutput(prompt.input_ids, session.stats, [0] * b)
     session.append(prompt.input_ids, prompt.attention_mask, **prompt.inputs)
-    new = session.generate(max_new_tokens, on_step=on_step)
+    new = session.generate(max_new_tokens)
     width = max(len(t) for t in new.values())
     tail = torch.full((b, width), session.pad_token_id, dtype=torch.long, device="cpu")  # host: one copy below
     for r, toks in new.items():

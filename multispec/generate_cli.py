@@ -205,10 +205,10 @@ def generate_one(target, drafter, decode: Callable[[list[int]], str], inputs: di
     pad = pad if pad is not None else (eos if eos is not None else 0)
     generator = _generator(args)
     t0 = time.perf_counter()
-    out = speculative_generate(target, drafter, max_new_tokens=args.max_new_tokens, tree=tree, on_step=stream,
+    out = speculative_generate(target, drafter, max_new_tokens=args.max_new_tokens, tree=tree,
                                sampling=sampling_config(args),
                                stopping=StoppingConfig(eos_token_id=eos, pad_token_id=pad), generator=generator,
-                               engine=EngineConfig(step=args.step), **inputs)
+                               engine=EngineConfig(step=args.step, on_step=stream), **inputs)
     seconds = time.perf_counter() - t0
     new = out.sequences[0, ids.shape[1]: ids.shape[1] + out.num_new_tokens[0]].tolist()
     text = decode(new)

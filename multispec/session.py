@@ -227,8 +227,10 @@ class Session:
                  on_step: Callable[[DraftTree, Verdict, list[int]], None] | None = None) -> dict[int, list[int]]:
         """Generate up to `max_new_tokens` per active row, stopping a row after an EOS id or after any stop
         sequence: the session's (`stopping.stop`) and this call's `stop` (token ids, or lists of ids for
-        multi-token delimiters). `on_step(draft, verdict, rows)` is called after each verification. Returns
-        each row's new tokens by original row index (the stop included)."""
+        multi-token delimiters). `on_step(draft, verdict, rows)` is called after each verification (default: the
+        engine's `EngineConfig.on_step`). Returns each row's new tokens by original row index (the stop
+        included)."""
+        on_step = on_step if on_step is not None else self.engine.on_step
         check_max_new_tokens(max_new_tokens)
         self._require_started("generate")
         stops = [*self.stopping.stop, *stop_sequences(stop), *((e,) for e in self.eos)]

@@ -1,7 +1,7 @@
 """Step traces of a speculative run: what was drafted, which path the target accepted, what was emitted.
 
     rec = StepRecorder()
-    out = speculative_generate(target, drafter, ids, on_step=rec)
+    out = speculative_generate(target, drafter, ids, engine=EngineConfig(on_step=rec))
     rec.steps[0][0].nodes, rec.steps[0][0].accepted   # row 0's tree and accepted path in the first step
     html = render_steps_html(rec.steps, decode=lambda t: tokenizer.decode([t]))
 

@@ -14,7 +14,7 @@ Llamas on synthetic step-by-step arithmetic) ships a base, a small model and its
 experts, a styled drafter and judges.
 """
 
-from multispec.zoo import register_entry
+from multispec.plugin import register_entry
 
 from .data import Problem, extract_answer, is_correct, make_problems, read_problems, write_problems
 from .evaluate import METHODS, Models, Settings, evaluate

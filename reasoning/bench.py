@@ -5,10 +5,7 @@ choice is made there; the test split (`split="test"`) is for a configuration alr
 
 from __future__ import annotations
 
-import torch
-
-from multispec.bench.machine import describe, save_results
-from multispec.bench.recorder import results
+from multispec.plugin import BenchOptions, describe, results, save_results
 
 from .evaluate import METHODS, Models, Settings, evaluate_table, markdown
 from .spec_thinking import SpeculativeThinkingConfig, Triggers
@@ -81,15 +78,16 @@ def settings_record(settings: Settings) -> dict:
             "thinking": repr(s.thinking)}
 
 
-def run(quick: bool = False, json_path: str | None = None, threads: int | None = None, problems: int | None = None,
-        methods=ZOO_METHODS, settings: Settings | None = None, weights: str | None = None, drafter: str = "small",
-        rounds: int = 3, split: str = "validation") -> dict:
+def run(options: BenchOptions = BenchOptions(), problems: int | None = None, methods=ZOO_METHODS,
+        settings: Settings | None = None, drafter: str = "small") -> dict:
+    """`bench reasoning` on `arith-reasoning` (`options.weights`: a retrained folder of it): `problems` of
+    `options.split` (default validation; 30 with `quick`, else the whole split), 3 rounds."""
+    quick, split, rounds = options.quick, options.split or "validation", options.rounds_or(3)
     if split not in SPLITS:
         raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
-    if threads is not None:
-        torch.set_num_threads(threads)
+    options.apply_threads()
     check_zoo_methods(methods)
-    models, test = zoo_models(weights, drafter)
+    models, test = zoo_models(options.weights, drafter)
     n = problems or (30 if quick else len(test))
     chosen = test[:n] if split == "test" else validation_split(n)
     settings = zoo_settings(settings or Settings())
@@ -101,4 +99,4 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
     out = results("reasoning", record, {"greedy": table}, pair="arith-reasoning")
     print(f"reasoning on arith-reasoning ({describe(out['machine'])}), {n} problems of the {split} split")
     print(markdown(table))
-    return save_results(out, json_path)
+    return save_results(out, options.json_path)

@@ -6,12 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from multispec.bench.machine import save_results
-from multispec.bench.recorder import results
-from multispec.shards import current
-from multispec.cli import positive_int, register_command
-from multispec.generate_args import register_generate_mode
-from multispec.rules import Judge, JudgeHead, train_judge_head
+from multispec.plugin import (BenchOptions, Judge, JudgeHead, current_shards, positive_int, register_command,
+                              register_generate_mode, results, save_results, train_judge_head)
 
 from . import generate_mode
 from .bench import (DRAFTERS, SPLITS, ZOO_METHODS, check_zoo_methods, run, settings_record, zoo_models,
@@ -79,9 +75,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    run(quick=args.quick, json_path=args.json, threads=args.threads, problems=args.problems,
-        methods=_methods(args, ZOO_METHODS),
-        settings=_settings(args), weights=args.weights, drafter=args.drafter, rounds=args.rounds, split=args.split)
+    run(BenchOptions.from_args(args), args.problems, _methods(args, ZOO_METHODS), _settings(args), args.drafter)
     return 0
 
 
@@ -139,7 +133,7 @@ def _eval(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    shards = current()  # under accelerate launch / torchrun: this process's share of the problems
+    shards = current_shards()  # under accelerate launch / torchrun: this process's share of the problems
     if shards.device.type == "cuda":
         models.to(shards.device)
     table = evaluate_table(models, problems, methods, settings, rounds=args.rounds, shards=shards)

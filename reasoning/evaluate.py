@@ -37,11 +37,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from multispec import StoppingConfig, speculative_generate
-from multispec.bench.recorder import Recorder, partition, with_role
-from multispec.shards import Shards
-from multispec.drafters import ModelDrafter
-from multispec.rules import Judge, JudgeHead, JudgeStats
+from multispec import EngineConfig, StoppingConfig, speculative_generate
+from multispec.plugin import Judge, JudgeHead, JudgeStats, ModelDrafter, Recorder, Shards, partition, with_role
 
 from .data import Problem, format_prompt, is_correct
 from .scoring import LogLikelihoodScorer, PromptScorer, encode_text
@@ -181,8 +178,8 @@ def solve(method: str, models: Models, s: Settings, question: str) -> dict:
         tally = JudgeStats()
         ids = torch.tensor([prompt], device=models.base.device)
         out = speculative_generate(models.base, ModelDrafter(models.drafter_model), ids,
-                                   max_new_tokens=s.max_new_tokens, tree=s.k, rule=rule, on_step=tally,
-                                   stopping=StoppingConfig(eos_token_id=eos))
+                                   max_new_tokens=s.max_new_tokens, tree=s.k, rule=rule,
+                                   engine=EngineConfig(on_step=tally), stopping=StoppingConfig(eos_token_id=eos))
         new = out.sequences[0, len(prompt):].tolist()
         new = new[: new.index(eos) + 1] if eos in new else new
         st = out.stats

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from multispec.generate_cli import (GenerateMode, check_sampling, comparison_line, comparison_record, prompts,
-                                    timed_rounds, write_json)
+from multispec.plugin import (GenerateMode, check_sampling, comparison_line, comparison_record, prompt_texts,
+                              timed_rounds, write_json)
 
 from .bench import ZOO_METHODS, zoo_models, zoo_settings
 from .data import extract_answer
@@ -45,7 +45,7 @@ def _timed(method: str, models, settings: Settings, question: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    questions = prompts(args)
+    questions = prompt_texts(args)
     check_sampling(args)
     if args.sample:
         raise ValueError("--sample: the reasoning methods decode greedily here")

@@ -24,10 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from multispec import Prompt, Session, StoppingConfig
-from multispec.drafters import ModelDrafter
-from multispec.rules import Judge, judge_inputs
-from multispec.targets import as_target
-from multispec.targets.base import FeatureRequest
+from multispec.plugin import FeatureRequest, Judge, ModelDrafter, as_target, judge_inputs
 
 from .data import Problem, is_correct
 

@@ -18,11 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from multispec import Prompt, SamplingConfig, Session, StoppingConfig
-from multispec.config import checked, eos_ids
-from multispec.sampling import check_logits_finite
-from multispec.session import SpanScore
-from multispec.targets import as_target
-from multispec.tree import DraftTree
+from multispec.plugin import DraftTree, SpanScore, as_target, check_logits_finite, checked, eos_ids
 
 SEPARATOR = "\n\n"
 

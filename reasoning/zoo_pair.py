@@ -33,12 +33,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from multispec import zoo
-from multispec.drafters import ModelDrafter
-from multispec.rules import Judge, JudgeHead, train_judge_head
-from multispec.zoo import ZooEntry, ZooPair, bytes_lm
-from multispec.zoo.int8 import FILE as INT8_FILE
-from multispec.zoo.int8 import load_int8, save_int8
-from multispec.zoo.training import Checkpoint, train_steps
+from multispec.plugin import ByteTokenizer as BaseByteTokenizer
+from multispec.plugin import (Checkpoint, INT8_FILE, Judge, JudgeHead, ModelDrafter, ZooEntry, ZooPair, load_int8,
+                              save_int8, train_judge_head, train_steps)
 
 from .data import Problem, make_drill, make_problem, make_problems, read_problems, training_text, write_problems
 from .judge_data import label_divergences
@@ -170,7 +167,7 @@ EXPERTS = {  # Speculative Verdict's draft experts besides `small`
 }
 
 
-class ByteTokenizer(bytes_lm.ByteTokenizer):
+class ByteTokenizer(BaseByteTokenizer):
     """The zoo's byte tokenizer, with the EOS byte that ends a solution (dropped when decoding)."""
 
     eos_token_id = EOS
@@ -322,9 +319,8 @@ def train_model(recipe: Recipe, out: Path, desc: str, checkpoint_every: int = 20
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * cosine(s))
     run = Checkpoint(out / "resume.pt", recipe.__dict__, model, opt, sched, every=checkpoint_every,
                      total=recipe.steps, state=stream.rng.getstate, load_state=stream.rng.setstate)
-    start, losses = run.restore()
     model.train()
-    losses = train_steps(model, lambda _: next(stream), recipe.steps, opt, sched, desc, start, losses, run)
+    losses = train_steps(model, lambda _: next(stream), recipe.steps, (opt, sched), desc, checkpoint=run)
     model.eval()
     save_int8(model, out)  # shipped in int8 (the zoo's budget); loaded back in fp32
     report = {"recipe": recipe.__dict__, "params": sum(p.numel() for p in model.parameters()),
@@ -364,17 +360,26 @@ def load_pair(folder: str | Path | None = None) -> ReasoningPair:
                          test=test, folder=folder)
 
 
+@dataclass(frozen=True)
+class OnPolicy:
+    """One DAgger round: the runs labelled are judge decoding with the judge in folder `judge` (under the pair's
+    folder) at `threshold` and floor `floor`, instead of plain decoding."""
+
+    judge: str
+    threshold: float = 0.9
+    floor: float = 0.0
+
+
 def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, drafter: str = "small",
-                    out: str = "judge", context: bool = False, width: int = 0, on_policy: str | None = None,
-                    on_policy_threshold: float = 0.9, on_policy_floor: float = 0.0,
+                    out: str = "judge", head: tuple[bool, int] = (False, 0), on_policy: OnPolicy | None = None,
                     also: dict[str, tuple[bool, int]] | None = None) -> dict:
     """Label divergences of the base in `folder` with the drafter in `folder/drafter` on `problems`
-    training-distribution problems and train its judge head (`context`, `width`: see `JudgeHead`) into
-    `folder/out` (skipped when it exists). `on_policy`: a judge folder under `folder`; the runs labelled
-    are then judge decoding with it at `on_policy_threshold` and floor `on_policy_floor` (one DAgger round).
+    training-distribution problems and train its judge head (`head`: (context, width), see `JudgeHead`) into
+    `folder/out` (skipped when it exists). `on_policy`: label judge decoding's runs instead (`OnPolicy`).
     `also`: further heads trained on the same labels, folder -> (context, width) (the labelling runs once);
     their reports go under "also"."""
     folder = Path(folder)
+    context, width = head
     config = folder / out / "judge_config.json"
     if config.exists():
         return json.loads(config.read_text())
@@ -383,7 +388,7 @@ def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, dr
     chosen = [p for p in make_problems(problems * 2, seed, CHECK_RATE) if p.question not in held_out][:problems]
     rule = None
     if on_policy is not None:
-        rule = Judge(JudgeHead.load(folder / on_policy), on_policy_threshold, on_policy_floor)
+        rule = Judge(JudgeHead.load(folder / on_policy.judge), on_policy.threshold, on_policy.floor)
     heads = {out: (context, width)} | (also or {})
     labelled_with_context = any(c for c, _ in heads.values())
     data = label_divergences(base, small, chosen, ByteTokenizer(), context=labelled_with_context, rule=rule)
@@ -392,8 +397,8 @@ def train_zoo_judge(folder: str | Path, problems: int = 400, seed: int = 777, dr
               "skipped_prefixes": data["skipped_prefixes"], "drafter": drafter,
               "by_target_prob": by_target_prob(data["labels"], data["target_probs"])}
     if on_policy is not None:
-        common |= {"on_policy": on_policy, "on_policy_threshold": on_policy_threshold,
-                   "on_policy_floor": on_policy_floor}
+        common |= {"on_policy": on_policy.judge, "on_policy_threshold": on_policy.threshold,
+                   "on_policy_floor": on_policy.floor}
     reports = {}
     for name, (ctx, wide) in heads.items():
         # a context vector opens with the state at the token: the linear head's whole input

@@ -8,9 +8,7 @@ Importing this package registers its target adapters and draft engines with the 
 targets and as draft models (the core imports this package by itself when it meets a stateful model).
 """
 
-from multispec.targets import register_draft_engine, register_target_adapter
-from multispec.targets.static import register_fixed_shape
-from multispec.zoo import register_entry
+from multispec.plugin import register_draft_engine, register_entry, register_fixed_shape, register_target_adapter
 
 from .drafters import StatefulDraftEngine
 from .hybrid import (BambaTarget, FalconH1Target, GraniteMoeHybridTarget, JambaTarget, Lfm2Target, NemotronHTarget,

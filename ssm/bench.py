@@ -23,15 +23,9 @@ from transformers import Zamba2ForCausalLM
 
 from multispec import (DynamicTree, HybridDrafter, ModelDrafter, NGramDrafter, SamplingConfig, StaticTree,
                        StoppingConfig, SuffixDecodingDrafter, TokenRecyclingDrafter, speculative_generate, zoo)
-from multispec.bench.machine import describe, save_results
-from multispec.bench.recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences
-from multispec.bench.rows import Row, leading, method_table
-from multispec.bench.text import classify, prompts
-from multispec.drafters.recycling import cpu_tree
-from multispec.testing import make_perturbed_copy
-from multispec.zoo import ZooPair
-from multispec.zoo.bytes_lm import ByteTokenizer
-from multispec.zoo.data import read_source, stdlib_files
+from multispec.plugin import (BenchOptions, ByteTokenizer, LEGEND, Recorder, Row, ZooPair, bench_prompts, classify,
+                              cpu_tree, describe, format_table, leading, make_perturbed_copy, method_table,
+                              outputs_identical, read_source, repeat, results, save_results, sequences, stdlib_files)
 
 from .hybrid import BambaTarget, Zamba2Target
 from .mamba1 import MambaTarget
@@ -138,18 +132,19 @@ def baselines(model, draft_model, ids, n: int, temperature: float | None = None)
     return methods, assisted
 
 
-def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | None = None,
-        max_new_tokens: int | None = None, temperature: float = 1.0, threads: int | None = None,
-        chain_k: int = 4, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
-        rounds: int = 3, weights: str | None = None) -> dict:
-    """`weights`: a trained folder of the pair (`multispec zoo train NAME --out DIR`) instead of the shipped one."""
-    if threads:
-        torch.set_num_threads(threads)
+def run(pair_name: str = "stdlib-mamba2", options: BenchOptions = BenchOptions(),
+        corpus_chars: int = 1_000_000) -> dict:
+    """`options.weights`: a trained folder of the pair (`multispec zoo train NAME --out DIR`) instead of the shipped
+    one. Defaults: 128 new tokens (48 with `quick`), temperature 1.0, chain length 4, a 5/3/14 dynamic tree,
+    3 rounds."""
+    options.apply_threads()
+    quick, weights, temperature = options.quick, options.weights, options.temperature or 1.0
+    chain_k, rounds = options.chain_k or 4, options.rounds_or(3)
     pair = _random_pair(pair_name) if pair_name in RANDOM_PAIRS else zoo.load(pair_name, weights=weights)
     model, drafter, tok = pair.target, pair.drafter, pair.tokenizer
-    tree = tree or DynamicTree(depth=5, topk=3, total=14)
-    n = max_new_tokens or (48 if quick else 128)
-    ps = prompts(tok, quick)
+    tree = options.tree or DynamicTree(depth=5, topk=3, total=14)
+    n = options.max_new_tokens or (48 if quick else 128)
+    ps = bench_prompts(tok, quick)
     all_rows = rows(pair_name, model, drafter, chain_k, tree, _byte_corpus(corpus_chars))
 
     def generate(sampling: SamplingConfig, generator=None):
@@ -181,7 +176,7 @@ def run(pair_name: str = "stdlib-mamba2", quick: bool = False, json_path: str | 
     out = results("ssm", settings, tables, outputs_identical=outputs_identical(tables),
                   transformers_assisted="measured" if assisted is None else f"unsupported ({assisted})")
     _print(out)
-    return save_results(out, json_path)
+    return save_results(out, options.json_path)
 
 
 def _print(res: dict) -> None:

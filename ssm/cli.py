@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from multispec.cli import add_speed_options, register_command
+from multispec.plugin import BenchOptions, add_speed_options, register_command
 
 from . import bench
 
@@ -16,9 +16,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    bench.run(pair_name=args.pair, quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, threads=args.threads, chain_k=args.chain_k, tree=args.tree,
-        rounds=args.rounds, weights=args.weights)
+    bench.run(args.pair, BenchOptions.from_args(args))
     return 0
 
 

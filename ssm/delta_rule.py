@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from multispec.kernels.dispatch import backend_for
+from multispec.plugin import backend_for
 
 
 def _l2norm(x: torch.Tensor) -> torch.Tensor:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from multispec.prompt import Prompt
-from multispec.targets.base import FeedingEngine, PrefillOutput, TargetOutput
+from multispec.plugin import FeedingEngine, PrefillOutput, Prompt, TargetOutput
 
 
 class StatefulDraftEngine(FeedingEngine):

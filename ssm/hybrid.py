@@ -17,10 +17,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
-from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
-from multispec.targets.hf import cache_layer_types
-from multispec.tree import ancestor_mask_from_parents
-from multispec.versions import require
+from multispec.plugin import (FeatureRequest, Features, HFCausalLM, NO_FEATURES, PrefillOutput,
+                              ancestor_mask_from_parents, cache_layer_types, require_version)
 
 from .mamba2 import Mamba2Step, mamba2_commit_layers, mamba2_prefill_mix, mamba2_tree_mix
 from .mamba1 import mamba1_tree_mix
@@ -115,7 +113,7 @@ class BambaTarget(HFCausalLM):
     def __init__(self, model: PreTrainedModel):
         if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) == self.model_type):
             raise TypeError(f"model: expected a transformers {self.model_type} causal LM, got {type(model).__name__}")
-        require(SSM_TRANSFORMERS, "multispec.ssm")
+        require_version(SSM_TRANSFORMERS, "multispec.ssm")
         super().__init__(model, name="model")
         self.decoder = model.model
         # the Mamba layers: those transformers keeps a recurrent state for ("linear_attention" cache layers)

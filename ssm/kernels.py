@@ -15,11 +15,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
-from multispec.kernels.dispatch import backend_for
+from multispec.plugin import backend_for
 
 from .tree_scan import tree_conv1d, tree_ssd
 
@@ -107,10 +109,21 @@ def _block(n: int, cap: int) -> int:
     return min(cap, max(16, triton.next_power_of_2(max(n, 1))))
 
 
-def tree_ssd_triton(x, dt, A, B, C, D, ancestors, initial_state, *, block_t: int | None = None,
-                    block_p: int | None = None, block_n: int | None = None, num_warps: int = 4,
+@dataclass(frozen=True)
+class ScanTiles:
+    """`tree_ssd_chunk_kernel`'s tuning knobs: tile sides over nodes, head dim and state (None: the next power
+    of two of the size, from 16 to 64) and warps per program (the sweep: BENCHMARKS.md, GPU)."""
+
+    block_t: int | None = None
+    block_p: int | None = None
+    block_n: int | None = None
+    num_warps: int = 4
+
+
+def tree_ssd_triton(x, dt, A, B, C, D, ancestors, initial_state, *, tiles: ScanTiles = ScanTiles(),
                     precision: str = SCAN_PRECISION):
-    """`tree_ssd` by `tree_ssd_chunk_kernel`; the block sizes are tuning knobs (defaults: BENCHMARKS.md, GPU)."""
+    """`tree_ssd` by `tree_ssd_chunk_kernel`, tiled by `tiles`."""
+    block_t, block_p, block_n, num_warps = tiles.block_t, tiles.block_p, tiles.block_n, tiles.num_warps
     b, t, heads, p = x.shape
     g, n = B.shape[2], B.shape[3]
     y = torch.empty(b, t, heads, p, dtype=torch.float32, device=x.device)

@@ -28,9 +28,7 @@ from dataclasses import fields
 import torch
 from transformers import PreTrainedModel
 
-from multispec.host import require
-from multispec.targets.base import NO_FEATURES, FeatureRequest, Features, TargetOutput
-from multispec.targets.static_step import CapturedFeed, padded
+from multispec.plugin import CapturedFeed, FeatureRequest, Features, NO_FEATURES, TargetOutput, padded, require
 
 from .mamba1 import FalconMambaTarget, MambaTarget
 from .mamba2 import Mamba2Target

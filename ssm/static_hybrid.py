@@ -21,9 +21,8 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from multispec.targets.base import NO_FEATURES, FeatureRequest, TargetOutput
-from multispec.targets.static_hf import ColumnCache, StaticFeed
-from multispec.targets.static_step import padded, static_feed_tables
+from multispec.plugin import (ColumnCache, FeatureRequest, NO_FEATURES, StaticFeed, TargetOutput, padded,
+                              static_feed_tables)
 
 from .hybrid import (BambaTarget, FalconH1Target, GraniteMoeHybridTarget, JambaTarget, Lfm2Target, NemotronHTarget,
                      Zamba2Target)
@@ -150,7 +149,7 @@ class StaticHybrid(StaticFeed):
              layers_wanted: tuple[int, ...], want_hidden: bool):
         n, m = inp.shape[1], parents.shape[1]
         ok, kept_parents, pos, anc, positions, allowed = static_feed_tables(
-            parents, valid, pending_parents, length, start_col, cols, p0=p0, n=n, capacity=self.capacity,
+            parents, valid, pending_parents, length, start_col, cols, p0=p0, capacity=self.capacity,
             window=None, sliding_window=None)
         masks = self._additive_masks(allowed, None)
         self.cache.cols = cols

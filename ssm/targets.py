@@ -19,10 +19,8 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from multispec.prompt import Prompt
-from multispec.targets.base import NO_FEATURES, FeatureRequest, Features, PrefillOutput, Target, TargetOutput
-from multispec.tree import ancestor_mask_from_parents
-from multispec.versions import require
+from multispec.plugin import (FeatureRequest, Features, NO_FEATURES, PrefillOutput, Prompt, Target, TargetOutput,
+                              ancestor_mask_from_parents, require_version)
 
 from .tree_scan import conv_sources, gather_windows
 from .versions import SSM_TRANSFORMERS
@@ -84,7 +82,7 @@ class SSMTarget(Target):
         states (one more pass over the layers, without the LM head) instead of using the closed form."""
         if not (isinstance(model, PreTrainedModel) and getattr(model.config, "model_type", None) == self.model_type):
             raise TypeError(f"model: expected a transformers {self.model_type} causal LM, got {type(model).__name__}")
-        require(SSM_TRANSFORMERS, "multispec.ssm")
+        require_version(SSM_TRANSFORMERS, "multispec.ssm")
         if model.get_output_embeddings() is None:
             raise TypeError(f"model: {type(model).__name__} has no language-model head")
         self.model = model.eval()

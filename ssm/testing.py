@@ -12,7 +12,7 @@ from transformers import (BambaConfig, BambaForCausalLM, FalconH1Config, FalconH
                           Qwen3NextForCausalLM, Zamba2Config,
                           Zamba2ForCausalLM)
 
-from multispec.testing import VOCAB
+from multispec.plugin import VOCAB
 
 
 def randomised(model: torch.nn.Module, head_scale: float, mixers: list) -> torch.nn.Module:

@@ -21,9 +21,7 @@ from transformers import (BambaConfig, BambaForCausalLM, LlamaForCausalLM, Mamba
                           PretrainedConfig, PreTrainedModel, Zamba2Config, Zamba2ForCausalLM)
 
 from multispec import zoo
-from multispec.drafters.model import ModelDrafter
-from multispec.zoo import ZooEntry, ZooPair
-from multispec.zoo.bytes_lm import TRAINED_CONTEXT, ByteTokenizer, train_target
+from multispec.plugin import ByteRecipe, ByteTokenizer, ModelDrafter, TRAINED_CONTEXT, ZooEntry, ZooPair, train_target
 
 # The draft Llama of the SSM pairs attends to the last DRAFT_WINDOW bytes only: on the bench prompts it
 # accepts as much as with its whole context, and its cost per step stops growing with the prompt
@@ -84,8 +82,8 @@ def _pair_trainer(config_fn: Callable[[], PretrainedConfig], cls: type[PreTraine
     def train_pair(folder: Path) -> dict:
         config = config_fn()
         # Fewer steps than the Llama target: the SSMs' PyTorch scan trains slowly on a CPU.
-        return {"target": train_target(folder / "target", steps=500, long_steps=150, make_model=lambda: cls(config),
-                                       desc=config.model_type)}
+        return {"target": train_target(folder / "target", ByteRecipe(steps=500, long_steps=150),
+                                       make_model=lambda: cls(config), desc=config.model_type)}
 
     return train_pair
 
@@ -101,7 +99,7 @@ def _load_ssm_draft_pair(folder: Path) -> ZooPair:
 
 def _train_ssm_draft(folder: Path) -> dict:
     config = mamba2_draft_config()
-    return {"draft": train_target(folder / "draft", steps=500, long_steps=150,
+    return {"draft": train_target(folder / "draft", ByteRecipe(steps=500, long_steps=150),
                                   make_model=lambda: Mamba2ForCausalLM(config), desc="mamba2 draft")}
 
 

@@ -26,7 +26,8 @@ from multispec.continuous import continuous_generate
 from multispec.drafters import ModelDrafter
 from multispec.drafters.eagle import EagleConfig, EagleDrafter, EagleHead
 from multispec.gmm_ar import GaussianMixtureAR, GMMDrafter, GMMTarget
-from multispec.image_ar import (PatchAR, PatchARConfig, PatchEagle, PatchEagleConfig, Relaxed, TrajectoryRatio,
+from multispec.image_ar import (HeadSampling, PatchAR, PatchARConfig, PatchEagle, PatchEagleConfig, Relaxed,
+                                TrajectoryRatio,
                                 generate_ar, generate_continuous, generate_images, latent_neighbours)
 from multispec.image_ar.testing import NUM_IMAGE_TOKENS, janus_prompts, make_image_gpt, make_janus
 from multispec.reasoning import (LikelihoodVerdict, SpecReason, SpecReasonConfig, SpeculativeThinking,
@@ -180,11 +181,12 @@ def reasoning():
 def _text_model(m, g):
     ids, mask = m["prompts"]
     sample = dict(sampling=SamplingConfig(do_sample=True), generator=g, max_new_tokens=4)
-    speculative_generate(m["target"], m["draft"], ids, mask, tree=3, max_new_tokens=4, generator=g,
+    speculative_generate(m["target"], m["draft"], ids, attention_mask=mask, tree=3, max_new_tokens=4, generator=g,
                          sampling=SamplingConfig(do_sample=True, top_k=20, top_p=0.9))
-    speculative_generate(m["gemma"], m["gemma_draft"], ids, mask, tree=DynamicTree(3, 2, 5), **sample)
+    speculative_generate(m["gemma"], m["gemma_draft"], ids, attention_mask=mask, tree=DynamicTree(3, 2, 5), **sample)
     # transformers' own forwards, greedy on a static tree (the kernels' reference tree walk)
-    speculative_generate(HFCausalLM(m["target"]), ModelDrafter(HFCausalLM(m["draft"])), ids, mask, max_new_tokens=4,
+    speculative_generate(HFCausalLM(m["target"]), ModelDrafter(HFCausalLM(m["draft"])), ids, attention_mask=mask,
+                         max_new_tokens=4,
                          tree=StaticTree.full([2, 2]), generator=g)
 
 
@@ -192,15 +194,16 @@ def _text_drafters(m, g):
     ids, mask = m["prompts"]
     sample = dict(sampling=SamplingConfig(do_sample=True), generator=g, max_new_tokens=4)
     t = m["target"]
-    speculative_generate(t, EagleDrafter(m["head"], t), ids, mask, tree=DynamicTree(3, 2, 5), **sample)
-    speculative_generate(t, "ngram", ids, mask, **sample)
-    speculative_generate(t, TokenRecyclingDrafter(), ids, mask, tree=StaticTree.full([2, 2]), **sample)
-    speculative_generate(t, SuffixDecodingDrafter(), ids, mask, **sample)
-    speculative_generate(t, HybridDrafter(m["draft"]), ids, mask, **sample)
-    speculative_generate(t, m["draft"], ids, mask, rule=Judge(m["judge"]), **sample)
+    speculative_generate(t, EagleDrafter(m["head"], t), ids, attention_mask=mask, tree=DynamicTree(3, 2, 5), **sample)
+    speculative_generate(t, "ngram", ids, attention_mask=mask, **sample)
+    speculative_generate(t, TokenRecyclingDrafter(), ids, attention_mask=mask, tree=StaticTree.full([2, 2]), **sample)
+    speculative_generate(t, SuffixDecodingDrafter(), ids, attention_mask=mask, **sample)
+    speculative_generate(t, HybridDrafter(m["draft"]), ids, attention_mask=mask, **sample)
+    speculative_generate(t, m["draft"], ids, attention_mask=mask, rule=Judge(m["judge"]), **sample)
     same = lambda prompt: prompt  # noqa: E731 - a guided target whose unconditional prompt is the prompt
     speculative_generate(GuidedTarget(t, 2.0, unconditional=same),
-                         ModelDrafter(GuidedTarget(m["draft"], 2.0, unconditional=same)), ids, mask, **sample)
+                         ModelDrafter(GuidedTarget(m["draft"], 2.0, unconditional=same)), ids, attention_mask=mask,
+                         **sample)
 
 
 def _text_session(m, g):
@@ -223,8 +226,8 @@ def _vision(m, g):
 
 
 def _image(m, g):
-    gpt, sample = m["gpt"], dict(do_sample=True, generator=g, guidance_scale=2.0)
-    generate_ar(gpt, [0, 1], top_k=20, **sample)
+    gpt, sample = m["gpt"], dict(sampling=SamplingConfig(do_sample=True), generator=g, guidance_scale=2.0)
+    generate_ar(gpt, [0, 1], **(sample | dict(sampling=SamplingConfig(do_sample=True, top_k=20))))
     generate_images(gpt, [0, 1], **sample)  # no drafter: plain decoding through the loop (n-gram, no drafts)
     generate_images(gpt, [0, 1], drafter=m["draft"], tree=DynamicTree(3, 2, 5), **sample)
     generate_images(gpt, [0, 1], drafter=m["draft"], rule=Relaxed(m["table"], delta=0.2), tree=DynamicTree(3, 2, 5),
@@ -232,25 +235,26 @@ def _image(m, g):
     generate_images(gpt, [0, 1], drafter=m["draft"], rule=Relaxed(m["table"], delta=0.2), tree=3, **sample)
     generate_images(gpt, [2, 3], drafter=EagleDrafter(m["head"], gpt), **sample)
     ids, mask = m["janus_prompts"]
-    speculative_generate(GuidedTarget(m["janus"], 2.0), m["janus_draft"], ids, mask, max_new_tokens=NUM_IMAGE_TOKENS,
+    speculative_generate(GuidedTarget(m["janus"], 2.0), m["janus_draft"], ids, attention_mask=mask,
+                         max_new_tokens=NUM_IMAGE_TOKENS,
                          tree=3, sampling=SamplingConfig(do_sample=True), generator=g)
 
 
 def _continuous(m, g):
-    labels, spec = torch.tensor([0, 1]), dict(k=2, prefill=0.25, generator=g)
+    labels, spec = torch.tensor([0, 1]), dict(tree=2, prefill=0.25, generator=g)
     generate_continuous(m["target"], labels, generator=g)
     generate_continuous(m["target"], labels, m["draft"], **spec)
     generate_continuous(m["target"], labels, m["draft"], rule=TrajectoryRatio(relax=3.0, bonus=True), **spec)
     generate_continuous(m["target"], labels, m["eagle"], **spec)
-    generate_continuous(m["target"], labels, m["eagle"], guidance_scale=None, **spec)
+    generate_continuous(m["target"], labels, m["eagle"], sampling=HeadSampling(guidance_scale=None), **spec)
     continuous_generate(GMMTarget(m["gmm"]), GMMDrafter(m["gmm_draft"]), torch.zeros(3, 1, 2), 4, k=3, generator=g)
 
 
 def _ssm(m, g):
     ids = torch.tensor([[5, 17, 42, 9, 77], [0, 0, 3, 4, 5]])
     for model, draft in m:  # STree: tree drafts verified with tree scans
-        speculative_generate(model, draft, ids, (ids > 0).long(), max_new_tokens=3, tree=DynamicTree(2, 3, 6),
-                             generator=g, sampling=SamplingConfig(do_sample=True))
+        speculative_generate(model, draft, ids, attention_mask=(ids > 0).long(), max_new_tokens=3,
+                             tree=DynamicTree(2, 3, 6), generator=g, sampling=SamplingConfig(do_sample=True))
 
 
 def _reasoning(m, g):

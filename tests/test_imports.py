@@ -43,6 +43,28 @@ SOURCES = _sources()
 PACKAGES = {name for name, (path, _, _) in SOURCES.items() if path.name == "__init__.py"}
 
 
+def _plugin_surface() -> dict[str, str]:
+    """`multispec.plugin`'s names -> "module:attribute", read from its tables' source."""
+    surface = {}
+    for node in SOURCES["multispec.plugin"][1].body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            for key, value in zip(node.value.keys, node.value.values):
+                if isinstance(key, ast.Constant) and isinstance(value, ast.Constant) and ":" in value.value:
+                    surface[key.value] = value.value
+    return surface
+
+
+def _public_api() -> set[str]:
+    """`multispec.__all__`, read from its source."""
+    for node in SOURCES["multispec"][1].body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError("multispec/__init__.py has no __all__")
+
+
+PLUGIN_SURFACE = _plugin_surface()
+
+
 def _rel(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
@@ -68,6 +90,10 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[tuple[str, 
         source = node.module or ""
         if source.partition(".")[0] not in ("multispec", "demos", "benchmarks"):
             return []
+    if source == "multispec.plugin":  # each name loads (on first use) the module the plugin's tables name
+        return [("multispec.plugin", [])] + [(PLUGIN_SURFACE[a.name].partition(":")[0],
+                                              [PLUGIN_SURFACE[a.name].partition(":")[2]])
+                                             for a in node.names if a.name in PLUGIN_SURFACE]
     found = []
     for alias in node.names:
         sub = f"{source}.{alias.name}"
@@ -321,3 +347,64 @@ def test_the_command_entry_points_name_each_modalitys_register():
     for modality in MODALITIES:
         _, tree, _ = SOURCES[f"multispec.{modality}.cli"]
         assert any(isinstance(n, ast.FunctionDef) and n.name == "register" for n in tree.body), modality
+
+
+def _outside_the_surface(sources: dict) -> list[str]:
+    """Imports of the core by a modality other than `multispec`'s public API (and its `zoo`), `multispec.plugin`'s
+    listed names, and the modality packages themselves."""
+    api = _public_api() | {"zoo"}
+    bad = []
+    for module, (path, tree, lines) in sources.items():
+        if _top_package(module) not in MODALITIES:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name.startswith("multispec.")]
+                wrong = [n for n in names if _top_package(n) == "core"]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("multispec"):
+                given = [a.name for a in node.names]
+                if node.module == "multispec.plugin":
+                    wrong = [n for n in given if n not in PLUGIN_SURFACE]
+                elif node.module == "multispec":
+                    wrong = [n for n in given if n not in api and n not in MODALITIES]
+                else:
+                    wrong = given if _top_package(node.module) == "core" else []
+            else:
+                continue
+            if wrong:
+                bad.append(f"{_rel(path)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    return bad
+
+
+def test_modalities_import_only_the_plugin_surface():
+    """A modality takes from the core only `multispec`'s public API and the names `multispec.plugin` lists, so the
+    list is the whole contract a new modality reads (and the core may move anything else)."""
+    bad = _outside_the_surface(SOURCES)
+    assert not bad, ("core imports outside multispec.plugin's list (add the name to a table there, or use "
+                     "multispec's API):\n" + "\n".join(bad))
+    text = "from multispec.targets.hf import HFCausalLM\nfrom multispec.plugin import Nope, Target\n" \
+           "from multispec import speculative_generate, generate\nimport multispec.tree\nfrom . import targets"
+    planted = {"multispec.vision.x": (ROOT / "vision/x.py", ast.parse(text), text.splitlines())}
+    assert _outside_the_surface(planted) == [
+        "vision/x.py:1: from multispec.targets.hf import HFCausalLM",
+        "vision/x.py:2: from multispec.plugin import Nope, Target",
+        "vision/x.py:3: from multispec import speculative_generate, generate",
+        "vision/x.py:4: import multispec.tree"]
+
+
+def test_the_plugin_surface_names_what_exists():
+    """Every name `multispec.plugin` lists loads (a renamed core function shows here, not in a modality's import)."""
+    import importlib
+
+    import multispec.plugin
+
+    assert multispec.plugin.SURFACE == PLUGIN_SURFACE
+    for name, where in PLUGIN_SURFACE.items():
+        module, _, attribute = where.partition(":")
+        assert getattr(multispec.plugin, name) is getattr(importlib.import_module(module), attribute), name
+    try:
+        multispec.plugin.not_listed
+    except AttributeError as error:
+        assert "multispec.plugin.SURFACE" in str(error)
+    else:
+        raise AssertionError("an unlisted name loaded")

@@ -12,9 +12,7 @@ trained with `VisionDistiller` (online logit distillation). The zoo pair `vqa-ll
 `vqa-words-llava` (word tokens, 256 image tokens) ships beside it (`multispec zoo train vqa-words-llava` retrains it).
 """
 
-from multispec.targets import register_target_adapter
-from multispec.targets.static import register_fixed_shape
-from multispec.zoo import register_entry
+from multispec.plugin import register_entry, register_fixed_shape, register_target_adapter
 
 from .compress import ElasticCompressor, QueryAdaptor
 from .distill import DistillConfig, VisionDistiller

@@ -6,14 +6,11 @@ Every output is compared with plain decoding."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
-from multispec import DynamicTree, StoppingConfig, speculative_generate, zoo
-from multispec.bench.machine import describe, save_results
-from multispec.bench.recorder import LEGEND, format_table, results, with_role
-from multispec.drafters import ModelDrafter
+from multispec import StoppingConfig, speculative_generate, zoo
+from multispec.plugin import (BenchOptions, LEGEND, ModelDrafter, describe, format_table, results, save_results,
+                              with_role)
 
 from .evaluate import CHAIN_K, TREE, VQAItem, chain_lengths, gate_choices, probe, run_vqa, vqa_methods
 from .vqa_synth import generate_vqa
@@ -37,30 +34,28 @@ def bench_items(count: int, seed: int = TEST_SEED, answers: str = "all") -> list
     return items
 
 
-def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int | None = None,
-        threads: int | None = None, chain_k: int | Sequence[int] = CHAIN_K, tree: DynamicTree | None = None,
-        weights: str | None = None, drafters: tuple[str, ...] = DRAFTERS, rounds: int | None = None,
-        pair_name: str = NAME, split: str = "test", answers: str = "all") -> dict:
+def run(options: BenchOptions = BenchOptions(), pair_name: str = NAME, drafters: tuple[str, ...] = DRAFTERS,
+        answers: str = "all") -> dict:
     """`pair_name`: `vqa-llava` (bytes, 64 image tokens) or `vqa-words-llava` (words, 256 image tokens);
-    `weights`: a retrained folder of that pair (default: the shipped one); `split`: the test questions, or the
-    validation ones settings are chosen on; `answers`: every question, or only short answers / only
-    descriptions and explanations (the image-prefill's share of a question's time differs between them)."""
+    `options.weights`: a retrained folder of that pair (default: the shipped one); `options.split`: the test
+    questions (default), or the validation ones settings are chosen on; `answers`: every question, or only short
+    answers / only descriptions and explanations (the image-prefill's share of a question's time differs between
+    them). Defaults: chain lengths `CHAIN_K`, tree `TREE`, 200 new tokens, 4 rounds (2 with `quick`)."""
+    quick, weights, split = options.quick, options.weights, options.split or "test"
     if pair_name not in PAIRS:
         raise ValueError(f"pair: expected one of {', '.join(PAIRS)}, got {pair_name!r}")
     if split not in SPLITS:
         raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
-    if threads:
-        torch.set_num_threads(threads)
+    options.apply_threads()
     pair = zoo.load(pair_name, weights)
     model, processor = pair.target, pair.tokenizer
     folder = weights or zoo.path(pair_name)
     loaded = load_drafters(model, folder, drafters)
     eos, pad = processor.eos_token_id, processor.pad_token_id
-    n = max_new_tokens or 200
-    tree = tree or TREE
+    n, tree, chain_k = options.max_new_tokens or 200, options.tree or TREE, options.chain_k or CHAIN_K
     ks = chain_lengths(chain_k)
     items = bench_items(8 if quick else 32, SPLITS[split], answers)
-    rounds = rounds or (2 if quick else 4)
+    rounds = options.rounds_or(4, quick_default=2)
     methods = vqa_methods(model, loaded, n, eos, pad, chain_k=chain_k, tree=tree)
     # a small VLM of the same family: transformers' assisted generation, and the same draft model in our loop
     assistant = load_assistant(folder)
@@ -99,7 +94,7 @@ def run(quick: bool = False, json_path: str | None = None, max_new_tokens: int |
         summary["target_to_draft_cost"] = round(chain["verify"] / max(1e-9, chain["draft"] / ks[0]), 2)
     out = results("vision", settings, {"greedy": table}, **summary)
     _print(out)
-    return save_results(out, json_path)
+    return save_results(out, options.json_path)
 
 
 def _print(res: dict) -> None:

@@ -10,19 +10,16 @@ from pathlib import Path
 import torch
 
 from multispec import StoppingConfig, speculative_generate, zoo
-from multispec.bench.recorder import LEGEND, format_table
-from multispec.shards import current
-from multispec.cli import parse_tree, positive_int, register_command
-from multispec.generate_args import register_generate_mode
-from multispec.training.cli import TargetTrainer, loop_config, loop_report, register_trainer, write_report
-from multispec.training.loop import TrainLoop
+from multispec.plugin import (BenchOptions, LEGEND, TargetTrainer, TrainLoop, current_shards, format_table, loop_config,
+                              loop_report, parse_tree, positive_int, register_command, register_generate_mode,
+                              register_trainer, write_report)
 
 from . import generate_mode
 from .bench import ANSWER_KINDS, PAIRS, SPLITS, run
 from .compress import BRANCHES, COMPRESSORS
 from .distill import DistillConfig, VisionDistiller
 from .drafters import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead
-from .evaluate import CHAIN_K, VQAItem, run_vqa, vqa_methods
+from .evaluate import VQAItem, run_vqa, vqa_methods
 from .processing import AnswerExample, HFVQAProcessor, answer_examples, collate_examples
 from .targets import vision_adapter_for
 from .vqa_data import read_vqa
@@ -94,9 +91,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    run(quick=args.quick, json_path=args.json, max_new_tokens=args.max_new_tokens, threads=args.threads,
-        chain_k=args.chain_k or CHAIN_K, tree=args.tree, weights=args.weights, rounds=args.rounds,
-        pair_name=args.pair, split=args.split, answers=args.answers)
+    run(BenchOptions.from_args(args), args.pair, answers=args.answers)
     return 0
 
 
@@ -137,7 +132,7 @@ def _eval(args: argparse.Namespace) -> int:
         elif args.target is None:
             drafters = load_drafters(model)
     methods = vqa_methods(model, drafters, args.max_new_tokens, eos, pad, prompt_lookup=False)
-    shards = current()  # under accelerate launch / torchrun: this process answers its share of the questions
+    shards = current_shards()  # under accelerate launch / torchrun: this process answers its share of the questions
     res = run_vqa(items, processor, methods, eos, desc="eval vqa", shards=shards)
     if not shards.main:  # rank 0 reports
         return 0
@@ -209,7 +204,7 @@ def _train(args: argparse.Namespace) -> int:
     held_at = set(range(19, len(pairs), 20)) or ({len(pairs) - 1} if len(pairs) > 1 else set())
     held = [p for i, p in enumerate(pairs) if i in held_at] or pairs
     train = [p for i, p in enumerate(pairs) if i not in held_at]
-    shards = current()
+    shards = current_shards()
     model, processor, eos, pad = _load_target(args.target)
     device = args.device or (str(shards.device) if shards.world > 1 else None)
     if device is not None:

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from multispec.training.loop import Losses, item_generator
+from multispec.plugin import Losses, item_generator
 
 from .drafters import VisionEagleHead, build_draft_sequence
 

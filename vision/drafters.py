@@ -23,11 +23,8 @@ from safetensors.torch import load_file
 from torch import nn
 from transformers import PreTrainedModel
 
-from multispec.drafters import EagleDrafter
-from multispec.drafters.eagle import EagleConfig, EagleHead
-from multispec.int8 import dequantize_state, is_quantized
-from multispec.prompt import Prompt
-from multispec.targets import FeatureRequest, Features
+from multispec.plugin import (EagleConfig, EagleDrafter, EagleHead, FeatureRequest, Features, Prompt, dequantize_state,
+                              is_quantized)
 
 from .compress import COMPRESSORS, ElasticCompressor, QueryAdaptor
 

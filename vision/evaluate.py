@@ -13,10 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from multispec import DynamicTree, Prompt, StoppingConfig, speculative_generate
-from multispec.bench.recorder import (Recorder, generated_tokens, outputs_identical, partition, sequences,
-                                      with_role)
-from multispec.shards import Shards
-from multispec.targets import as_target
+from multispec.plugin import (Recorder, Shards, as_target, generated_tokens, outputs_identical, partition, sequences,
+                              with_role)
 
 from .vqa_metrics import anls, relaxed_accuracy, vqa_accuracy
 

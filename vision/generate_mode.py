@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 
 from multispec import zoo
-from multispec.generate_cli import (DEFAULT_MAX_NEW_TOKENS, GenerateMode, check_sampling, generate_one, prompts,
-                                    tree_name, tree_option, write_json)
+from multispec.plugin import (DEFAULT_MAX_NEW_TOKENS, GenerateMode, check_sampling, generate_one, prompt_texts,
+                              tree_name, tree_option, write_json)
 
 from .zoo_pair import DRAFTERS, NAME, load_drafters
 from .zoo_vlm import EOS, PAD
@@ -36,7 +36,7 @@ def _open_image(path: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    questions = prompts(args)
+    questions = prompt_texts(args)
     args.max_new_tokens = args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     image = _open_image(args.image)
     check_sampling(args)

@@ -19,10 +19,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from multispec.prompt import Prompt
-from multispec.targets import NO_FEATURES, FeatureRequest, Features, HFCausalLM, PrefillOutput
-from multispec.targets.lean import LeanCausalLM, lean_unsupported
-from multispec.targets.static_hf import StaticFeed
+from multispec.plugin import (FeatureRequest, Features, HFCausalLM, LeanCausalLM, NO_FEATURES, PrefillOutput, Prompt,
+                              StaticFeed, lean_unsupported)
 
 
 class VisionLanguageTarget(HFCausalLM):

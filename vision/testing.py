@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from multispec.drafters.eagle import EagleConfig
+from multispec.plugin import EagleConfig
 
 from .drafters import VisionDraftConfig, VisionEagleHead
 from .processing import AnswerExample

@@ -17,8 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from multispec import zoo
-from multispec.drafters.eagle import EagleConfig
-from multispec.zoo import ZooEntry, ZooPair
+from multispec.plugin import EagleConfig, ZooEntry, ZooPair
 
 from .distill import DistillConfig, VisionDistiller
 from .drafters import VisionDraftConfig, VisionEagleDrafter, VisionEagleHead

@@ -13,8 +13,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from multispec.zoo.int8 import FILE, load_int8, save_int8
-from multispec.zoo.training import Checkpoint, train_steps
+from multispec.plugin import Checkpoint, INT8_FILE, load_int8, save_int8, train_steps
 
 from .vqa_synth import VQASample, generate_vqa
 
@@ -169,10 +168,9 @@ def train_vlm(out_dir: str | Path, recipe: VLMRecipe, tower_state: dict[str, tor
     run = Checkpoint(out_dir / "resume.pt", asdict(recipe) | {"pretrained_tower": tower_state is not None,
                                                                "processor": type(processor).__name__}, model,
                      opt, sched, every=checkpoint_every, total=steps)
-    start, losses = run.restore()
     model.train()
-    losses = train_steps(model, training_stream(recipe, processor), steps, opt, sched,
-                         f"zoo VLM ({recipe.layers} layers)", start, losses, run)
+    losses = train_steps(model, training_stream(recipe, processor), steps, (opt, sched),
+                         f"zoo VLM ({recipe.layers} layers)", checkpoint=run)
     model.eval()
     model.generation_config.pad_token_id = processor.pad_token_id
     model.generation_config.eos_token_id = processor.eos_token_id
@@ -198,6 +196,6 @@ def load_vlm(folder: str | Path, dtype: torch.dtype = torch.float32):
     folder = Path(folder)
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no trained VLM; run `multispec zoo train vqa-llava`")
-    if (folder / FILE).exists():
+    if (folder / INT8_FILE).exists():
         return load_int8(LlavaForConditionalGeneration, folder).to(dtype)
     return LlavaForConditionalGeneration.from_pretrained(folder, dtype=dtype).eval()

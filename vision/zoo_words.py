@@ -19,7 +19,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from multispec.zoo import ZooEntry, ZooPair
+from multispec.plugin import ZooEntry, ZooPair
 
 from .distill import DistillConfig
 from .drafters import VisionEagleDrafter, VisionEagleHead

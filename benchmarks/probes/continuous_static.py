@@ -12,9 +12,10 @@ import torch
 
 from multispec.bench.machine import describe, save_results
 from multispec.bench.recorder import results
-from multispec.image_ar.bench import timed_speed
+from multispec.image_ar.harness import timed_speed
 from multispec.image_ar.continuous.bench import methods
 from multispec.image_ar.continuous.generate import generate_continuous
+from multispec.image_ar.continuous.head_sampler import HeadSampling
 from multispec.image_ar.continuous.zoo_pair import CFG_SCALE, NAME, load_pair
 
 
@@ -38,9 +39,13 @@ def main(argv: list[str] | None = None) -> int:
         counts[name][0] += out.accepted
         counts[name][1] += out.drafted
 
-    calls = {name: (lambda i, kw=kw: generate_continuous(pair.target, torch.tensor([i % 10]), guidance_scale=CFG_SCALE,
-                                                         generator=torch.Generator().manual_seed(i), **kw))
-             for name, kw in specs.items()}
+    def generate(i, kw):
+        kw = dict(kw)
+        head = HeadSampling(steps=kw.pop("steps"), guidance_scale=CFG_SCALE)
+        return generate_continuous(pair.target, torch.tensor([i % 10]), sampling=head,
+                                   generator=torch.Generator().manual_seed(i), **kw)
+
+    calls = {name: (lambda i, kw=kw: generate(i, kw)) for name, kw in specs.items()}
     table = timed_speed(calls, "ar", args.images, args.rounds, observe)
     for name, row in table["methods"].items():
         accepted, drafted = counts[name]

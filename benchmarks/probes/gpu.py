@@ -28,7 +28,7 @@ from multispec.drafters.model import ModelDrafter
 from multispec.image_ar.neighbourhood import neighbour_mass
 from multispec.image_ar.continuous.trajectory_kernel import trajectory_log_ratio
 from multispec.kernels import chain_verify_greedy, chain_verify_random, tree_verify_greedy, tree_verify_random
-from multispec.ssm.kernels import tree_conv1d_dispatch, tree_ssd_dispatch, tree_ssd_triton
+from multispec.ssm.kernels import ScanTiles, tree_conv1d_dispatch, tree_ssd_dispatch, tree_ssd_triton
 from multispec.ssm.tree_scan import conv_sources
 from multispec.ssm.mamba2 import Mamba2Target
 from multispec.ssm.zoo_pair import DRAFT_WINDOW
@@ -188,9 +188,9 @@ def sweep_scan() -> list[dict]:
         want = tree_ssd_dispatch(*args[:5], args[5], args[6], args[7], backend="torch")
         for cfg in SCAN_CONFIGS:
             try:
-                got = tree_ssd_triton(*args, **cfg)
+                got = tree_ssd_triton(*args, tiles=ScanTiles(**cfg))
                 ok = _equal(got, want, 1e-5)
-                ms = _ms(lambda: tree_ssd_triton(*args, **cfg))
+                ms = _ms(lambda: tree_ssd_triton(*args, tiles=ScanTiles(**cfg)))
             except Exception as err:  # a tile that does not fit (shared memory) is a row, not a crash
                 ok, ms = f"{type(err).__name__}: {str(err)[:80]}", float("nan")
             rows.append({"size": "B{} T{} H{} P{} G{} N{}".format(*size), **cfg, "ms": ms, "equal": ok})

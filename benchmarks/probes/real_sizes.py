@@ -230,9 +230,24 @@ def rows_of(seconds: dict, outputs: dict, reference: torch.Tensor, verify: dict,
     return rows
 
 
-def run_shape(shape: Shape, batch: int, chains: list[int], acceptances: list[float], rounds: int,
-              device: torch.device, dtype: torch.dtype, tiny: bool, tree: list[int] | None = None,
-              layers: int | None = None, new_tokens: int | None = None) -> dict:
+@dataclass(frozen=True)
+class Plan:
+    """What every shape runs: chain rows of `chains` at each of `acceptances`, the static `tree` (branching per
+    depth; None: no tree row), `rounds` interleaved timed rounds; `tiny`: the dry run's tiny widths; `layers` /
+    `new_tokens`: cut every shape to that many (None: the shape's own)."""
+
+    chains: list[int]
+    acceptances: list[float]
+    rounds: int
+    tiny: bool
+    tree: list[int] | None = None
+    layers: int | None = None
+    new_tokens: int | None = None
+
+
+def run_shape(shape: Shape, batch: int, plan: Plan, device: torch.device, dtype: torch.dtype) -> dict:
+    chains, acceptances, rounds, tiny, tree = plan.chains, plan.acceptances, plan.rounds, plan.tiny, plan.tree
+    layers, new_tokens = plan.layers, plan.new_tokens
     model = build(shape, device, dtype, tiny, layers)
     prompt_len = 12 if tiny else shape.prompt
     n = 16 if tiny else new_tokens or shape.new_tokens
@@ -282,14 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in names if s not in {x.name for x in SHAPES}]
     if unknown:
         ap.error(f"--shapes: unknown {unknown}; known: {[s.name for s in SHAPES]}")
+    plan = Plan([int(k) for k in args.chains.split(",")], [float(p) for p in args.acceptances.split(",")],
+                args.rounds, args.dry_run, [int(w) for w in args.tree.split(",")] if args.tree else None, args.layers,
+                args.new_tokens)
     results = []
     for shape in [s for s in SHAPES if s.name in names]:
         for batch in [int(b) for b in args.batches.split(",")]:
             try:
-                result = run_shape(shape, batch, [int(k) for k in args.chains.split(",")],
-                                   [float(p) for p in args.acceptances.split(",")], args.rounds, device, dtype,
-                                   args.dry_run, [int(w) for w in args.tree.split(",")] if args.tree else None,
-                                   args.layers, args.new_tokens)
+                result = run_shape(shape, batch, plan, device, dtype)
             except Exception as e:  # on a GPU, one shape's failure must not lose the others' figures
                 if args.dry_run or args.rehearse:
                     raise

@@ -29,10 +29,11 @@ import torch
 from multispec import zoo
 from multispec.bench.machine import describe, machine_info, save_results
 from multispec.image_ar.continuous.drafters import PatchEagle
-from multispec.image_ar.continuous.eagle_train import teacher_forced_acceptance, train_eagle
+from multispec.image_ar.continuous.eagle_train import PatchEagleRecipe, teacher_forced_acceptance, train_eagle
 from multispec.image_ar.continuous.generate import generate_continuous
-from multispec.image_ar.continuous.zoo_pair import (CFG_SCALE, NAME, PatchARConfig, deepen, heldout_loss, load_model,
-                                                     save_half, train_model)
+from multispec.image_ar.continuous.head_sampler import HeadSampling
+from multispec.image_ar.continuous.zoo_pair import (CFG_SCALE, NAME, ModelRecipe, PatchARConfig, deepen, heldout_loss,
+                                                     load_model, save_half, train_model)
 from multispec.image_ar.data import load_digits_dataset
 from multispec.image_ar.continuous.diffusion_head import Trajectory
 from multispec.image_ar.continuous.head_sampler import HeadSampler
@@ -47,7 +48,7 @@ def build_deepened(folder: Path) -> dict:
     config = PatchARConfig(**{**asdict(base.config), **DEEP})
     images, labels = load_digits_dataset("mnist", "train")
     t0 = time.perf_counter()
-    model, losses = train_model(config, images, labels, steps=2000, batch_size=32, lr=5e-4, seed=2,
+    model, losses = train_model(config, images, labels, ModelRecipe(steps=2000, batch_size=32, lr=5e-4, seed=2),
                                 desc="deepened target", init=deepen(base, config))
     save_half(model, folder / "target")
     test_images, test_labels = load_digits_dataset("mnist", "test")
@@ -87,7 +88,8 @@ def speed(target, drafts: dict, images: int) -> dict:
 
     def run(name, label, seed):
         draft, k = drafts[name]
-        return generate_continuous(target, torch.tensor([label]), draft, k=k, guidance_scale=CFG_SCALE,
+        return generate_continuous(target, torch.tensor([label]), draft, tree=k,
+                                   sampling=HeadSampling(guidance_scale=CFG_SCALE),
                                    generator=torch.Generator().manual_seed(seed))
 
     for name in drafts:
@@ -152,8 +154,8 @@ def main() -> None:
     else:
         images, labels = load_digits_dataset("mnist", "train")
         t0 = time.perf_counter()
-        eagle, losses = train_eagle(target, images, labels, steps=args.steps, lr=1e-3, guidance_scale=CFG_SCALE, seed=3,
-                                    layers=args.eagle_layers)
+        eagle, losses = train_eagle(target, images, labels, PatchEagleRecipe(steps=args.steps, lr=1e-3, seed=3),
+                                    guidance_scale=CFG_SCALE, layers=args.eagle_layers)
         result["eagle"] = {"layers": args.eagle_layers, "steps": args.steps, "pool": 6144,
                            "seconds": round(time.perf_counter() - t0), "final_loss": round(sum(losses[-50:]) / 50, 5)}
         if args.save_eagle:

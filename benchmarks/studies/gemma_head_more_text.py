@@ -23,7 +23,7 @@ from multispec.bench.machine import machine_info, save_results
 from multispec.bench.text import prompts
 from multispec.zoo.gemma import load_gemma
 from multispec.zoo.gemma_recipe import RECIPE, TRAIN_CHARS
-from multispec.zoo.train_eagle import train_eagle
+from multispec.zoo.train_eagle import HeadData, HeadShape, train_eagle
 
 PAIR, K = "gemma3-270m-eagle", 7
 
@@ -62,9 +62,10 @@ def main() -> None:
     if not (out_dir / "training_report.json").exists():
         target, tokenizer = load_gemma()
         train_eagle(target, lambda t: tokenizer(t, add_special_tokens=False).input_ids, out_dir,
-                    train_chars=int(TRAIN_CHARS * args.text_multiple), vocab_chars=3_000_000, draft_vocab=8192,
-                    intermediate_size=1536, num_heads=8, kv_heads=2, train=replace(RECIPE, epochs=args.epochs),
-                    sliding_window=128, int8=True)
+                    shape=HeadShape(draft_vocab=8192, intermediate_size=1536, num_heads=8, kv_heads=2,
+                                    sliding_window=128),
+                    data=HeadData(train_chars=int(TRAIN_CHARS * args.text_multiple), vocab_chars=3_000_000),
+                    train=replace(RECIPE, epochs=args.epochs), int8=True)
     report = json.loads((out_dir / "training_report.json").read_text())
     shipped = json.loads((zoo.path(PAIR) / "training_report.json").read_text())
     result = {"machine": machine_info(), "split": "validation", "chain_k": K,

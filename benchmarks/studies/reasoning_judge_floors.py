@@ -34,7 +34,7 @@ from multispec.bench.machine import describe, machine_info, save_results
 from multispec.reasoning import Settings, evaluate
 from multispec.reasoning.bench import DRAFTERS, zoo_models, zoo_settings
 from multispec.reasoning.zoo_pair import (NAME, STYLED_INIT, STYLED_JUDGE, STYLED_JUDGE_PROBLEMS, STYLED_VARIANTS,
-                                          load_pair, train_model, train_zoo_judge, validation_split)
+                                          OnPolicy, load_pair, train_model, train_zoo_judge, validation_split)
 from multispec.rules import JudgeHead
 
 CONTEXT_JUDGE = "judge-styled-context"  # the context judge trained beside the linear one (same labels)
@@ -89,8 +89,8 @@ def main() -> None:
         if args.weights is None or args.out_judge is None:
             parser.error("--on-policy needs --weights DIR and --out-judge NAME (where the new head is trained)")
         trained = (trained or {}) | {"on_policy": train_zoo_judge(
-            args.weights, problems=2 * STYLED_JUDGE_PROBLEMS, drafter=args.drafter, out=args.out_judge, context=True,
-            width=32, on_policy=args.on_policy, on_policy_threshold=args.on_policy_threshold, on_policy_floor=0.0)}
+            args.weights, problems=2 * STYLED_JUDGE_PROBLEMS, drafter=args.drafter, out=args.out_judge, head=(True, 32),
+            on_policy=OnPolicy(args.on_policy, args.on_policy_threshold, 0.0))}
         args.judge = args.out_judge
     models, _ = zoo_models(args.weights, args.drafter)
     if args.judge:

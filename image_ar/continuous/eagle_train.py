@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from multispec.zoo.training import train_steps
+from multispec.plugin import train_steps
 
 from .diffusion_head import Trajectory, schedule_scheduler
 from .drafters import PatchEagle, PatchEagleConfig
@@ -62,11 +64,27 @@ def eagle_loss(eagle: PatchEagle, target: PatchAR, x0, fed, z, *, guidance_scale
     return loss
 
 
-def train_eagle(target: PatchAR, images: torch.Tensor, labels: torch.Tensor, *, steps: int, batch_size: int = 32,
-                pool: int = 6144, lr: float = 1e-3, guidance_scale: float = 2.0, head_weight: float = 1.0,
-                seed: int = 0, ffn: int = 4, layers: int = 1, progress: bool = True) -> tuple[PatchEagle, list[float]]:
-    """Train a `PatchEagle` for `target` on `pool` images (their target features computed once, one noise
-    draw each), every other step with the feature rollout. The target (and its head) stay frozen."""
+@dataclass(frozen=True)
+class PatchEagleRecipe:
+    """A `PatchEagle`'s training run: `steps` optimiser steps of `batch_size` draws from `pool` images, AdamW at
+    `lr` with warm-up and cosine decay, the head's loss weighted by `head_weight`, seeded by `seed`."""
+
+    steps: int
+    batch_size: int = 32
+    pool: int = 6144
+    lr: float = 1e-3
+    head_weight: float = 1.0
+    seed: int = 0
+
+
+def train_eagle(target: PatchAR, images: torch.Tensor, labels: torch.Tensor, recipe: PatchEagleRecipe, *,
+                guidance_scale: float = 2.0, ffn: int = 4, layers: int = 1,
+                progress: bool = True) -> tuple[PatchEagle, list[float]]:
+    """Train a `PatchEagle` (`ffn`, `layers`: its shape) for `target` by `recipe` on `recipe.pool` images (their
+    target features computed once, one noise draw each), every other step with the feature rollout, the
+    teacher's head guided at `guidance_scale`. The target (and its head) stay frozen."""
+    steps, batch_size, pool, lr = recipe.steps, recipe.batch_size, recipe.pool, recipe.lr
+    head_weight, seed = recipe.head_weight, recipe.seed
     c = target.config
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
@@ -88,7 +106,7 @@ def train_eagle(target: PatchAR, images: torch.Tensor, labels: torch.Tensor, *, 
                           samples=512, generator=g)
 
     eagle.train()
-    losses = train_steps(eagle, None, steps, opt, sched, "eagle draft", loss=step_loss, progress=progress)
+    losses = train_steps(eagle, None, steps, (opt, sched), "eagle draft", loss=step_loss, progress=progress)
     return eagle.eval(), losses
 
 

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec.steps import STEPS
-from multispec.continuous import ContinuousOutput, continuous_generate
-from multispec.metrics import SpeculativeStats
+from multispec import EngineConfig
+from multispec.plugin import ContinuousOutput, SpeculativeStats, checked, continuous_generate
 
 from .diffusion_head import Trajectory
 from .drafters import PatchARDrafter, PatchEagle, PatchEagleDrafter, check_eagle
-from .head_sampler import HeadSampler
+from .head_sampler import HeadSampler, HeadSampling
 from .patch_ar import PatchAR, check_pair, unpatchify
 from .static import StaticContinuous
 from .targets import PatchARTarget, plain_trajectories
@@ -80,27 +79,32 @@ def _speculate(target: PatchAR, labels: torch.Tensor, sampler: HeadSampler, draf
 
 
 @torch.no_grad()
-def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | None = None, *, k: int = 4,
-                        prefill: float = 0.1, guidance_scale: float | None = 2.0, steps: int | None = None,
-                        temperature: float = 1.0, rule: TrajectoryRatio | None = None,
-                        generator: torch.Generator | None = None, step: str = "eager") -> ContinuousImageOutput:
+def generate_continuous(target: PatchAR, labels: torch.Tensor, draft: PatchAR | None = None, *, tree: int = 4,
+                        prefill: float = 0.1, sampling: HeadSampling | None = None, rule: TrajectoryRatio | None = None,
+                        generator: torch.Generator | None = None,
+                        engine: EngineConfig | None = None) -> ContinuousImageOutput:
     """Class-conditional images from `target`: plainly (draft None) or speculatively with `draft`, a small
     `PatchAR` (a draft model with its own head) or a `PatchEagle` (which samples with the target's head).
 
-    `prefill`: the fraction of tokens the target generates alone before drafting starts (at least one).
-    `steps`: grid points of the heads' trajectories (default: the target's config); `temperature`: MAR's
-    noise temperature (both models); `guidance_scale`: classifier-free guidance on ε (None: unguided).
-    `step`: "eager", "static" (the speculative steps at fixed shapes, `static.StaticContinuous`, in a CUDA graph on
-    CUDA) or "compiled" (that step under `torch.compile`); the target's plain prefill runs eagerly."""
+    `tree`: the drafts per step (a chain of that many tokens). `prefill`: the fraction of tokens the target
+    generates alone before drafting starts (at least one). `sampling`: `HeadSampling` (grid points, noise
+    temperature, guidance on ε; default guidance 2.0 on the target's grid). `engine.step`: "eager", "static" (the
+    speculative steps at fixed shapes, `static.StaticContinuous`, in a CUDA graph on CUDA) or "compiled" (that step
+    under `torch.compile`); the target's plain prefill runs eagerly."""
     labels = _check_labels(target, labels)
+    k = tree
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k: expected a positive int, got {k!r}")
-    if step not in STEPS:
-        raise ValueError(f"step: expected one of {', '.join(map(repr, STEPS))}, got {step!r}")
+        raise ValueError(f"tree: expected a positive int (the drafts per step), got {k!r}")
+    sampling = sampling if sampling is not None else HeadSampling()
+    if not isinstance(sampling, HeadSampling):
+        raise TypeError(f"sampling: expected a HeadSampling, got {type(sampling).__name__}")
+    step = checked(engine, EngineConfig, "engine").step
+    guidance_scale = sampling.guidance_scale
     c = target.config
     if not 0 <= prefill <= 1:
         raise ValueError(f"prefill: expected a fraction in [0, 1], got {prefill!r}")
-    trajectory = Trajectory.make(steps if steps is not None else c.steps, c.stop, temperature)
+    trajectory = Trajectory.make(sampling.steps if sampling.steps is not None else c.steps, c.stop,
+                                 sampling.temperature)
     sampler = HeadSampler(target, trajectory, guidance_scale)
     t0 = time.perf_counter()
     if draft is None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec.sampling import normal
+from multispec.plugin import normal
 
 from .diffusion_head import Trajectory
 
@@ -31,6 +31,26 @@ class HeadConditions:
 
     def __len__(self) -> int:
         return len(self.cond)
+
+
+@dataclass(frozen=True)
+class HeadSampling:
+    """How the diffusion heads sample each token, the target's and the draft's alike: `steps` grid points of a
+    trajectory (None: the target's config), `temperature` MAR's noise temperature, `guidance_scale`
+    classifier-free guidance on ε (None: unguided)."""
+
+    steps: int | None = None
+    temperature: float = 1.0
+    guidance_scale: float | None = 2.0
+
+    def __post_init__(self):
+        if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int)
+                                       or self.steps < 2):
+            raise ValueError(f"steps: expected an int >= 2 or None, got {self.steps!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature: expected > 0, got {self.temperature!r}")
+        if self.guidance_scale is not None and not self.guidance_scale > 0:
+            raise ValueError(f"guidance_scale: expected > 0 or None, got {self.guidance_scale!r}")
 
 
 class HeadSampler:

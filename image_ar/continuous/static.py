@@ -27,10 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec.continuous import ContinuousOutput
-from multispec.metrics import SpeculativeStats, StepStats
-from multispec.sampling import uniform
-from multispec.targets.static_step import capture_graph
+from multispec.plugin import ContinuousOutput, SpeculativeStats, StepStats, capture_graph, uniform
 
 from .drafters import PatchEagle
 from .head_sampler import HeadConditions, HeadSampler

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from multispec.zoo.training import adamw_cosine
+from multispec.plugin import adamw_cosine
 
 from ..data import shifted
 from .diffusion_head import Trajectory

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec.rules import ContinuousDraft
+from multispec.plugin import ContinuousDraft
 
 from .head_sampler import HeadConditions, HeadSampler
 

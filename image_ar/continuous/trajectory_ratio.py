@@ -29,8 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multispec.rules import ContinuousVerdict, DensityRatio
-from multispec.sampling import uniform
+from multispec.plugin import ContinuousVerdict, DensityRatio, uniform
 
 from .trajectory import TrajectoryDraft, TrajectoryNodes
 from .trajectory_kernel import trajectory_log_ratio, trajectory_log_ratio_ref

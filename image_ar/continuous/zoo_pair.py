@@ -20,8 +20,7 @@ from pathlib import Path
 import torch
 
 from multispec import zoo
-from multispec.zoo import ZooEntry, ZooPair
-from multispec.zoo.training import train_steps
+from multispec.plugin import ZooEntry, ZooPair, train_steps
 
 from ..classifier import DigitClassifier
 from ..data import load_digits_dataset
@@ -105,11 +104,22 @@ def deepen(base: PatchAR, config: PatchARConfig, seed: int = 0) -> PatchAR:
     return model
 
 
-def train_model(config: PatchARConfig, images, labels, *, steps: int, batch_size: int, lr: float, seed: int,
-                desc: str, teacher: PatchAR | None = None, distill_weight: float = 0.0, progress: bool = True,
+@dataclass(frozen=True)
+class ModelRecipe:
+    """A `PatchAR`'s training run: `steps` of `batch_size` images, AdamW at `lr` (warm-up, cosine), `seed`."""
+
+    steps: int
+    batch_size: int
+    lr: float
+    seed: int
+
+
+def train_model(config: PatchARConfig, images, labels, recipe: ModelRecipe, *, desc: str,
+                teacher: PatchAR | None = None, distill_weight: float = 0.0, progress: bool = True,
                 init: PatchAR | None = None):
-    """Train a `PatchAR` on MNIST (diffusion loss, plus `distill_weight` x the distillation loss to `teacher`),
-    from `init` when given (else freshly initialised)."""
+    """Train a `PatchAR` on MNIST by `recipe` (diffusion loss, plus `distill_weight` x the distillation loss to
+    `teacher`), from `init` when given (else freshly initialised)."""
+    steps, batch_size, lr, seed = recipe.steps, recipe.batch_size, recipe.lr, recipe.seed
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = PatchAR(config) if init is None else init
@@ -124,7 +134,7 @@ def train_model(config: PatchARConfig, images, labels, *, steps: int, batch_size
         return loss
 
     model.train()
-    losses = train_steps(model, None, steps, opt, sched, desc, loss=step_loss, progress=progress)
+    losses = train_steps(model, None, steps, (opt, sched), desc, loss=step_loss, progress=progress)
     return model.eval(), losses
 
 
@@ -164,16 +174,15 @@ def train_pair(folder: Path, *, quick: bool = False) -> dict:
     target_cfg, draft_cfg = (small(TARGET), small(DRAFT)) if quick else (TARGET, DRAFT)
     steps_t, steps_d = (20, 20) if quick else (2500, 2500)
     if "target" not in report:
-        target, losses = train_model(target_cfg, images, labels, steps=steps_t, batch_size=32, lr=1e-3, seed=SEED,
-                                     desc="target")
+        target, losses = train_model(target_cfg, images, labels, ModelRecipe(steps_t, 32, 1e-3, SEED), desc="target")
         save_half(target, folder / "target")
         report["target"] = {"config": asdict(target_cfg), "steps": steps_t, "final_loss": losses[-1],
                             "heldout_loss": heldout_loss(target, test_images, test_labels)}
         report_path.write_text(json.dumps(report, indent=2))
     target = load_model(folder / "target")
     if "draft" not in report:
-        draft, losses = train_model(draft_cfg, images, labels, steps=steps_d, batch_size=32, lr=2e-3, seed=SEED + 1,
-                                    desc="draft", teacher=target, distill_weight=4.0)
+        draft, losses = train_model(draft_cfg, images, labels, ModelRecipe(steps_d, 32, 2e-3, SEED + 1), desc="draft",
+                                    teacher=target, distill_weight=4.0)
         save_half(draft, folder / "draft")
         report["draft"] = {"config": asdict(draft_cfg), "steps": steps_d, "distill_weight": 4.0,
                            "final_loss": losses[-1], "heldout_loss": heldout_loss(draft, test_images, test_labels)}

@@ -18,6 +18,7 @@ from .. import (DynamicTree, NGramDrafter, SuffixDecodingDrafter, TokenRecycling
 from ..testing import make_layer_skip_draft
 from ..drafters.recycling import cpu_tree
 from .machine import describe, save_results
+from .options import BenchOptions
 from .recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences, with_role
 from ..config import StoppingConfig
 
@@ -40,12 +41,13 @@ def build_pair(quick: bool, seed: int = 0, agreement_damping: float = 0.05):
     return target, make_layer_skip_draft(target, layers=draft_layers)
 
 
-def run(quick: bool = False, max_new_tokens: int | None = None, prompts: int | None = None,
-        json_path: str | None = None, threads: int | None = None, rounds: int = 3) -> dict:
-    if threads:
-        torch.set_num_threads(threads)
+def run(options: BenchOptions = BenchOptions(), prompts: int | None = None) -> dict:
+    """`bench core` on a random Llama and its layer-skip draft: `prompts` random prompts (default 4, 2 with
+    `quick`), 128 new tokens (48 with `quick`), 3 rounds."""
+    options.apply_threads()
+    quick, rounds = options.quick, options.rounds_or(3)
     target, draft = build_pair(quick)
-    n = max_new_tokens or (48 if quick else 128)
+    n = options.max_new_tokens or (48 if quick else 128)
     g = torch.Generator().manual_seed(1)
     prompt_ids = [torch.randint(3, 4096, (1, 24), generator=g) for _ in range(prompts or (2 if quick else 4))]
     no_eos = dict(eos_token_id=None, pad_token_id=0)
@@ -85,4 +87,4 @@ def run(quick: bool = False, max_new_tokens: int | None = None, prompts: int | N
     print(f"machine: {describe(out['machine'])}")
     print(format_table("greedy", table))
     print(LEGEND)
-    return save_results(out, json_path)
+    return save_results(out, options.json_path)

@@ -29,6 +29,7 @@ from ..targets.lm_head import fast_head_applies, tall_lm_head
 from ..zoo.data import read_source, shuffled, stdlib_files
 from .batch_sweep import crossover, plot_sweep, sweep, throughput_table
 from .machine import busy, describe, save_results
+from .options import BenchOptions
 from .recorder import LEGEND, Recorder, format_table, outputs_identical, repeat, results, sequences, with_role
 from .rows import Row, keep_rows, leading, method_table
 
@@ -233,30 +234,27 @@ def setup_rows(pair, pair_name: str, ps: list, max_new_tokens: int | None, chain
     return Setup(pair, n, chain_k or pair.chain_k or 4, tree, recycling_tree, corpus, choice)
 
 
-def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: str | None = None,
-        max_new_tokens: int | None = None, temperature: float = 0.8, threads: int | None = None,
-        chain_k: int | str | None = None, tree: DynamicTree | None = None, corpus_chars: int = 1_000_000,
-        rounds: int | None = None, compile: bool = False, split: str = "heldout",
-        only: tuple[str, ...] | None = None) -> dict:
-    """`chain_k` / `tree`: the draft shape of the chain and tree rows (default: for a pair with step profiles
-    "auto", the chain length predicted best on this machine from them and the verification cost measured
+def run(pair_name: str = "stdlib-bytes-large", options: BenchOptions = BenchOptions(), corpus_chars: int = 1_000_000,
+        compile: bool = False, only: tuple[str, ...] | None = None) -> dict:
+    """`options.chain_k` / `.tree`: the draft shape of the chain and tree rows (default: for a pair with step
+    profiles "auto", the chain length predicted best on this machine from them and the verification cost measured
     here, with the padding that cost favours (`multispec.draft_length`); else the pair's, chosen on the
     validation split, else 4 and 4/4/15). `compile`: also the EAGLE rows on the compiled static step
-    (`EngineConfig(step="compiled")`), for pairs whose target the lean engine runs. `split`: the prompts'
-    split, 'heldout' (test: the reported figures) or 'validation'. `only`: the rows to run (plain decoding and
-    the peers always run; `quick` without it: `QUICK_ROWS`); a name no table has raises before anything is timed.
-    `rounds`: default 3, 2 with `quick`."""
+    (`EngineConfig(step="compiled")`), for pairs whose target the lean engine runs. `options.split`: the prompts'
+    split, 'heldout' (test: the reported figures, the default) or 'validation'. `only`: the rows to run (plain
+    decoding and the peers always run; `quick` without it: `QUICK_ROWS`); a name no table has raises before anything
+    is timed. `rounds`: default 3, 2 with `quick`; `temperature`: default 0.8."""
     check_row_names(only)
     warn_if_busy()
-    rounds = rounds or (2 if quick else 3)
-    if threads:
-        torch.set_num_threads(threads)
+    quick, split, temperature = options.quick, options.split or "heldout", options.temperature or 0.8
+    rounds = options.rounds_or(3, quick_default=2)
+    options.apply_threads()
     pair = zoo.load(pair_name)
     if compile and lean_unsupported(pair.target) is not None:
         raise ValueError(f"--compile: the compiled step runs Llama-family targets; {pair_name}'s target "
                          f"cannot ({lean_unsupported(pair.target)})")
     ps = prompts(pair.tokenizer, quick, split)
-    setup = setup_rows(pair, pair_name, ps, max_new_tokens, chain_k, tree, corpus_chars)
+    setup = setup_rows(pair, pair_name, ps, options.max_new_tokens, options.chain_k, options.tree, corpus_chars)
     target, n = setup.pair.target, setup.n
     all_rows = rows(setup, compile)
 
@@ -295,7 +293,7 @@ def run(pair_name: str = "stdlib-bytes-large", quick: bool = False, json_path: s
     settings = _settings(setup, all_rows, pair_name, quick, temperature, ps, corpus_chars, rounds, compile, split, only)
     out = results("text", settings, tables, outputs_identical=outputs_identical(tables))
     _print(out)
-    return save_results(out, json_path)
+    return save_results(out, options.json_path)
 
 
 # `--quick`'s rows (with the peers): the engine without drafts, each drafter family once, the EAGLE tree
@@ -308,21 +306,21 @@ SWEEP_ROWS = ("no_draft", "ngram_chain_k{k}", "eagle_chain_k{k}", "eagle_chain_a
               "hybrid_chain_k{k}")
 
 
-def run_batch_sweep(pair_name: str = "stdlib-bytes-large", batches: Sequence[int] = (1, 2, 4, 8), quick: bool = False,
-                    json_path: str | None = None, max_new_tokens: int | None = None, threads: int | None = None,
-                    chain_k: int | str | None = None, tree: DynamicTree | None = None, rounds: int | None = None,
-                    only: tuple[str, ...] | None = None, plot: str | None = None) -> dict:
+def run_batch_sweep(pair_name: str = "stdlib-bytes-large", options: BenchOptions = BenchOptions(),
+                    batches: Sequence[int] = (1, 2, 4, 8), only: tuple[str, ...] | None = None,
+                    plot: str | None = None) -> dict:
     """`bench text --batch`: the batch sweep (`multispec.bench.batch_sweep`) on a zoo pair, greedy; every output
     compared with plain batched `generate` row by row. `only`: the rows (default `SWEEP_ROWS`; plain decoding always
-    runs). Tables print as each batch size is measured."""
+    runs). Tables print as each batch size is measured. `rounds`: default 3, 2 with `quick`; `max_new_tokens`: 64
+    with `quick`."""
     check_row_names(only)
     warn_if_busy()
-    rounds = rounds or (2 if quick else 3)
-    if threads:
-        torch.set_num_threads(threads)
+    quick, rounds = options.quick, options.rounds_or(3, quick_default=2)
+    options.apply_threads()
     pair = zoo.load(pair_name)
-    ps = prompts(pair.tokenizer, quick)
-    setup = setup_rows(pair, pair_name, ps, max_new_tokens or (64 if quick else None), chain_k, tree, 0)
+    ps = prompts(pair.tokenizer, quick, options.split or "heldout")
+    setup = setup_rows(pair, pair_name, ps, options.max_new_tokens or (64 if quick else None), options.chain_k,
+                       options.tree, 0)
     target, n = setup.pair.target, setup.n
     wanted = only or tuple(r.replace("{k}", str(setup.chain_k)) for r in SWEEP_ROWS)
     every = rows(setup, compile=False)
@@ -336,7 +334,7 @@ def run_batch_sweep(pair_name: str = "stdlib-bytes-large", batches: Sequence[int
 
     def run(inputs, drafter, spec, options):
         ids, mask = inputs
-        return speculative_generate(target, drafter, ids, mask, max_new_tokens=n, tree=spec,
+        return speculative_generate(target, drafter, ids, attention_mask=mask, max_new_tokens=n, tree=spec,
                                     stopping=StoppingConfig.never(), **options)
 
     def methods_at(b):
@@ -362,7 +360,7 @@ def run_batch_sweep(pair_name: str = "stdlib-bytes-large", batches: Sequence[int
           + ", ".join(f"{k}: {'none swept' if v is None else f'B={v}'}" for k, v in out["crossover"].items()))
     if plot:
         plot_sweep(tables, plot)
-    return save_results(out, json_path)
+    return save_results(out, options.json_path)
 
 
 def _settings(setup: Setup, all_rows: list[Row], pair_name: str, quick: bool, temperature: float, ps: list,

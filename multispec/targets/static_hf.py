@@ -218,7 +218,7 @@ class StaticFeed(CapturedFeed):
 
     def _fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
              layers_wanted: tuple[int, ...], want_hidden: bool):
-        tables = dict(p0=p0, n=inp.shape[1], capacity=self.capacity, window=None)
+        tables = dict(p0=p0, capacity=self.capacity, window=None)
         ok, kept_parents, pos, anc, positions, allowed = static_feed_tables(
             parents, valid, pending_parents, length, start_col, cols, sliding_window=None, **tables)
         sliding = None

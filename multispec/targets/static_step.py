@@ -35,6 +35,7 @@ from __future__ import annotations
 import abc
 import copy
 import types
+from typing import NamedTuple
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -49,18 +50,28 @@ from .hf import PendingNodes
 from .lean import LeanCausalLM, BufferedLayer, UsedColumns
 
 
+class LeanWeights(NamedTuple):
+    """A decoder's weights as `static_step` reads them: per layer the packed tuple of `_layer_weights`, the
+    embedding, the final norm (weight, eps) and the head (weight, bias)."""
+
+    layers: tuple
+    embed: torch.Tensor
+    final_norm: tuple
+    head: tuple
+
+
 def static_step(inp: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cols: torch.Tensor,
-                rope: torch.Tensor, kv: tuple, weights: tuple, embed: torch.Tensor, final_norm: tuple, head: tuple,
-                layers_wanted: tuple[int, ...], want_hidden: bool):
+                rope: torch.Tensor, kv: tuple, model: LeanWeights, layers_wanted: tuple[int, ...], want_hidden: bool):
     """One decoder pass over N padded nodes, writing their K/V into the cache in place.
 
     `inp`: token ids [B, N] (long) or input embeddings [B, N, H]; `positions` [B, N]; `mask` [B, 1, N, C]
     over all C cache columns (the new nodes' own columns included), additive float or bool (True = attend); `cols` [N]: the cache column
     each node's K/V goes to; `rope` [2, P, D] (cos, sin by position); `kv`: per layer (keys, values)
-    [B, KVH, C, D]; `weights`: per layer the packed tuple of `_layer_weights`; `final_norm` (weight, eps);
-    `head` (weight, bias). Returns (float32 logits [B, N, V], final normed hidden [B, N, H] or None,
+    [B, KVH, C, D]; `model`: the weights (`LeanWeights`). Returns (float32 logits [B, N, V], final normed hidden
+    [B, N, H] or None,
     residual stream entering each of `layers_wanted`)."""
-    x = F.embedding(inp, embed) if inp.dim() == 2 else inp
+    weights, final_norm, head = model.layers, model.final_norm, model.head
+    x = F.embedding(inp, model.embed) if inp.dim() == 2 else inp
     b, n, _ = x.shape
     if mask.dtype == torch.bool:  # allowed entries: the additive float mask the eager engines use
         mask = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill(~mask, torch.finfo(x.dtype).min)
@@ -361,7 +372,7 @@ class StaticLeanCausalLM(CapturedFeed, LeanCausalLM):
         super()._move_columns(rows, dest, src)
 
     def _static_weights(self) -> tuple:
-        """(per-layer weights, rope table, embedding, final norm, head), rebuilt when the packing changes."""
+        """(`LeanWeights`, rope table), rebuilt when the packing changes."""
         if self._weights is not None and self._weights_key is self._packed_key:
             return self._weights
         packed = self._packed
@@ -370,10 +381,10 @@ class StaticLeanCausalLM(CapturedFeed, LeanCausalLM):
         emb = torch.cat([freqs, freqs], dim=-1)
         table = torch.stack([emb.cos(), emb.sin()]).mul(rope.attention_scaling).to(self.dtype)
         decoder, head = self.model.model, self.model.get_output_embeddings()
-        weights = (tuple(_layer_weights(p) for p in packed), table, decoder.embed_tokens.weight,
-                   (decoder.norm.weight, decoder.norm.variance_epsilon), (head.weight, head.bias))
+        weights = (LeanWeights(tuple(_layer_weights(p) for p in packed), decoder.embed_tokens.weight,
+                               (decoder.norm.weight, decoder.norm.variance_epsilon), (head.weight, head.bias)), table)
         if self.device.type == "cuda":  # read in place by captured graphs (never copied in)
-            layer_tensors = [t for w in weights[0] for t in w if isinstance(t, torch.Tensor)]
+            layer_tensors = [t for w in weights[0].layers for t in w if isinstance(t, torch.Tensor)]
             for t in [*layer_tensors, table, decoder.embed_tokens.weight, decoder.norm.weight, head.weight, head.bias]:
                 if t is not None:
                     torch._dynamo.mark_static_address(t)
@@ -415,27 +426,27 @@ class StaticLeanCausalLM(CapturedFeed, LeanCausalLM):
              layers_wanted: tuple[int, ...], want_hidden: bool):
         """The whole feed on tensors: its tables, then the decoder pass (what a CUDA graph captures)."""
         ok, kept_parents, pos, anc, positions, mask = static_feed_tables(
-            parents, valid, pending_parents, length, start_col, cols, p0=p0, n=inp.shape[1], capacity=self.capacity,
+            parents, valid, pending_parents, length, start_col, cols, p0=p0, capacity=self.capacity,
             window=self.window, sliding_window=self.sliding_window)
-        weights, rope, embed, final_norm, head = self._static_weights()
+        model, rope = self._static_weights()
         kv = tuple((layer._keys, layer._values) for layer in self.cache.layers)
-        logits, hidden, layers = self._step(inp, positions, mask, cols, rope, kv, weights, embed, final_norm, head,
-                                            layers_wanted, want_hidden)
+        logits, hidden, layers = self._step(inp, positions, mask, cols, rope, kv, model, layers_wanted, want_hidden)
         return logits, hidden, layers, ok, kept_parents, pos, anc
 
 
 def static_feed_tables(parents: torch.Tensor, valid: torch.Tensor, pending_parents: torch.Tensor,
-                       length: torch.Tensor, start_col: torch.Tensor, cols: torch.Tensor, *, p0: int, n: int,
+                       length: torch.Tensor, start_col: torch.Tensor, cols: torch.Tensor, *, p0: int,
                        capacity: int, window: int | None, sliding_window: int | None):
     """A static feed's bookkeeping from tensors alone (no host read, no value-dependent shape), as
     `HFCausalLM.feed` does it: `parents` [B, M] pending indices of the new nodes' parents, `valid` [B, M],
     `pending_parents` [B, P0] those of the nodes fed since the last commit, `length` / `start_col` [B] each
-    row's committed end and first column, `cols` [N] the cache columns this call writes (the first pending
-    node sits at `cols[0] - P0`). Returns (all parents precede their child: a 0-d bool; the pending forest's
-    parents [B, P0+M], positions [B, P0+M] and ancestor-or-self mask [B, P0+M, P0+M]; the new nodes'
+    row's committed end and first column, `cols` [N] the cache columns this call's N (padded) nodes write (the
+    first pending node sits at `cols[0] - P0`). Returns (all parents precede their child: a 0-d bool; the
+    pending forest's parents [B, P0+M], positions [B, P0+M] and ancestor-or-self mask [B, P0+M, P0+M]; the new nodes'
     positions padded to N [B, N]; the mask [B, 1, N, capacity], bool, True = attend; padding rows read
     column 0 only)."""
     b, m = parents.shape
+    n = cols.shape[0]
     device = parents.device
     before = parents < p0 + torch.arange(m, device=device)
     parents = torch.where(before, parents, -1)  # a bad parent cannot index out of the forest before the check

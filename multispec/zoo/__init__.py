@@ -27,7 +27,7 @@ from .bytes_large import load_large_target, train_large
 from .bytes_lm import ByteTokenizer, eagle_train_config, train_target
 from .gemma import load_gemma
 from .gemma_recipe import train_gemma_eagle
-from .train_eagle import train_eagle
+from .train_eagle import HeadData, HeadShape, train_eagle
 
 WEIGHTS = Path(__file__).parent / "weights"
 
@@ -72,10 +72,11 @@ def _load_bytes(folder: Path) -> ZooPair:
 def _train_bytes(folder: Path) -> dict:
     report = {"target": train_target(folder / "target")}
     target = LlamaForCausalLM.from_pretrained(folder / "target", dtype=torch.float32).eval()
-    report["eagle"] = train_eagle(target, ByteTokenizer().encode, folder / "eagle", train_chars=600_000,
-                                  vocab_chars=100_000, draft_vocab=256, intermediate_size=512, num_heads=4,
-                                  kv_heads=2, train=eagle_train_config(), generated=256,
-                                  sliding_window=128)
+    report["eagle"] = train_eagle(target, ByteTokenizer().encode, folder / "eagle",
+                                  shape=HeadShape(draft_vocab=256, intermediate_size=512, num_heads=4, kv_heads=2,
+                                                  sliding_window=128),
+                                  data=HeadData(train_chars=600_000, vocab_chars=100_000, generated=256),
+                                  train=eagle_train_config())
     return report
 
 

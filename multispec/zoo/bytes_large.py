@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from .bytes_lm import TRAINED_CONTEXT, ByteTokenizer, eagle_train_config, train_target
+from .bytes_lm import TRAINED_CONTEXT, ByteRecipe, ByteTokenizer, eagle_train_config, train_target
 from .int8 import load_int8, save_int8
-from .train_eagle import train_eagle
+from .train_eagle import HeadData, HeadShape, train_eagle
 
 
 def large_target_config() -> LlamaConfig:
@@ -38,12 +38,15 @@ def train_large(folder: str | Path) -> dict:
     in int8, then train the EAGLE head on the dequantized target."""
     folder = Path(folder)
     fp16 = folder / "target-fp16"
-    report = {"target": train_target(fp16, lr=2e-3, make_model=lambda: LlamaForCausalLM(large_target_config()),
+    report = {"target": train_target(fp16, ByteRecipe(lr=2e-3),
+                                     make_model=lambda: LlamaForCausalLM(large_target_config()),
                                      desc="large byte target")}
     save_int8(LlamaForCausalLM.from_pretrained(fp16, dtype=torch.float32), folder / "target")
     shutil.copy(fp16 / "training_report.json", folder / "target" / "training_report.json")
     target = load_large_target(folder)
-    report["eagle"] = train_eagle(target, ByteTokenizer().encode, folder / "eagle", train_chars=600_000,
-                                  vocab_chars=100_000, draft_vocab=256, intermediate_size=704, num_heads=4,
-                                  kv_heads=2, train=eagle_train_config(), generated=256, sliding_window=128, int8=True)
+    report["eagle"] = train_eagle(target, ByteTokenizer().encode, folder / "eagle",
+                                  shape=HeadShape(draft_vocab=256, intermediate_size=704, num_heads=4, kv_heads=2,
+                                                  sliding_window=128),
+                                  data=HeadData(train_chars=600_000, vocab_chars=100_000, generated=256),
+                                  train=eagle_train_config(), int8=True)
     return report

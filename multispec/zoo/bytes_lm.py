@@ -9,6 +9,7 @@ import json
 import math
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -47,15 +48,29 @@ def target_config() -> LlamaConfig:
                        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0)
 
 
-def train_target(out_dir: str | Path, steps: int = 800, seq_len: int = 256, batch_size: int = 8,
-                 long_steps: int = 300, long_batch_size: int = 2, lr: float = 3e-3, chars: int = 3_000_000,
-                 seed: int = 0, make_model=None, desc: str = "byte target") -> dict:
-    """Train a byte-level target from scratch (fixed seed) and save it as a `transformers` checkpoint:
-    `make_model()` builds the fresh causal LM of vocabulary 256 (after seeding; default the Llama of
-    `target_config`).
+@dataclass(frozen=True)
+class ByteRecipe:
+    """A byte target's training run: `steps` on chunks of `seq_len` learn the language cheaply; the last
+    `long_steps` on chunks of `TRAINED_CONTEXT` teach it long positions (without them its text degrades past
+    `seq_len`); `chars` of training text, AdamW at `lr` with warm-up and cosine decay, seeded by `seed`."""
 
-    `steps` on short chunks learn the language cheaply; the last `long_steps` on chunks of
-    `TRAINED_CONTEXT` teach it long positions (without them its text degrades past `seq_len`)."""
+    steps: int = 800
+    seq_len: int = 256
+    batch_size: int = 8
+    long_steps: int = 300
+    long_batch_size: int = 2
+    lr: float = 3e-3
+    chars: int = 3_000_000
+    seed: int = 0
+
+
+def train_target(out_dir: str | Path, recipe: ByteRecipe = ByteRecipe(), make_model=None,
+                 desc: str = "byte target") -> dict:
+    """Train a byte-level target from scratch by `recipe` and save it as a `transformers` checkpoint:
+    `make_model()` builds the fresh causal LM of vocabulary 256 (after seeding; default the Llama of
+    `target_config`)."""
+    steps, seq_len, batch_size, seed = recipe.steps, recipe.seq_len, recipe.batch_size, recipe.seed
+    long_steps, long_batch_size, lr, chars = recipe.long_steps, recipe.long_batch_size, recipe.lr, recipe.chars
     torch.manual_seed(seed)
     rng = random.Random(seed)
     start = time.time()
@@ -73,7 +88,7 @@ def train_target(out_dir: str | Path, steps: int = 800, seq_len: int = 256, batc
         batch = chunks[torch.tensor([rng.randrange(len(chunks)) for _ in range(bs)])]
         return dict(input_ids=batch, labels=batch)  # the model shifts labels itself
 
-    losses = train_steps(model, next_batch, total, opt, sched, desc)
+    losses = train_steps(model, next_batch, total, (opt, sched), desc)
     model.eval()
     out_dir = Path(out_dir)
     model.to(torch.float16).save_pretrained(out_dir)

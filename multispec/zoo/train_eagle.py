@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,11 +33,34 @@ def self_generated_chunks(target, chunks: list[torch.Tensor], count: int, prompt
     return out
 
 
-def train_eagle(target, encode, out_dir: str | Path, *, train_chars: int, vocab_chars: int, draft_vocab: int,
-                intermediate_size: int, num_heads: int, kv_heads: int, train: EagleTrainConfig,
-                generated: int = 0, sliding_window: int | None = None, seed: int = 0, int8: bool = False) -> dict:
-    """Tokenize stdlib text with `encode(str) -> list[int]`, add `generated` self-generated chunks, train a
-    head, save it with a report (`int8`: stored in int8, see `EagleHead.save`)."""
+@dataclass(frozen=True)
+class HeadShape:
+    """A zoo EAGLE head's shape: a draft vocabulary of the `draft_vocab` most frequent training tokens, its FFN
+    width, attention heads and key/value heads, and the attention's sliding window (None: full)."""
+
+    draft_vocab: int
+    intermediate_size: int
+    num_heads: int
+    kv_heads: int
+    sliding_window: int | None = None
+
+
+@dataclass(frozen=True)
+class HeadData:
+    """A zoo EAGLE head's data: `train_chars` of stdlib text to train on, `vocab_chars` to choose the draft
+    vocabulary from, and `generated` chunks of the target's own greedy continuations."""
+
+    train_chars: int
+    vocab_chars: int
+    generated: int = 0
+
+
+def train_eagle(target, encode, out_dir: str | Path, *, shape: HeadShape, data: HeadData, train: EagleTrainConfig,
+                seed: int = 0, int8: bool = False) -> dict:
+    """Tokenize stdlib text with `encode(str) -> list[int]`, add the self-generated chunks, train a head, save
+    it with a report (`int8`: stored in int8, see `EagleHead.save`)."""
+    train_chars, vocab_chars, generated = data.train_chars, data.vocab_chars, data.generated
+    draft_vocab, sliding_window = shape.draft_vocab, shape.sliding_window
     torch.manual_seed(seed)
     start = time.time()
     vocab_size = target.get_output_embeddings().weight.shape[0]
@@ -49,8 +73,8 @@ def train_eagle(target, encode, out_dir: str | Path, *, train_chars: int, vocab_
     if generated:
         chunks += self_generated_chunks(target, chunks, generated, prompt_len=64, seq_len=train.seq_len, seed=seed)
     config = EagleConfig(hidden_size=hidden, draft_vocab_size=len(d2t), target_vocab_size=vocab_size,
-                         intermediate_size=intermediate_size, num_attention_heads=num_heads,
-                         num_key_value_heads=kv_heads, sliding_window=sliding_window)
+                         intermediate_size=shape.intermediate_size, num_attention_heads=shape.num_heads,
+                         num_key_value_heads=shape.kv_heads, sliding_window=sliding_window)
     head = EagleHead(config, d2t)
     history = EagleTrainer(target, head, train).fit(chunks)
     head.save(out_dir, int8=int8)

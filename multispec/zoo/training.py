@@ -6,25 +6,27 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 
 def train_steps(model: torch.nn.Module, next_batch: Callable[[int], dict] | None, total: int,
-                opt: torch.optim.Optimizer, sched, desc: str, start: int = 0, losses: list[float] | None = None,
-                after_step: Callable[[int, list[float]], None] | None = None, *,
+                optim: tuple[torch.optim.Optimizer, Any], desc: str, *, checkpoint: Checkpoint | None = None,
+                after_step: Callable[[int, list[float]], None] | None = None,
                 loss: Callable[[int], torch.Tensor] | None = None, clip: float | None = 1.0,
                 progress: bool = True) -> list[float]:
-    """Optimiser steps `start`..`total` on `model(**next_batch(step)).loss` (or on `loss(step)`, a model whose
-    loss is not its forward's), the gradient norm clipped to `clip` (None: not clipped), each step followed by
-    one `sched` step, with a progress bar showing the running loss; returns the loss of every step (`losses`:
-    those of a resumed run's earlier steps). `after_step(steps_done, losses)` runs after each step (e.g. to
-    checkpoint)."""
+    """Optimiser steps up to `total` on `model(**next_batch(step)).loss` (or on `loss(step)`, a model whose loss
+    is not its forward's) with `optim` = (optimiser, schedule) (`adamw_cosine`'s pair), the gradient norm clipped
+    to `clip` (None: not clipped), each step followed by one schedule step, with a progress bar showing the running
+    loss; returns the loss of every step. `checkpoint`: resumes where its file left off (its earlier steps' losses
+    included) and saves every `checkpoint.every` steps. `after_step(steps_done, losses)` runs after each step."""
     if (next_batch is None) == (loss is None):
         raise ValueError("next_batch / loss: give exactly one (the batches of model(**batch).loss, or the loss itself)")
+    opt, sched = optim
     step_loss = loss if loss is not None else (lambda step: model(**next_batch(step)).loss)
-    losses = [] if losses is None else losses
+    start, losses = checkpoint.restore() if checkpoint is not None else (0, [])
     bar = tqdm(range(start, total), desc=desc, unit="step", initial=start, total=total, disable=not progress)
     for step in bar:
         value = step_loss(step)
@@ -36,6 +38,8 @@ def train_steps(model: torch.nn.Module, next_batch: Callable[[int], dict] | None
         sched.step()
         losses.append(float(value.detach()))
         bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+        if checkpoint is not None:
+            checkpoint(step + 1, losses)
         if after_step is not None:
             after_step(step + 1, losses)
     return losses
@@ -58,7 +62,7 @@ def adamw_cosine(model: torch.nn.Module, lr: float, steps: int, weight_decay: fl
 class Checkpoint:
     """A training run that survives being cut off: every `every` steps the model, optimiser, schedule, RNG
     state, losses and time spent go to one file (`path`); a restart with the same `recipe` resumes there
-    (a different recipe is refused, naming the file). Pass it as `train_steps`' `after_step`.
+    (a different recipe is refused, naming the file). Pass it as `train_steps`' `checkpoint`.
 
     `state` / `load_state` carry whatever else the run needs to resume exactly (e.g. a data stream's
     `random.Random` state)."""

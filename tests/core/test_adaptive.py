@@ -181,7 +181,8 @@ def test_greedy_output_is_generates_whatever_it_picks(rows):
     late = {}
     for acceptance in (0.9, 0.0):
         policy = AdaptiveChain(max_k=6, verify_cost=lambda batch, width: batch * (1.0 + 0.1 * width))
-        out = speculative_generate(model, ControlledDrafter(model, acceptance=acceptance, horizon=60), ids, mask,
+        out = speculative_generate(model, ControlledDrafter(model, acceptance=acceptance, horizon=60), ids,
+                                   attention_mask=mask,
                                    max_new_tokens=60, tree=policy, stopping=StoppingConfig.never())
         assert torch.equal(out.sequences[:, : want.shape[1]], want), acceptance
         late[acceptance] = policy.chosen[-10:-2]  # the last steps are cut to the room left
@@ -236,7 +237,7 @@ def test_steps_without_drafts_skip_an_eagle_head_which_catches_up_when_it_drafts
     want = model.generate(ids, attention_mask=mask, max_new_tokens=48, do_sample=False, eos_token_id=None,
                           pad_token_id=0)
     policy = AdaptiveChain(max_k=4, probe_every=4, verify_cost=lambda batch, width: batch * (1.0 + 0.2 * width))
-    out = speculative_generate(model, drafter, ids, mask, max_new_tokens=48, tree=policy,
+    out = speculative_generate(model, drafter, ids, attention_mask=mask, max_new_tokens=48, tree=policy,
                                stopping=StoppingConfig.never())
     assert torch.equal(out.sequences[:, : want.shape[1]], want)
     zeros = sum(k == 0 for k in policy.chosen)

@@ -32,7 +32,7 @@ def _generate(model, ids, mask, new=NEW):
 
 def _speculative(model, ids, mask, step, tree=4, new=NEW):
     drafter = ControlledDrafter(model, acceptance=0.8, horizon=new)
-    return speculative_generate(model, drafter, ids, mask, max_new_tokens=new, tree=tree,
+    return speculative_generate(model, drafter, ids, attention_mask=mask, max_new_tokens=new, tree=tree,
                                 stopping=StoppingConfig.never(), engine=EngineConfig(step=step))
 
 

@@ -38,7 +38,8 @@ def test_eagle_greedy_matches_generate(trained, tree, batch):
     ids, mask = ragged_prompts(batch, seed=9)
     expected = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0,
                                eos_token_id=None)
-    out = speculative_generate(target, EagleDrafter(head, target), ids, mask, max_new_tokens=24, tree=tree,
+    out = speculative_generate(target, EagleDrafter(head, target), ids, attention_mask=mask, max_new_tokens=24,
+                               tree=tree,
                                stopping=StoppingConfig.never())
     assert torch.equal(out.sequences, expected)
     assert out.stats.mean_accepted_length > 1.2  # the trained head gets drafts accepted
@@ -105,7 +106,7 @@ def test_sliding_window_head_is_lossless_past_its_window():
     expected = pair.target.generate(ids, attention_mask=mask, max_new_tokens=40, do_sample=False, pad_token_id=0,
                                     eos_token_id=None)
     for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
-        out = speculative_generate(pair.target, pair.drafter, ids, mask, max_new_tokens=40, tree=tree,
+        out = speculative_generate(pair.target, pair.drafter, ids, attention_mask=mask, max_new_tokens=40, tree=tree,
                                    stopping=StoppingConfig.never())
         assert torch.equal(out.sequences, expected)
         assert out.stats.mean_accepted_length >= 2.0, out.stats
@@ -158,7 +159,7 @@ def test_hybrid_drafter_is_lossless_and_uses_both_sources(trained):
                                     eos_token_id=None)
     for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
         hybrid = HybridDrafter(pair.drafter, lookup_k=4, min_ngram=2)
-        out = speculative_generate(pair.target, hybrid, ids, mask, max_new_tokens=40, tree=tree,
+        out = speculative_generate(pair.target, hybrid, ids, attention_mask=mask, max_new_tokens=40, tree=tree,
                                    stopping=StoppingConfig.never())
         assert torch.equal(out.sequences, expected)
         assert hybrid.lookup_steps > 0 and hybrid.model_steps > 0

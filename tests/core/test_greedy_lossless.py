@@ -29,7 +29,7 @@ def test_model_drafter_matches_generate(pair, batch, tree):
     kind, target, draft = pair
     ids, mask = ragged_prompts(batch, seed=batch)
     expected = _generate(target, ids, mask, 20, eos_token_id=None)
-    out = speculative_generate(target, draft, ids, mask, max_new_tokens=20, tree=TREES[tree],
+    out = speculative_generate(target, draft, ids, attention_mask=mask, max_new_tokens=20, tree=TREES[tree],
                                stopping=StoppingConfig.never())
     assert torch.equal(out.sequences, expected), f"{kind}/{tree}/batch {batch}"
     assert out.stats.mean_accepted_length >= 1.8, out.stats  # commits of accepted runs, rows of unequal lengths
@@ -45,7 +45,7 @@ def test_ngram_drafter_matches_generate(pair, batch):
     kind, target, _ = pair
     ids, mask = ragged_prompts(batch, seed=7)
     expected = _generate(target, ids, mask, 24, eos_token_id=None)
-    out = speculative_generate(target, NGramDrafter(), ids, mask, max_new_tokens=24, tree=4,
+    out = speculative_generate(target, NGramDrafter(), ids, attention_mask=mask, max_new_tokens=24, tree=4,
                                stopping=StoppingConfig.never())
     assert torch.equal(out.sequences, expected), kind
     assert out.stats.mean_accepted_length >= 1.1, out.stats  # these random models loop: lookups get accepted
@@ -59,7 +59,7 @@ def test_eos_inside_accepted_draft_stops_the_row():
     eos = int(free[0, ids.shape[1] + 5])
     expected = _generate(target, ids, mask, 24, eos_token_id=eos)
     # the target itself as draft: every draft accepted, so EOS lands inside an accepted draft
-    out = speculative_generate(target, target, ids, mask, max_new_tokens=24, tree=6,
+    out = speculative_generate(target, target, ids, attention_mask=mask, max_new_tokens=24, tree=6,
                                stopping=StoppingConfig(eos_token_id=eos, pad_token_id=0))
     assert torch.equal(out.sequences, expected)
     assert out.num_new_tokens[0] <= 6
@@ -70,14 +70,14 @@ def test_self_draft_accepts_everything():
     target = make_target("gemma3")
     ids, mask = ragged_prompts(3, seed=5)
     for tree, depth in [(3, 3), (StaticTree.full([2, 1, 1]), 3)]:
-        out = speculative_generate(target, target, ids, mask, max_new_tokens=24, tree=tree,
+        out = speculative_generate(target, target, ids, attention_mask=mask, max_new_tokens=24, tree=tree,
                                    stopping=StoppingConfig.never())
         full_steps = out.stats.steps[:-1]  # the last step may be cut by max_new_tokens
         assert all(s.accepted == depth * s.rows for s in full_steps), tree
         assert out.stats.mean_accepted_length > depth
     # EAGLE-2 expands only the best `topk` nodes per depth by *cumulative* score, which need not contain
     # the greedy path; with the draft equal to the target it still almost always does
-    out = speculative_generate(target, target, ids, mask, max_new_tokens=24,
+    out = speculative_generate(target, target, ids, attention_mask=mask, max_new_tokens=24,
                                tree=DynamicTree(depth=3, topk=3, total=21), stopping=StoppingConfig.never())
     steps = out.stats.steps[:-1]
     assert sum(s.accepted for s in steps) >= 0.9 * 3 * sum(s.rows for s in steps)
@@ -86,9 +86,10 @@ def test_self_draft_accepts_everything():
 def test_max_new_tokens_zero_and_one():
     target = make_target("qwen2")
     ids, mask = ragged_prompts(2)
-    out = speculative_generate(target, "ngram", ids, mask, max_new_tokens=0)
+    out = speculative_generate(target, "ngram", ids, attention_mask=mask, max_new_tokens=0)
     assert torch.equal(out.sequences, ids)
-    one = speculative_generate(target, "ngram", ids, mask, max_new_tokens=1, stopping=StoppingConfig.never())
+    one = speculative_generate(target, "ngram", ids, attention_mask=mask, max_new_tokens=1,
+                               stopping=StoppingConfig.never())
     assert torch.equal(one.sequences, _generate(target, ids, mask, 1, eos_token_id=None))
 
 
@@ -107,7 +108,7 @@ def test_eager_attention_matches_generate():
     draft = make_perturbed_copy(target)
     ids, mask = ragged_prompts(3, seed=11)
     expected = _generate(target, ids, mask, 16, eos_token_id=None)
-    out = speculative_generate(target, draft, ids, mask, max_new_tokens=16, tree=StaticTree.full([2, 2]),
+    out = speculative_generate(target, draft, ids, attention_mask=mask, max_new_tokens=16, tree=StaticTree.full([2, 2]),
                                stopping=StoppingConfig.never())
     assert torch.equal(out.sequences, expected)
     assert out.stats.mean_accepted_length >= 1.8, out.stats

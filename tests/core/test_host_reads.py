@@ -58,7 +58,7 @@ def test_static_eagle_trees_read_the_device_once_per_step(byte_pair, as_on_cuda,
     target, drafter = static_pair(byte_pair.target, byte_pair.drafter, capacity=capacity_for(40, 32, 8, 16),
                                   node_budget=8)
     # a first generation builds what is built once (the static tree's index tensors on the device)
-    speculative_generate(target, drafter, ids, mask, max_new_tokens=4, tree=tree,
+    speculative_generate(target, drafter, ids, attention_mask=mask, max_new_tokens=4, tree=tree,
                          stopping=StoppingConfig.never())
     session = Session(target, drafter, tree=tree, rollback=False, stopping=StoppingConfig.never())
     session.append(ids, mask)
@@ -88,7 +88,8 @@ def test_output_is_unchanged_when_checks_are_deferred(byte_pair, as_on_cuda):
                                          pad_token_id=0, eos_token_id=None)
     target, drafter = static_pair(byte_pair.target, byte_pair.drafter, capacity=capacity_for(40, 24, 8),
                                   node_budget=8)
-    out = speculative_generate(target, drafter, ids, mask, max_new_tokens=24, stopping=StoppingConfig.never())
+    out = speculative_generate(target, drafter, ids, attention_mask=mask, max_new_tokens=24,
+                               stopping=StoppingConfig.never())
     assert torch.equal(out.sequences, expected)
     assert out.stats.mean_accepted_length > 1.5
 
@@ -107,7 +108,8 @@ def test_deferred_non_finite_logits_still_raise(byte_pair, as_on_cuda):
 
     target.score = poisoned
     with pytest.raises(ValueError, match=r"target .*unusable logits \(\d+ NaN"):
-        speculative_generate(target, drafter, ids, mask, max_new_tokens=8, stopping=StoppingConfig.never())
+        speculative_generate(target, drafter, ids, attention_mask=mask, max_new_tokens=8,
+                             stopping=StoppingConfig.never())
 
 
 class BackwardsDrafter(Drafter):
@@ -132,7 +134,7 @@ class BackwardsDrafter(Drafter):
 def test_deferred_malformed_tree_still_raises(byte_pair, as_on_cuda):
     ids, mask = source_prompts((20,))
     with pytest.raises(ValueError, match="parents: .*(must precede it|fed before it)"):
-        speculative_generate(byte_pair.target, BackwardsDrafter(), ids, mask, max_new_tokens=4,
+        speculative_generate(byte_pair.target, BackwardsDrafter(), ids, attention_mask=mask, max_new_tokens=4,
                              stopping=StoppingConfig.never())
 
 

@@ -27,7 +27,7 @@ def test_hybrid_with_a_draft_model_is_lossless_on_attention_and_ssm_targets():
                                    eos_token_id=None)
         for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
             hybrid = HybridDrafter(draft, lookup_k=4, min_ngram=1)  # a transformers model is wrapped
-            out = speculative_generate(target, hybrid, ids, mask, max_new_tokens=30, tree=tree,
+            out = speculative_generate(target, hybrid, ids, attention_mask=mask, max_new_tokens=30, tree=tree,
                                        stopping=StoppingConfig.never())
             assert torch.equal(out.sequences, expected)
             assert hybrid.lookup_steps > 0 and hybrid.model_steps > 0

@@ -5,7 +5,7 @@ have chosen; the judge head trains, saves and loads; bad input names itself."""
 import pytest
 import torch
 
-from multispec import DynamicTree, SamplingConfig, speculative_generate
+from multispec import DynamicTree, EngineConfig, SamplingConfig, speculative_generate
 from multispec.drafters import ModelDrafter
 from multispec.rules import Judge, JudgeHead, JudgeStats, train_judge_head
 from multispec.testing import make_perturbed_copy, make_target
@@ -29,7 +29,7 @@ def _run(pair, rule, tree=4, do_sample=False, seed=0, on_step=None):
     target, draft = pair
     ids = torch.randint(5, 120, (3, 7), generator=torch.Generator().manual_seed(2))
     return speculative_generate(target, ModelDrafter(draft), ids, max_new_tokens=40, tree=tree, rule=rule,
-                                generator=torch.Generator().manual_seed(seed), on_step=on_step,
+                                generator=torch.Generator().manual_seed(seed), engine=EngineConfig(on_step=on_step),
                                 sampling=SamplingConfig(do_sample=do_sample, temperature=0.9))
 
 
@@ -70,7 +70,7 @@ def test_overrides_are_the_drafts_the_target_would_not_have_chosen(pair):
 
     ids = torch.randint(5, 120, (1, 6), generator=torch.Generator().manual_seed(4))
     out = speculative_generate(target, ModelDrafter(draft), ids, max_new_tokens=20, tree=3,
-                               rule=Judge(_head(hidden, 5.0)), on_step=record)
+                               rule=Judge(_head(hidden, 5.0)), engine=EngineConfig(on_step=record))
     text = ids[0].tolist()
     for tokens, accepted, overrides, overridden in records:
         with torch.no_grad():

@@ -84,7 +84,7 @@ def test_speculation_with_lean_draft_equals_generate(window):
     for tree in (3, DynamicTree(depth=3, topk=2, total=6)):
         want = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, eos_token_id=None,
                                pad_token_id=0)
-        out = speculative_generate(target, draft, ids, mask, max_new_tokens=24, tree=tree,
+        out = speculative_generate(target, draft, ids, attention_mask=mask, max_new_tokens=24, tree=tree,
                                    stopping=StoppingConfig.never())
         assert torch.equal(out.sequences, want)
         # drafts are accepted (a short window makes the draft worse, not wrong)

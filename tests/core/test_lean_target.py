@@ -84,9 +84,10 @@ def test_adaptive_chains_stop_on_the_draft_confidence_and_stay_lossless():
     ids, mask = ragged_prompts(3, seed=5)
     want = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0,
                            eos_token_id=None)
-    fixed = speculative_generate(target, make_perturbed_copy(target), ids, mask, max_new_tokens=24, tree=8,
+    fixed = speculative_generate(target, make_perturbed_copy(target), ids, attention_mask=mask, max_new_tokens=24,
+                                 tree=8,
                                  stopping=StoppingConfig.never())
-    adaptive = speculative_generate(target, make_perturbed_copy(target), ids, mask, max_new_tokens=24,
+    adaptive = speculative_generate(target, make_perturbed_copy(target), ids, attention_mask=mask, max_new_tokens=24,
                                     tree=Chain(8, min_prob=0.5), stopping=StoppingConfig.never())
     assert torch.equal(fixed.sequences, want) and torch.equal(adaptive.sequences, want)
     assert adaptive.stats.drafted < fixed.stats.drafted  # it stopped early where the draft was unsure

@@ -30,7 +30,8 @@ def test_non_finite_target_logits_raise_naming_the_target(value, do_sample):
     target = make_target("llama", seed=1)
     ids, mask = ragged_prompts(2, seed=1)
     with pytest.raises(ValueError, match=r"target \(LlamaForCausalLM\): the model returned unusable logits"):
-        speculative_generate(_poisoned(target, value), make_perturbed_copy(target), ids, mask, max_new_tokens=4,
+        speculative_generate(_poisoned(target, value), make_perturbed_copy(target), ids, attention_mask=mask,
+                             max_new_tokens=4,
                              tree=3, sampling=SamplingConfig(do_sample=do_sample))
 
 
@@ -39,7 +40,7 @@ def test_non_finite_draft_logits_raise_naming_the_draft(do_sample):
     target = make_target("llama", seed=1)
     ids, mask = ragged_prompts(2, seed=1)
     with pytest.raises(ValueError, match=r"draft_model \(LlamaForCausalLM\): the model returned unusable logits"):
-        speculative_generate(target, _poisoned(target, float("nan")), ids, mask, max_new_tokens=4,
+        speculative_generate(target, _poisoned(target, float("nan")), ids, attention_mask=mask, max_new_tokens=4,
                              tree=DynamicTree(depth=2, topk=2, total=4), sampling=SamplingConfig(do_sample=do_sample))
 
 
@@ -79,7 +80,8 @@ def test_randomness_is_drawn_on_the_generator_device(monkeypatch):
 def test_cpu_generator_drives_a_cuda_model():
     target = make_target("llama", seed=1).cuda()
     ids, mask = ragged_prompts(2, seed=1)
-    runs = [speculative_generate(target, make_perturbed_copy(target), ids.cuda(), mask.cuda(), max_new_tokens=8,
+    runs = [speculative_generate(target, make_perturbed_copy(target), ids.cuda(), attention_mask=mask.cuda(),
+                                 max_new_tokens=8,
                                  tree=DynamicTree(depth=2, topk=2, total=4), generator=torch.Generator().manual_seed(3),
                                  sampling=SamplingConfig(do_sample=True)) for _ in range(2)]
     assert torch.equal(runs[0].sequences, runs[1].sequences)

@@ -47,7 +47,7 @@ def test_greedy_equals_generate_with_drafts_accepted(decoder, rows):
                           pad_token_id=0)
     for step in ("eager", "static"):
         drafter = ControlledDrafter(model, acceptance=0.8, horizon=16)
-        got = speculative_generate(model, drafter, ids, mask, max_new_tokens=16, tree=4,
+        got = speculative_generate(model, drafter, ids, attention_mask=mask, max_new_tokens=16, tree=4,
                                    stopping=StoppingConfig.never(), engine=EngineConfig(step=step))
         assert torch.equal(got.sequences[:, : want.shape[1]], want), (name, step)
         assert got.stats.mean_accepted_length > 2.0, got.stats  # drafts accepted: not plain decoding in disguise
@@ -63,7 +63,8 @@ def test_compiled_step_has_no_graph_break(decoder):
     want = model.generate(ids, attention_mask=mask, max_new_tokens=10, do_sample=False, eos_token_id=None,
                           pad_token_id=0)
     engine = StaticHFCausalLM(model, capacity=64, node_budget=8, compile="eager")
-    got = speculative_generate(engine, ControlledDrafter(model, 0.8, 10), ids, mask, max_new_tokens=10, tree=4,
+    got = speculative_generate(engine, ControlledDrafter(model, 0.8, 10), ids, attention_mask=mask, max_new_tokens=10,
+                               tree=4,
                                stopping=StoppingConfig.never())
     assert torch.equal(got.sequences[:, : want.shape[1]], want), name
     assert engine.static_calls > 0

@@ -40,7 +40,7 @@ def byte_pair():
 
 
 def _spec(target, drafter, ids, mask, n, tree, **kw):
-    return speculative_generate(target, drafter, ids, mask, max_new_tokens=n, tree=tree,
+    return speculative_generate(target, drafter, ids, attention_mask=mask, max_new_tokens=n, tree=tree,
                                 stopping=StoppingConfig.never(), **kw)
 
 
@@ -115,7 +115,7 @@ def test_static_model_drafter_ragged_rows_that_stop():
                               eos_token_id=eos)
     for tree in TREES.values():
         target, drafter = static_pair(model, draft, capacity=64, node_budget=8)
-        out = speculative_generate(target, drafter, ids, mask, max_new_tokens=24, tree=tree,
+        out = speculative_generate(target, drafter, ids, attention_mask=mask, max_new_tokens=24, tree=tree,
                                    stopping=StoppingConfig(eos_token_id=eos, pad_token_id=0))
         assert torch.equal(out.sequences, expected)
         assert target.static_calls == len(out.stats.steps) and drafter.lm.static_calls > 0

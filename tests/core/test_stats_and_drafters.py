@@ -9,7 +9,7 @@ from multispec.testing import make_perturbed_copy, make_target, ragged_prompts
 def test_stats_account_for_every_token():
     target = make_target("qwen2")
     ids, mask = ragged_prompts(3, seed=2)
-    out = speculative_generate(target, make_perturbed_copy(target), ids, mask, max_new_tokens=17, tree=3,
+    out = speculative_generate(target, make_perturbed_copy(target), ids, attention_mask=mask, max_new_tokens=17, tree=3,
                                stopping=StoppingConfig.never())
     st = out.stats
     assert st.committed == 3 * 17 == sum(out.num_new_tokens)

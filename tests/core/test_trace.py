@@ -1,4 +1,4 @@
-from multispec import DynamicTree, StoppingConfig, speculative_generate
+from multispec import DynamicTree, EngineConfig, StoppingConfig, speculative_generate
 from multispec.testing import make_layer_skip_draft, make_target, ragged_prompts
 from multispec.trace import StepRecorder, render_steps_html
 
@@ -7,8 +7,9 @@ def test_recorded_steps_rebuild_the_output_along_tree_paths():
     target = make_target("llama")
     ids, mask = ragged_prompts(3, seed=4)
     rec = StepRecorder()
-    out = speculative_generate(target, make_layer_skip_draft(target), ids, mask, max_new_tokens=15,
-                               tree=DynamicTree(depth=3, topk=2, total=6), on_step=rec, stopping=StoppingConfig.never())
+    out = speculative_generate(target, make_layer_skip_draft(target), ids, attention_mask=mask, max_new_tokens=15,
+                               tree=DynamicTree(depth=3, topk=2, total=6), engine=EngineConfig(on_step=rec),
+                               stopping=StoppingConfig.never())
     assert len(rec.steps) == out.stats.target_forwards
     for row in range(3):
         steps = rec.row(row)
@@ -29,8 +30,8 @@ def test_html_marks_accepted_rejected_and_bonus():
     rec = StepRecorder()
     target = make_target("llama")
     ids, mask = ragged_prompts(1, seed=1)
-    speculative_generate(target, make_layer_skip_draft(target), ids, mask, max_new_tokens=8, tree=3,
-                         on_step=rec, stopping=StoppingConfig.never())
+    speculative_generate(target, make_layer_skip_draft(target), ids, attention_mask=mask, max_new_tokens=8, tree=3,
+                         engine=EngineConfig(on_step=rec), stopping=StoppingConfig.never())
     html = render_steps_html(rec.row(0), decode=lambda t: f"<{t}>")
     steps = rec.row(0)
     assert html.count('class="step"') == len(steps)

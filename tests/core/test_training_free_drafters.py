@@ -148,7 +148,7 @@ def test_training_free_drafters_are_lossless_and_accepted(byte_pair, name, batch
     want = greedy_rows_alone(byte_pair.target, ids, mask, 40)
     steps = [0, 0]  # a hybrid's lookup and model steps over both generations
     for _ in range(2):  # the second generation starts from what the first left (hot start / history)
-        out = speculative_generate(byte_pair.target, drafter, ids, mask, max_new_tokens=40, tree=tree,
+        out = speculative_generate(byte_pair.target, drafter, ids, attention_mask=mask, max_new_tokens=40, tree=tree,
                                    stopping=StoppingConfig.never())
         assert torch.equal(out.sequences[:, -40:], want)
         if isinstance(drafter, HybridDrafter):
@@ -167,7 +167,7 @@ def test_training_free_drafters_on_an_ssm_target(name):
     want = greedy_rows_alone(target, ids, mask, 30)
     drafter = make()
     for _ in range(2):
-        out = speculative_generate(target, drafter, ids, mask, max_new_tokens=30, tree=tree,
+        out = speculative_generate(target, drafter, ids, attention_mask=mask, max_new_tokens=30, tree=tree,
                                    stopping=StoppingConfig.never())
         assert torch.equal(out.sequences[:, -30:], want)
     assert out.stats.mean_accepted_length >= 1.5, out.stats

@@ -21,7 +21,8 @@ from multispec.continuous import continuous_generate
 from multispec.drafters import ModelDrafter
 from multispec.drafters.eagle import EagleDrafter
 from multispec.gmm_ar import GaussianMixtureAR, GMMDrafter, GMMTarget
-from multispec.image_ar import (PatchAR, PatchARConfig, PatchEagle, PatchEagleConfig, Relaxed, TrajectoryRatio,
+from multispec.image_ar import (HeadSampling, PatchAR, PatchARConfig, PatchEagle, PatchEagleConfig, Relaxed,
+                                TrajectoryRatio,
                                 generate_ar, generate_continuous, generate_images, latent_neighbours)
 from multispec.image_ar.testing import NUM_IMAGE_TOKENS, janus_prompts, make_image_gpt, make_janus
 from multispec.reasoning import (LikelihoodVerdict, SpecReason, SpecReasonConfig, SpeculativeThinking,
@@ -78,11 +79,11 @@ def test_text_greedy_equals_generate(text, kind):
     if kind == "llama":  # an EAGLE head (untrained: few drafts accepted, but lossless all the same)
         drafters.append((EagleDrafter(text["head"], target), DynamicTree(3, 2, 6)))
     for drafter, tree in drafters:
-        out = speculative_generate(target, drafter, ids, mask, max_new_tokens=12, tree=tree,
+        out = speculative_generate(target, drafter, ids, attention_mask=mask, max_new_tokens=12, tree=tree,
                                    stopping=StoppingConfig.never())
         assert torch.equal(out.sequences[:, -12:].cpu(), want), (kind, type(drafter).__name__, tree)
     # prompts already on the model's device work the same
-    out = speculative_generate(target, draft, ids.to(DEVICE), mask.to(DEVICE), max_new_tokens=12,
+    out = speculative_generate(target, draft, ids.to(DEVICE), attention_mask=mask.to(DEVICE), max_new_tokens=12,
                                stopping=StoppingConfig.never())
     assert out.sequences.device.type == DEVICE.type and torch.equal(out.sequences[:, -12:].cpu(), want)
 
@@ -99,7 +100,7 @@ def test_text_sampling_with_every_drafter(text, generator):
     for name, (drafter, tree) in drafters.items():
         runs = []
         for _ in range(2 if generator != "none" else 1):
-            out = speculative_generate(t, drafter(), ids, mask, max_new_tokens=6, tree=tree,
+            out = speculative_generate(t, drafter(), ids, attention_mask=mask, max_new_tokens=6, tree=tree,
                                        generator=_generator(generator),
                                        sampling=SamplingConfig(do_sample=True, top_k=30, top_p=0.95),
                                        stopping=StoppingConfig.never())
@@ -107,7 +108,7 @@ def test_text_sampling_with_every_drafter(text, generator):
             assert int(out.sequences.max()) < 128, name
             runs.append(out.sequences.cpu())
         assert all(torch.equal(r, runs[0]) for r in runs), name  # a seeded generator reproduces the run
-    out = speculative_generate(text["gemma"], text["gemma_draft"], ids, mask, max_new_tokens=6,
+    out = speculative_generate(text["gemma"], text["gemma_draft"], ids, attention_mask=mask, max_new_tokens=6,
                                generator=_generator(generator),
                                sampling=SamplingConfig(do_sample=True))
     assert out.sequences.shape[0] == 2
@@ -127,7 +128,8 @@ def test_session_and_guidance(text, generator):
     s.generate(3, stop=[[3]])
     same = lambda prompt: prompt  # noqa: E731
     out = speculative_generate(GuidedTarget(t, 2.0, unconditional=same),
-                               ModelDrafter(GuidedTarget(d, 2.0, unconditional=same)), ids, mask, max_new_tokens=5,
+                               ModelDrafter(GuidedTarget(d, 2.0, unconditional=same)), ids, attention_mask=mask,
+                               max_new_tokens=5,
                                generator=_generator(generator), sampling=SamplingConfig(do_sample=True))
     assert out.sequences.shape == (2, ids.shape[1] + 5)
 
@@ -182,28 +184,29 @@ def image():
 def test_image_greedy_equals_plain_ar(image):
     gpt = image["gpt"]
     labels = [0, 3, 1]  # a list: the API builds the class tokens on the model's device
-    want = generate_ar(gpt, labels, guidance_scale=2.5, do_sample=False).codes.cpu()
-    plain = generate_images(gpt, labels, guidance_scale=2.5, do_sample=False)  # no drafter: the n-gram loop
+    want = generate_ar(gpt, labels, guidance_scale=2.5, sampling=SamplingConfig()).codes.cpu()
+    plain = generate_images(gpt, labels, guidance_scale=2.5, sampling=SamplingConfig())  # no drafter: the n-gram loop
     assert torch.equal(plain.codes.cpu(), want)
     for rule in (None, Relaxed(image["table"], delta=0.0)):  # LANTERN at delta 0 is exact
         out = generate_images(gpt, torch.tensor(labels), drafter=image["draft"], rule=rule, tree=DynamicTree(3, 2, 5),
-                              guidance_scale=2.5, do_sample=False)
+                              guidance_scale=2.5, sampling=SamplingConfig())
         assert torch.equal(out.codes.cpu(), want)
 
 
 @pytest.mark.parametrize("generator", GENERATORS)
 def test_image_sampling(image, generator):
     gpt, labels, n = image["gpt"], [0, 1, 2], image["gpt"].config.num_image_tokens
-    runs = [generate_ar(gpt, labels, guidance_scale=2.0, top_k=20, generator=_generator(generator)),
+    runs = [generate_ar(gpt, labels, guidance_scale=2.0, sampling=SamplingConfig(do_sample=True, top_k=20),
+                        generator=_generator(generator)),
             generate_images(gpt, labels, guidance_scale=2.0, generator=_generator(generator))]
     for rule, tree in ((None, DynamicTree(3, 2, 5)), (Relaxed(image["table"], delta=0.2), DynamicTree(3, 2, 5)),
                        (Relaxed(image["table"], delta=0.2), 3)):
         first = generate_images(gpt, labels, drafter=image["draft"], rule=rule, tree=tree, guidance_scale=2.0,
-                                top_k=40, generator=_generator(generator))
+                                sampling=SamplingConfig(do_sample=True, top_k=40), generator=_generator(generator))
         runs.append(first)
         if generator != "none":  # seeded: the same images again
             again = generate_images(gpt, labels, drafter=image["draft"], rule=rule, tree=tree, guidance_scale=2.0,
-                                    top_k=40, generator=_generator(generator))
+                                    sampling=SamplingConfig(do_sample=True, top_k=40), generator=_generator(generator))
             assert torch.equal(first.codes.cpu(), again.codes.cpu())
     for out in runs:
         assert out.codes.shape == (3, n) and int(out.codes.max()) < gpt.config.codebook_size
@@ -213,13 +216,15 @@ def test_janus_greedy_equals_its_generate(image):
     janus = image["janus"]
     ids, mask = janus_prompts((6,))
     draft = ModelDrafter(GuidedTarget(_on(make_perturbed_copy(janus, noise=0.05)), 3.0))
-    out = speculative_generate(GuidedTarget(janus, 3.0), draft, ids, mask, max_new_tokens=NUM_IMAGE_TOKENS, tree=3)
+    out = speculative_generate(GuidedTarget(janus, 3.0), draft, ids, attention_mask=mask,
+                               max_new_tokens=NUM_IMAGE_TOKENS, tree=3)
     with torch.no_grad():
         want = janus.generate(ids.to(DEVICE), attention_mask=mask.to(DEVICE), generation_mode="image",
                               do_sample=False, guidance_scale=3.0)
     assert torch.equal(out.sequences[0, -NUM_IMAGE_TOKENS:].cpu(), want[0].cpu())
     for generator in GENERATORS:
-        out = speculative_generate(GuidedTarget(janus, 3.0), draft, ids, mask, max_new_tokens=NUM_IMAGE_TOKENS, tree=3,
+        out = speculative_generate(GuidedTarget(janus, 3.0), draft, ids, attention_mask=mask,
+                                   max_new_tokens=NUM_IMAGE_TOKENS, tree=3,
                                    sampling=SamplingConfig(do_sample=True), generator=_generator(generator))
         assert out.sequences.shape == (1, ids.shape[1] + NUM_IMAGE_TOKENS)
 
@@ -243,9 +248,10 @@ def test_continuous_speculation(continuous, generator):
     c = target.config
     runs = {"plain": dict(draft=None), "exact": dict(draft=continuous["draft"]),
             "relaxed": dict(draft=continuous["draft"], rule=TrajectoryRatio(relax=3.0, bonus=True)),
-            "eagle": dict(draft=continuous["eagle"]), "eagle-unguided": dict(draft=continuous["eagle"], guidance_scale=None)}
+            "eagle": dict(draft=continuous["eagle"]),
+            "eagle-unguided": dict(draft=continuous["eagle"], sampling=HeadSampling(guidance_scale=None))}
     for name, kw in runs.items():
-        out = generate_continuous(target, labels, k=2, prefill=0.25, generator=_generator(generator), **kw)
+        out = generate_continuous(target, labels, tree=2, prefill=0.25, generator=_generator(generator), **kw)
         assert out.tokens.shape == (3, c.tokens, c.token_dim), name
         assert out.trajectories.shape == (3, c.tokens, c.steps, c.token_dim), name
         assert out.images.shape == (3, c.image_size, c.image_size), name
@@ -254,7 +260,7 @@ def test_continuous_speculation(continuous, generator):
         if kw["draft"] is not None:
             assert out.drafted > 0, name
         if generator != "none":
-            again = generate_continuous(target, labels, k=2, prefill=0.25, generator=_generator(generator), **kw)
+            again = generate_continuous(target, labels, tree=2, prefill=0.25, generator=_generator(generator), **kw)
             assert torch.equal(out.tokens, again.tokens), name
     out = continuous_generate(GMMTarget(continuous["gmm"]), GMMDrafter(continuous["gmm_draft"]),
                               torch.zeros(3, 1, 2, device=DEVICE), 4, k=3, generator=_generator(generator))
@@ -280,17 +286,17 @@ def test_ssm_greedy_equals_generate_and_samples(ssm, kind):
     if not satisfies(installed_version("transformers"), SSM_TRANSFORMERS.minimum):
         # a GPU image with an older transformers: the SSM path must refuse clearly, naming the version
         with pytest.raises(DependencyVersionError, match=f"transformers>={SSM_TRANSFORMERS.minimum}"):
-            speculative_generate(model, draft, ids, mask, max_new_tokens=2, tree=3,
+            speculative_generate(model, draft, ids, attention_mask=mask, max_new_tokens=2, tree=3,
                                  stopping=StoppingConfig.never())
         return
     want = greedy_rows_alone(model, ids.to(DEVICE), mask.to(DEVICE), 10).cpu()
     for tree in (3, DynamicTree(2, 3, 6)):
-        out = speculative_generate(model, draft, ids, mask, max_new_tokens=10, tree=tree,
+        out = speculative_generate(model, draft, ids, attention_mask=mask, max_new_tokens=10, tree=tree,
                                    stopping=StoppingConfig.never())
         assert torch.equal(out.sequences[:, -10:].cpu(), want), (kind, tree)
         assert out.stats.mean_accepted_length > 1.5, (kind, tree)  # a close draft: drafts were accepted
     for generator in GENERATORS:
-        out = speculative_generate(model, draft, ids, mask, max_new_tokens=5, tree=DynamicTree(2, 3, 6),
+        out = speculative_generate(model, draft, ids, attention_mask=mask, max_new_tokens=5, tree=DynamicTree(2, 3, 6),
                                    generator=_generator(generator), sampling=SamplingConfig(do_sample=True),
                                    stopping=StoppingConfig.never())
         assert out.sequences.shape == (2, ids.shape[1] + 5)

@@ -22,7 +22,8 @@ CUDA = torch.device("cuda")
 
 def _run(model, ids, mask, step: str, n: int = 24):
     drafter = ControlledDrafter(model, acceptance=0.8, horizon=n)
-    return speculative_generate(model, drafter, ids, mask, max_new_tokens=n, tree=4, stopping=StoppingConfig.never(),
+    return speculative_generate(model, drafter, ids, attention_mask=mask, max_new_tokens=n, tree=4,
+                                stopping=StoppingConfig.never(),
                                 engine=EngineConfig(step=step))
 
 
@@ -98,7 +99,8 @@ def test_janus_captured_guided_step_equals_janus_generate():
     janus = make_janus(seed=1).to(CUDA)
     draft = ModelDrafter(GuidedTarget(make_perturbed_copy(janus, noise=0.05), 3.0))
     ids, mask = (t.to(CUDA) for t in janus_prompts((6, 4, 5)))
-    out = speculative_generate(GuidedTarget(janus, 3.0), draft, ids, mask, max_new_tokens=NUM_IMAGE_TOKENS, tree=3,
+    out = speculative_generate(GuidedTarget(janus, 3.0), draft, ids, attention_mask=mask,
+                               max_new_tokens=NUM_IMAGE_TOKENS, tree=3,
                                engine=EngineConfig(step="static"))
     for r in range(3):
         alone = ids[r, mask[r].bool()][None]
@@ -139,7 +141,8 @@ def test_continuous_captured_step_replays_equal_the_uncaptured_step(kind):
     torch.testing.assert_close(runs[True].output.values, runs[False].output.values, atol=1e-5, rtol=1e-5)
     assert 0 < runs[True].output.stats.accepted < runs[True].output.stats.drafted
     for step in ("static", "compiled"):  # the public path, a CPU generator driving the CUDA step
-        out = generate_continuous(target, labels.cpu(), draft, k=3, step=step, generator=torch.Generator().manual_seed(1))
+        out = generate_continuous(target, labels.cpu(), draft, tree=3, engine=EngineConfig(step=step),
+                                  generator=torch.Generator().manual_seed(1))
         assert out.drafted > 0 and bool(torch.isfinite(out.tokens).all()), step
 
 

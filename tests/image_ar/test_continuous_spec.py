@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from multispec.rules import ContinuousVerdict
-from multispec.image_ar.continuous import TrajectoryRatio, generate_continuous
+from multispec.image_ar.continuous import HeadSampling, TrajectoryRatio, generate_continuous
 from multispec.image_ar.continuous.patch_ar import PatchAR, PatchARConfig
 from multispec.testing import energy_distance_pvalue
 from walk_model import CFG, N, perturbed, walk_target, walks
@@ -40,7 +40,7 @@ def reference(pair):
 def _speculative(pair, rule, seed=4):
     target, draft = pair
     labels = torch.zeros(N, dtype=torch.long)
-    return generate_continuous(target, labels, draft, k=3, prefill=0.25, rule=rule,
+    return generate_continuous(target, labels, draft, tree=3, prefill=0.25, rule=rule,
                                generator=torch.Generator().manual_seed(seed))
 
 
@@ -80,7 +80,7 @@ def test_broken_acceptance_fails_the_same_test(pair, reference, broken):
 
 def test_a_draft_equal_to_the_target_is_always_accepted(pair):
     target, _ = pair
-    out = generate_continuous(target, torch.zeros(50, dtype=torch.long), perturbed(target, 0.0), k=3,
+    out = generate_continuous(target, torch.zeros(50, dtype=torch.long), perturbed(target, 0.0), tree=3,
                               prefill=0.25, generator=torch.Generator().manual_seed(0))
     assert out.acceptance_rate > 0.99
 
@@ -89,7 +89,8 @@ def test_guided_batch_rows_and_outputs(trained):
     target = trained
     draft = perturbed(target, 0.05)
     labels = torch.tensor([0, 1, 1])
-    out = generate_continuous(target, labels, draft, k=2, guidance_scale=2.0, generator=torch.Generator().manual_seed(0))
+    out = generate_continuous(target, labels, draft, tree=2, sampling=HeadSampling(guidance_scale=2.0),
+                              generator=torch.Generator().manual_seed(0))
     assert out.images.shape == (3, 2, 2) and out.tokens.shape == (3, 4, 1) and out.trajectories.shape == (3, 4, 4, 1)
     assert out.images.min() >= 0 and out.images.max() <= 1
     assert out.drafted > 0 and out.prefilled == 1
@@ -107,7 +108,7 @@ def test_bad_arguments_name_themselves(trained):
     with pytest.raises(ValueError, match="steps"):
         generate_continuous(target, torch.tensor([0]), other)
     with pytest.raises(ValueError, match="guidance_scale"):
-        generate_continuous(target, torch.tensor([0]), guidance_scale=-1.0)
+        generate_continuous(target, torch.tensor([0]), sampling=HeadSampling(guidance_scale=-1.0))
     with pytest.raises(ValueError, match="relax"):
         TrajectoryRatio(relax=0.5)
     with pytest.raises(ValueError, match="proposals"):
@@ -131,8 +132,9 @@ def test_relaxed_rule_reports_a_bound_on_its_total_variation(pair):
     n = 20_000
     labels = torch.zeros(n, dtype=torch.long)
     ref = generate_continuous(target, labels, generator=torch.Generator().manual_seed(11)).trajectories[:, 1, -1, 0]
-    exact = generate_continuous(target, labels, draft, k=3, prefill=0.25, generator=torch.Generator().manual_seed(12))
-    relaxed = generate_continuous(target, labels, draft, k=3, prefill=0.25, rule=TrajectoryRatio(relax=3.0),
+    exact = generate_continuous(target, labels, draft, tree=3, prefill=0.25,
+                                generator=torch.Generator().manual_seed(12))
+    relaxed = generate_continuous(target, labels, draft, tree=3, prefill=0.25, rule=TrajectoryRatio(relax=3.0),
                                   generator=torch.Generator().manual_seed(12))
     assert exact.tv_per_token == 0.0
     assert 0.02 < relaxed.tv_per_token < 1
@@ -148,12 +150,12 @@ def test_relaxed_rule_reports_a_bound_on_its_total_variation(pair):
 
 @pytest.fixture(scope="module")
 def eagle(trained):
-    from multispec.image_ar.continuous import train_eagle
+    from multispec.image_ar.continuous import PatchEagleRecipe, train_eagle
 
     g = torch.Generator().manual_seed(5)
     x = walks(512, g)
     eagle, losses = train_eagle(trained, ((x + 1) / 2)[:, None], torch.randint(0, 2, (512,), generator=g),
-                                steps=150, batch_size=64, pool=512, progress=False)
+                                PatchEagleRecipe(steps=150, batch_size=64, pool=512), progress=False)
     assert losses[-1] < losses[0]
     return eagle
 
@@ -163,7 +165,7 @@ def test_eagle_draft_samples_follow_the_target(trained, eagle, reference):
     same test rejects the draft alone and the reference code's two broken rules (tests above), so a departure
     the size of those is caught."""
     labels = torch.zeros(N, dtype=torch.long)
-    out = generate_continuous(trained, labels, eagle, k=3, prefill=0.25, generator=torch.Generator().manual_seed(6))
+    out = generate_continuous(trained, labels, eagle, tree=3, prefill=0.25, generator=torch.Generator().manual_seed(6))
     assert 0.15 < out.acceptance_rate < 0.99, out.acceptance_rate  # drafts are accepted and rejected
     # a close draft leaves a thin residual (success per try = TV(p, q)): a few rows may exhaust the 64 tries
     # and take a plain target draw; they must stay rare next to the rejections
@@ -213,7 +215,7 @@ def test_eagle_draft_must_match_the_target(trained, eagle):
     with pytest.raises(ValueError, match="layers"):
         PatchEagle(PatchEagleConfig(hidden=16, heads=2, token_dim=1, tokens=4, layers=0))
     deeper = PatchEagle(PatchEagleConfig(hidden=16, heads=2, token_dim=1, tokens=4, layers=2)).eval()
-    out = generate_continuous(trained, torch.tensor([0, 1]), deeper, k=2, generator=torch.Generator().manual_seed(0))
+    out = generate_continuous(trained, torch.tensor([0, 1]), deeper, tree=2, generator=torch.Generator().manual_seed(0))
     assert out.tokens.shape == (2, 4, 1) and out.drafted > 0 and torch.isfinite(out.tokens).all()
 
 
@@ -240,7 +242,7 @@ def test_a_row_whose_residual_tries_all_fail_takes_a_fresh_target_draw(pair, mon
 
     monkeypatch.setattr(HeadSampler, "sample", recorded_sample)
     monkeypatch.setattr(TrajectoryRatio, "residual", recorded_residual)
-    out = generate_continuous(target, torch.zeros(200, dtype=torch.long), draft, k=3, prefill=0.25,
+    out = generate_continuous(target, torch.zeros(200, dtype=torch.long), draft, tree=3, prefill=0.25,
                               rule=TrajectoryRatio(proposals=1, max_tries=1), generator=torch.Generator().manual_seed(5))
     assert out.residual_fallbacks > 0
     checked = 0

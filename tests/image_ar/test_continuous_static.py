@@ -11,7 +11,9 @@
 import pytest
 import torch
 
-from multispec.image_ar.continuous import PatchEagle, TrajectoryRatio, generate_continuous, train_eagle
+from multispec import EngineConfig
+from multispec.image_ar.continuous import (PatchEagle, PatchEagleRecipe, TrajectoryRatio, generate_continuous,
+                                          train_eagle)
 from multispec.image_ar.continuous.diffusion_head import Trajectory
 from multispec.image_ar.continuous.drafters import PatchARDrafter, PatchEagleDrafter
 from multispec.image_ar.continuous.head_sampler import HeadSampler
@@ -31,8 +33,8 @@ def trained():
 def drafts(trained):
     g = torch.Generator().manual_seed(5)
     x = walks(512, g)
-    eagle, _ = train_eagle(trained, ((x + 1) / 2)[:, None], torch.randint(0, 2, (512,), generator=g), steps=150,
-                           batch_size=64, pool=512, progress=False)
+    eagle, _ = train_eagle(trained, ((x + 1) / 2)[:, None], torch.randint(0, 2, (512,), generator=g),
+                           PatchEagleRecipe(steps=150, batch_size=64, pool=512), progress=False)
     return {"draft": perturbed(trained, 0.1), "eagle": eagle}
 
 
@@ -154,21 +156,22 @@ def test_the_eagle_drafts_next_from_the_pairs_of_the_committed_tokens(trained, d
 
 @pytest.mark.parametrize("kind", ["draft", "eagle"])
 def test_static_samples_follow_the_target(trained, drafts, reference, kind):
-    out = generate_continuous(trained, torch.zeros(N, dtype=torch.long), drafts[kind], k=3, prefill=0.25,
-                              generator=torch.Generator().manual_seed(4), step="static")
+    out = generate_continuous(trained, torch.zeros(N, dtype=torch.long), drafts[kind], tree=3,
+                              engine=EngineConfig(step="static"), prefill=0.25,
+                              generator=torch.Generator().manual_seed(4))
     assert 0.15 < out.acceptance_rate < 0.99, out.acceptance_rate  # drafts are accepted and rejected
     assert out.residual_fallbacks <= 0.02 * (out.drafted - out.accepted)
     assert energy_distance_pvalue(out.tokens.flatten(1), reference) > 0.01
     # the drafts as good as the eager loop's (two seeds of either differ by under 0.01 here)
-    eager = generate_continuous(trained, torch.zeros(N, dtype=torch.long), drafts[kind], k=3, prefill=0.25,
+    eager = generate_continuous(trained, torch.zeros(N, dtype=torch.long), drafts[kind], tree=3, prefill=0.25,
                                 generator=torch.Generator().manual_seed(4))
     assert abs(out.acceptance_rate - eager.acceptance_rate) < 0.03, (out.acceptance_rate, eager.acceptance_rate)
 
 
 def test_the_inner_temperature_fails_the_same_test_on_the_static_step(trained, drafts, reference):
-    out = generate_continuous(trained, torch.zeros(N, dtype=torch.long), drafts["draft"], k=3, prefill=0.25,
-                              rule=TrajectoryRatio(relax=42.0), generator=torch.Generator().manual_seed(4),
-                              step="static")
+    out = generate_continuous(trained, torch.zeros(N, dtype=torch.long), drafts["draft"], tree=3,
+                              engine=EngineConfig(step="static"), prefill=0.25,
+                              rule=TrajectoryRatio(relax=42.0), generator=torch.Generator().manual_seed(4))
     assert energy_distance_pvalue(out.tokens.flatten(1), reference) < 0.01
 
 
@@ -176,13 +179,14 @@ def test_a_relaxed_rule_reports_the_eager_loops_tv(trained, drafts):
     """4,000 rows, relax 3: the static step's TV per token within 10% of the eager loop's (each an unbiased
     estimate of the same bound from ~12,000 judged drafts); the exact rule reports 0."""
     labels = torch.zeros(4000, dtype=torch.long)
-    runs = {step: generate_continuous(trained, labels, drafts["draft"], k=3, prefill=0.25, step=step,
-                                      rule=TrajectoryRatio(relax=3.0), generator=torch.Generator().manual_seed(9))
+    runs = {step: generate_continuous(trained, labels, drafts["draft"], tree=3, engine=EngineConfig(step=step),
+                                      prefill=0.25, rule=TrajectoryRatio(relax=3.0),
+                                      generator=torch.Generator().manual_seed(9))
             for step in ("eager", "static")}
     eager, static = runs["eager"].tv_per_token, runs["static"].tv_per_token
     assert 0.02 < eager and abs(static - eager) < 0.1 * eager, (static, eager)
-    exact = generate_continuous(trained, labels[:200], drafts["draft"], k=3, prefill=0.25, step="static",
-                                generator=torch.Generator().manual_seed(9))
+    exact = generate_continuous(trained, labels[:200], drafts["draft"], tree=3, engine=EngineConfig(step="static"),
+                                prefill=0.25, generator=torch.Generator().manual_seed(9))
     assert exact.tv_per_token == 0.0
 
 
@@ -235,9 +239,9 @@ def test_a_captured_step_advances_the_state_once_per_call(trained, drafts, kind,
 
 def test_bad_arguments_name_themselves(trained, drafts):
     with pytest.raises(ValueError, match="step"):
-        generate_continuous(trained, torch.tensor([0]), drafts["draft"], step="fast")
+        generate_continuous(trained, torch.tensor([0]), drafts["draft"], engine=EngineConfig(step="fast"))
     with pytest.raises(ValueError, match="k: "):
-        generate_continuous(trained, torch.tensor([0]), drafts["draft"], k=0, step="static")
+        generate_continuous(trained, torch.tensor([0]), drafts["draft"], tree=0, engine=EngineConfig(step="static"))
     with pytest.raises(TypeError, match="rule"):
         _engine(trained, torch.tensor([0]), drafts["draft"], None, rule=object())
     with pytest.raises(ValueError, match="cuda_graphs"):

@@ -33,12 +33,13 @@ def _draft(model, noise=0.05, scale=SCALE):
 @pytest.mark.parametrize("tree", [None, 3, StaticTree([[0], [1], [0, 0], [0, 0, 0]]), DynamicTree(3, 2, 5)])
 def test_greedy_guided_speculation_equals_plain_ar(gpt, tree):
     assert isinstance(as_target(gpt), ImageGPTTarget)
-    want = generate_ar(gpt, LABELS, guidance_scale=SCALE, do_sample=False)
-    got = generate_images(gpt, LABELS, drafter=_draft(gpt), tree=tree, guidance_scale=SCALE, do_sample=False)
+    want = generate_ar(gpt, LABELS, guidance_scale=SCALE, sampling=SamplingConfig())
+    got = generate_images(gpt, LABELS, drafter=_draft(gpt), tree=tree, guidance_scale=SCALE, sampling=SamplingConfig())
     assert torch.equal(got.codes, want.codes)
     assert got.stats.mean_accepted_length >= 1.5, got.stats
     assert got.accepted.shape == got.codes.shape and bool(got.accepted.any())
-    plain = generate_images(gpt, LABELS, guidance_scale=SCALE, do_sample=False)  # no drafter: one token per step
+    # no drafter: one token per step
+    plain = generate_images(gpt, LABELS, guidance_scale=SCALE, sampling=SamplingConfig())
     assert torch.equal(plain.codes, want.codes) and plain.stats.mean_accepted_length == 1.0
 
 
@@ -60,7 +61,7 @@ def test_sampled_first_token_follows_the_guided_top_k_law():
     model = make_image_gpt(seed=2, head_scale=6.0)
     sampling = SamplingConfig(do_sample=True, top_k=24)
     out = generate_images(model, [2] * N, drafter=_draft(model, noise=0.3), tree=2, guidance_scale=SCALE,
-                          top_k=24, generator=torch.Generator().manual_seed(0))
+                          sampling=SamplingConfig(do_sample=True, top_k=24), generator=torch.Generator().manual_seed(0))
     first = out.codes[:, 0]
     assert out.stats.steps[0].accepted > N // 10
     assert chi_square_pvalue(first, _first_token_law(model, 2, SCALE, sampling)) > 1e-3
@@ -69,7 +70,8 @@ def test_sampled_first_token_follows_the_guided_top_k_law():
 
 def test_lantern_zero_delta_is_exact_and_positive_delta_accepts_more(gpt):
     table = latent_neighbours(torch.randn(gpt.config.codebook_size, 4, generator=torch.Generator().manual_seed(0)), 8)
-    kw = dict(drafter=_draft(gpt, noise=0.2), tree=DynamicTree(3, 3, 6), guidance_scale=SCALE, top_k=40)
+    kw = dict(drafter=_draft(gpt, noise=0.2), tree=DynamicTree(3, 3, 6), guidance_scale=SCALE,
+              sampling=SamplingConfig(do_sample=True, top_k=40))
     labels = [0, 1, 2, 3] * 4
     exact = generate_images(gpt, labels, generator=torch.Generator().manual_seed(3), **kw)
     zero = generate_images(gpt, labels, rule=Relaxed(table, delta=0.0), generator=torch.Generator().manual_seed(3), **kw)
@@ -114,10 +116,10 @@ def test_static_step_with_guidance_equals_plain_guided_ar():
     (Janus on the static step: tests/image_ar/test_janus.py.)"""
     gpt = make_image_gpt(seed=2)
     labels = torch.tensor([0, 1, 3])
-    want = generate_ar(gpt, labels, guidance_scale=2.0, do_sample=False).codes
+    want = generate_ar(gpt, labels, guidance_scale=2.0, sampling=SamplingConfig()).codes
     ids = gpt.class_tokens(labels)
     draft = ModelDrafter(GuidedTarget(make_perturbed_copy(gpt, noise=0.05), 2.0))
-    out = speculative_generate(GuidedTarget(gpt, 2.0), draft, ids, torch.ones_like(ids),
+    out = speculative_generate(GuidedTarget(gpt, 2.0), draft, ids, attention_mask=torch.ones_like(ids),
                                max_new_tokens=gpt.config.num_image_tokens, tree=3, stopping=StoppingConfig.never(),
                                engine=EngineConfig(step="static"))
     assert torch.equal(out.sequences[:, ids.shape[1]:], want)

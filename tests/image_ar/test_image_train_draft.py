@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from multispec import SamplingConfig
 from multispec.cli import main
 from multispec.image_ar.generate import generate_ar, generate_images
 from multispec.image_ar.testing import make_image_gpt
@@ -44,8 +45,8 @@ def test_train_draft_for_an_image_gpt_accepts_more_than_the_untrained_head(tmp_p
     # the saved head drafts losslessly: guided greedy codes equal plain guided greedy AR
     drafter = EagleDrafter(EagleHead.load(out).eval(), model)
     labels = [0, 1, 2, 3]
-    got = generate_images(model, labels, drafter=drafter, tree=4, guidance_scale=2.0, do_sample=False)
-    want = generate_ar(model, labels, guidance_scale=2.0, do_sample=False)
+    got = generate_images(model, labels, drafter=drafter, tree=4, guidance_scale=2.0, sampling=SamplingConfig())
+    want = generate_ar(model, labels, guidance_scale=2.0, sampling=SamplingConfig())
     assert torch.equal(got.codes, want.codes)
     assert got.stats.mean_accepted_length > 1.5
 

@@ -34,7 +34,7 @@ def test_greedy_guided_speculation_equals_janus_generate(janus, lengths, step):
     embeddings computed before the fixed-shape call) runs both halves."""
     ids, mask = janus_prompts(lengths)
     assert isinstance(as_target(janus), JanusImageTarget)
-    out = speculative_generate(GuidedTarget(janus, SCALE), _guided_draft(janus), ids, mask,
+    out = speculative_generate(GuidedTarget(janus, SCALE), _guided_draft(janus), ids, attention_mask=mask,
                                max_new_tokens=NUM_IMAGE_TOKENS, tree=3, engine=EngineConfig(step=step))
     new = out.sequences[:, -NUM_IMAGE_TOKENS:]
     for r in range(len(lengths)):
@@ -109,10 +109,11 @@ def test_lantern_on_janus_neighbourhoods_from_its_vq_codebook(janus):
                        ("lantern", Relaxed.from_codebook(codebook, 8, delta=0.3))):
         tvd = []
         record = lambda d, v, rows: tvd.append(float(getattr(v, "tvd", torch.zeros(1)).max()))  # noqa: E731
-        out = speculative_generate(GuidedTarget(janus, SCALE), _guided_draft(janus, noise=0.3), ids, mask,
+        out = speculative_generate(GuidedTarget(janus, SCALE), _guided_draft(janus, noise=0.3), ids,
+                                   attention_mask=mask,
                                    max_new_tokens=NUM_IMAGE_TOKENS, tree=DynamicTree(3, 3, 6), rule=rule,
                                    sampling=SamplingConfig(do_sample=True, top_k=32),
-                                   generator=torch.Generator().manual_seed(0), on_step=record)
+                                   generator=torch.Generator().manual_seed(0), engine=EngineConfig(on_step=record))
         results[name] = (out.sequences, out.stats.mean_accepted_length, max(tvd))
     assert torch.equal(results["zero"][0], results["exact"][0]) and results["zero"][2] == 0.0
     assert 0.0 < results["lantern"][2] <= 0.3 + 1e-6

@@ -67,7 +67,8 @@ def test_a_trained_janus_head_accepts_more_and_drafts_losslessly(janus_folder, t
     prompts = [prompt_ids(tokenizer, model, p) for p in read_prompts(janus_folder / "prompts.txt")]
     ids, mask = left_padded([prompts[19], prompts[0]], 0, "cpu")  # one held out, one trained on
     drafter = JanusEagleDrafter(EagleHead.load(tmp_path / "head"), model)
-    out = speculative_generate(GuidedTarget(model, SCALE), drafter, ids, mask, max_new_tokens=NUM_IMAGE_TOKENS, tree=4)
+    out = speculative_generate(GuidedTarget(model, SCALE), drafter, ids, attention_mask=mask,
+                               max_new_tokens=NUM_IMAGE_TOKENS, tree=4)
     for r in range(2):
         alone = ids[r, mask[r].bool()][None]
         with torch.no_grad():
@@ -98,7 +99,7 @@ def test_the_drafter_embeds_as_the_target_does(janus_folder, monkeypatch):
                                                                             token_embeds(m, ids, text))[1])
     ids, mask = left_padded([prompt_ids(tokenizer, model, "w9 w10")], 0, "cpu")
     assert ids[0, 0] == BOS and ids[0, -1] == BOI
-    speculative_generate(GuidedTarget(model, SCALE), drafter, ids, mask, max_new_tokens=6, tree=2)
+    speculative_generate(GuidedTarget(model, SCALE), drafter, ids, attention_mask=mask, max_new_tokens=6, tree=2)
     text = model.get_input_embeddings()
     with torch.no_grad():
         assert torch.equal(fused[0], text(ids[:, 1:]))  # start: the prompt after BOS, as text

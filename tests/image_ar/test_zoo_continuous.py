@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from multispec.image_ar import generate_continuous, load_continuous_pair
+from multispec.image_ar import HeadSampling, generate_continuous, load_continuous_pair
 from multispec.image_ar.continuous.zoo_pair import CFG_SCALE, load_pair, train_pair
 from speed_table import check_speed_table
 
@@ -19,7 +19,7 @@ def pair():
 
 def test_speculation_on_the_trained_pair_accepts_drafts_and_draws_digits(pair):
     labels = torch.arange(10)
-    out = generate_continuous(pair.target, labels, pair.draft, k=4, guidance_scale=CFG_SCALE,
+    out = generate_continuous(pair.target, labels, pair.draft, tree=4, sampling=HeadSampling(guidance_scale=CFG_SCALE),
                               generator=torch.Generator().manual_seed(0))
     # the shipped 1-layer draft is accepted ~0.3 of the time under the exact trajectory ratio (BENCHMARKS.md);
     # a draft the rule never accepts (0) would make this plain decoding
@@ -28,19 +28,21 @@ def test_speculation_on_the_trained_pair_accepts_drafts_and_draws_digits(pair):
     assert out.images.shape == (10, 28, 28)
     predicted = pair.classifier.logits(out.images[:, None]).argmax(-1)
     assert float((predicted == labels).float().mean()) >= 0.8
-    plain = generate_continuous(pair.target, labels, guidance_scale=CFG_SCALE, generator=torch.Generator().manual_seed(0))
+    plain = generate_continuous(pair.target, labels, sampling=HeadSampling(guidance_scale=CFG_SCALE),
+                                generator=torch.Generator().manual_seed(0))
     assert float((pair.classifier.logits(plain.images[:, None]).argmax(-1) == labels).float().mean()) >= 0.8
 
 
 def test_origins_account_for_every_token(pair):
-    out = generate_continuous(pair.target, torch.tensor([3]), pair.draft, k=4, generator=torch.Generator().manual_seed(1))
+    out = generate_continuous(pair.target, torch.tensor([3]), pair.draft, tree=4,
+                              generator=torch.Generator().manual_seed(1))
     origins = out.origins()
     assert len(origins) == 49 and origins[: out.prefilled] == ["prefill"] * out.prefilled
     # every accepted draft is a "draft" patch (the last step's may fall past the 49th token)
     assert 0 < origins.count("draft") <= out.accepted
     assert origins.count("target") >= 1
     with pytest.raises(ValueError, match="batch 1"):
-        generate_continuous(pair.target, torch.tensor([3, 4]), pair.draft, k=2).origins()
+        generate_continuous(pair.target, torch.tensor([3, 4]), pair.draft, tree=2).origins()
 
 
 def test_cli_bench_and_eval(tmp_path):
@@ -77,5 +79,6 @@ def test_training_smoke_run_and_resume(tmp_path):
     again = train_pair(tmp_path, quick=True)  # resumes: nothing retrained
     assert again == report
     small = load_pair(tmp_path)
-    out = generate_continuous(small.target, torch.tensor([1, 2]), small.draft, k=2, generator=torch.Generator().manual_seed(0))
+    out = generate_continuous(small.target, torch.tensor([1, 2]), small.draft, tree=2,
+                              generator=torch.Generator().manual_seed(0))
     assert out.images.shape == (2, 28, 28) and torch.isfinite(out.tokens).all()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from multispec import DynamicTree
+from multispec import DynamicTree, SamplingConfig
 from multispec.image_ar import Relaxed, generate_ar, generate_images, image_drafter, load_image_pair
 from multispec.image_ar.zoo_pair import CFG_SCALE, TOP_K
 from speed_table import check_speed_table
@@ -22,17 +22,18 @@ def pair():
 
 def test_exact_speculation_reproduces_plain_greedy_ar(pair):
     labels = list(range(10))
-    want = generate_ar(pair.target, labels, guidance_scale=CFG_SCALE, do_sample=False)
+    want = generate_ar(pair.target, labels, guidance_scale=CFG_SCALE, sampling=SamplingConfig())
     for drafter in (image_drafter(pair, "eagle"), image_drafter(pair, "draft")):
         got = generate_images(pair.target, labels, drafter=drafter, tree=DynamicTree(4, 3, 10),
-                              guidance_scale=CFG_SCALE, do_sample=False)
+                              guidance_scale=CFG_SCALE, sampling=SamplingConfig())
         assert torch.equal(got.codes, want.codes)
         assert got.stats.mean_accepted_length > 2.0, got.stats
 
 
 def test_lantern_accepts_more_than_exact_within_its_budget(pair):
     table = Relaxed.from_codebook(pair.vqvae.codebook_latents(), 50, delta=0.0).neighbours
-    kw = dict(drafter=image_drafter(pair, "eagle"), tree=6, guidance_scale=CFG_SCALE, top_k=TOP_K, vqvae=pair.vqvae)
+    kw = dict(drafter=image_drafter(pair, "eagle"), tree=6, guidance_scale=CFG_SCALE,
+              sampling=SamplingConfig(do_sample=True, top_k=TOP_K), vqvae=pair.vqvae)
     labels = list(range(10)) * 2
     exact = generate_images(pair.target, labels, generator=torch.Generator().manual_seed(0), **kw)
     lantern = generate_images(pair.target, labels, rule=Relaxed(table, delta=0.2),

@@ -5,6 +5,7 @@ judge reads during verification)."""
 import pytest
 import torch
 
+from multispec import EngineConfig
 from multispec.drafters import ModelDrafter
 from multispec.reasoning.data import Problem
 from multispec.reasoning.judge_data import divergences, judge_input_at, label_divergences
@@ -61,7 +62,8 @@ def test_context_inputs_are_what_the_judge_reads_during_verification(models, pro
     monkeypatch.setattr(JudgeHead, "forward", lambda self, x: seen.append(x.clone()) or original(self, x))
     drafts = []
     speculative_generate(base, ModelDrafter(small), torch.tensor([prompt]), max_new_tokens=4, tree=3,
-                         rule=Judge(head, threshold=1.0), on_step=lambda tree, v, rows: drafts.append(tree.tokens[0]))
+                         rule=Judge(head, threshold=1.0),
+                         engine=EngineConfig(on_step=lambda tree, v, rows: drafts.append(tree.tokens[0])))
     first, second = int(drafts[0][0]), int(drafts[0][1])
     x = seen[0][0]  # [N, 2H + 3] for the first step's chain
     assert x.shape[-1] == 2 * base.config.hidden_size + CONTEXT_SCALARS
@@ -172,8 +174,8 @@ def test_an_on_policy_round_runs_judge_decoding_at_the_given_floor(models, tmp_p
     monkeypatch.setattr(zoo_pair, "load_model", lambda folder: base if folder.name == "base" else small)
     monkeypatch.setattr(zoo_pair, "label_divergences", fake_labels)
     JudgeHead(base.config.hidden_size).save(tmp_path / "first", target=base)
-    report = zoo_pair.train_zoo_judge(tmp_path, problems=2, drafter="small", out="second", on_policy="first",
-                                      on_policy_threshold=0.7, on_policy_floor=0.05)
+    report = zoo_pair.train_zoo_judge(tmp_path, problems=2, drafter="small", out="second",
+                                      on_policy=zoo_pair.OnPolicy("first", threshold=0.7, floor=0.05))
     rule = seen["rule"]
     assert (rule.threshold, rule.min_target_prob) == (0.7, 0.05)
     assert report["on_policy_floor"] == 0.05 and (tmp_path / "second" / "judge_config.json").exists()

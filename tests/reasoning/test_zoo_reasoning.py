@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from multispec import StoppingConfig, speculative_generate
+from multispec import EngineConfig, StoppingConfig, speculative_generate
 from multispec.drafters import ModelDrafter
 from multispec.rules import Judge
 from multispec.reasoning import (SpecReason, SpecReasonConfig, SpeculativeThinking, SpeculativeThinkingConfig, Triggers,
@@ -172,7 +172,8 @@ def test_the_styled_drafters_judge_lengthens_the_accepted_runs(pair):
         exact = speculative_generate(pair.target, ModelDrafter(pair.styled), ids, **kw)
         tally = JudgeStats()
         judged = speculative_generate(pair.target, ModelDrafter(pair.styled), ids,
-                                      rule=Judge(pair.styled_judge, 0.5, min_target_prob=0.2), on_step=tally, **kw)
+                                      rule=Judge(pair.styled_judge, 0.5, min_target_prob=0.2),
+                                      engine=EngineConfig(on_step=tally), **kw)
         exact_len.append(exact.stats.mean_accepted_length)
         judge_len.append(judged.stats.mean_accepted_length)
         overrides += tally.overrides

@@ -67,7 +67,7 @@ def test_ssm_draft_for_its_own_family_is_lossless(kind, tree, batch):
     draft = make_perturbed_copy(target, noise=0.05, seed=2)
     ids, mask = ragged_prompts(batch, seed=batch + 4)
     n = 20
-    out = speculative_generate(target, draft, ids, mask, max_new_tokens=n, tree=TREES[tree],
+    out = speculative_generate(target, draft, ids, attention_mask=mask, max_new_tokens=n, tree=TREES[tree],
                                stopping=StoppingConfig.never())
     assert torch.equal(out.sequences[:, -n:], greedy_rows_alone(target, ids, mask, n))
     assert out.stats.mean_accepted_length >= 1.8, out.stats
@@ -88,7 +88,7 @@ def test_ssm_and_hybrid_drafts_for_a_llama_target(tree, batch, draft_pair):
     llama, draft = _zoo("stdlib-bytes").target, _zoo(draft_pair).target
     ids, mask = source_prompts((300, 180, 240)[:batch])
     n = 32
-    out = speculative_generate(llama, draft, ids, mask, max_new_tokens=n, tree=TREES[tree],
+    out = speculative_generate(llama, draft, ids, attention_mask=mask, max_new_tokens=n, tree=TREES[tree],
                                stopping=StoppingConfig.never())
     assert torch.equal(out.sequences[:, -n:], greedy_rows_alone(llama, ids, mask, n))
     assert out.stats.mean_accepted_length >= 2.0, out.stats
@@ -101,7 +101,7 @@ def test_zoo_mamba2_draft_for_the_zoo_ssm_targets(batch):
     pair = _zoo("stdlib-mamba2-ssm-draft")
     ids, mask = source_prompts((300, 180, 240)[:batch])
     n = 32
-    out = speculative_generate(pair.target, pair.drafter, ids, mask, max_new_tokens=n,
+    out = speculative_generate(pair.target, pair.drafter, ids, attention_mask=mask, max_new_tokens=n,
                                tree=DynamicTree(depth=4, topk=3, total=10), stopping=StoppingConfig.never())
     assert torch.equal(out.sequences[:, -n:], greedy_rows_alone(pair.target, ids, mask, n))
     assert out.stats.mean_accepted_length >= 2.0, out.stats

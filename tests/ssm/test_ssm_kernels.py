@@ -5,7 +5,8 @@ import os
 import pytest
 import torch
 
-from multispec.ssm.kernels import tree_conv1d_dispatch, tree_conv1d_triton, tree_ssd_dispatch, tree_ssd_triton
+from multispec.ssm.kernels import (ScanTiles, tree_conv1d_dispatch, tree_conv1d_triton, tree_ssd_dispatch,
+                                   tree_ssd_triton)
 from multispec.ssm.tree_scan import conv_sources
 from multispec.tree import ancestor_mask_from_parents
 
@@ -82,7 +83,7 @@ def test_tree_ssd_kernel_loops_over_node_channel_and_state_blocks_in_any_node_or
     x, dt, B, C = x[:, order], dt[:, order], B[:, order], C[:, order]
     anc = anc[:, order][:, :, order]
     want = tree_ssd_dispatch(x, dt, A, B, C, D, anc, h0, backend="torch")
-    got = tree_ssd_triton(x, dt, A, B, C, D, anc, h0, block_t=16, block_p=16, block_n=16)
+    got = tree_ssd_triton(x, dt, A, B, C, D, anc, h0, tiles=ScanTiles(block_t=16, block_p=16, block_n=16))
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
     # a planted bug the size of a real one: one ancestor link dropped changes the outputs
     broken = anc.clone()

@@ -89,7 +89,7 @@ def test_greedy_static_speculation_equals_generate(kind, batch):
     draft = ModelDrafter(make_perturbed_copy(model, noise=0.05))
     ids, mask = ragged_prompts(batch, seed=batch)
     for tree in (4, DynamicTree(depth=3, topk=2, total=6)):
-        out = speculative_generate(model, draft, ids, mask, max_new_tokens=20, tree=tree,
+        out = speculative_generate(model, draft, ids, attention_mask=mask, max_new_tokens=20, tree=tree,
                                    stopping=StoppingConfig.never(), engine=EngineConfig(step="static"))
         assert torch.equal(out.sequences[:, -20:], greedy_rows_alone(model, ids, mask, 20)), (kind, tree)
         assert out.stats.mean_accepted_length > 1.5, out.stats  # drafts accepted: not plain decoding
@@ -103,7 +103,7 @@ def test_the_compiled_step_has_no_graph_break(kind):
     model = CLASSES[kind][0](seed=1)
     engine = fixed_shape_class(model)(model, node_budget=8, compile="eager")
     ids, mask = ragged_prompts(2, seed=5)
-    out = speculative_generate(engine, ModelDrafter(make_perturbed_copy(model, noise=0.05)), ids, mask,
+    out = speculative_generate(engine, ModelDrafter(make_perturbed_copy(model, noise=0.05)), ids, attention_mask=mask,
                                max_new_tokens=12, tree=4, stopping=StoppingConfig.never())
     assert torch.equal(out.sequences[:, -12:], greedy_rows_alone(model, ids, mask, 12))
     assert engine.static_calls > 0

@@ -125,7 +125,7 @@ def test_greedy_speculation_equals_greedy_decoding(mamba, tree, batch):
     """A perturbed copy of the target drafts (a state-space draft model: agrees often, not always)."""
     ids, mask = ragged_prompts(batch, seed=7)
     drafter = make_perturbed_copy(mamba, noise=0.05, seed=batch)
-    out = speculative_generate(mamba, drafter, ids, mask, max_new_tokens=20, tree=CASES[tree],
+    out = speculative_generate(mamba, drafter, ids, attention_mask=mask, max_new_tokens=20, tree=CASES[tree],
                                stopping=StoppingConfig.never())
     assert torch.equal(out.sequences[:, -20:], greedy_rows_alone(mamba, ids, mask, 20))
     assert out.stats.mean_accepted_length >= 1.8, out.stats
@@ -146,7 +146,7 @@ def test_trained_ssm_targets_with_llama_and_lookup_drafts(name, drafter, tree, b
     ids, mask = source_prompts((420, 260, 330)[:batch])
     source = pair.drafter if drafter == "llama" else NGramDrafter()
     n = 32
-    out = speculative_generate(pair.target, source, ids, mask, max_new_tokens=n, tree=CASES[tree],
+    out = speculative_generate(pair.target, source, ids, attention_mask=mask, max_new_tokens=n, tree=CASES[tree],
                                stopping=StoppingConfig.never())
     assert torch.equal(out.sequences[:, -n:], greedy_rows_alone(pair.target, ids, mask, n))
     assert out.stats.mean_accepted_length >= (2.0 if drafter == "llama" else 1.2), out.stats
@@ -198,7 +198,7 @@ def test_deep_accepted_paths_commit_the_right_state(kind, batch, replay):
     n = 30
     expected = greedy_rows_alone(mamba, ids, mask, n)
     drafter = OracleTreeDrafter(expected, mask.sum(1), seed=batch)
-    out = speculative_generate(adapter(mamba, replay), drafter, ids, mask, max_new_tokens=n, tree=3,
+    out = speculative_generate(adapter(mamba, replay), drafter, ids, attention_mask=mask, max_new_tokens=n, tree=3,
                                stopping=StoppingConfig.never())
     assert torch.equal(out.sequences[:, -n:], expected)
     assert out.stats.mean_accepted_length > 2.0  # deep paths were accepted and committed
@@ -228,7 +228,8 @@ def test_rows_that_stop_early_leave_the_others_exact(mamba):
     n = 16
     free = greedy_rows_alone(mamba, ids, mask, n)
     eos = int(free[1, 4])  # row 1 stops at its 5th token; others stop wherever that token appears
-    out = speculative_generate(mamba, make_perturbed_copy(mamba, noise=0.02), ids, mask, max_new_tokens=n, tree=3,
+    out = speculative_generate(mamba, make_perturbed_copy(mamba, noise=0.02), ids, attention_mask=mask,
+                               max_new_tokens=n, tree=3,
                                stopping=StoppingConfig(eos_token_id=eos, pad_token_id=0))
     new = out.sequences[:, ids.shape[1]:]
     for r in range(3):
@@ -310,7 +311,8 @@ def test_granite_hybrid_with_rope_equals_generate(batch):
     ids, mask = ragged_prompts(batch, seed=4)
     expected = model.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0,
                               eos_token_id=None)
-    out = speculative_generate(model, make_perturbed_copy(model, noise=0.1), ids, mask, max_new_tokens=16,
+    out = speculative_generate(model, make_perturbed_copy(model, noise=0.1), ids, attention_mask=mask,
+                               max_new_tokens=16,
                                tree=DynamicTree(depth=3, topk=2, total=6), stopping=StoppingConfig.never())
     assert torch.equal(out.sequences, expected)
     assert out.stats.mean_accepted_length > 1.5 and out.stats.acceptance_rate < 1.0

@@ -227,6 +227,7 @@ def test_train_and_eval_with_a_checkpoints_own_processor(tmp_path, make, mode):
 
 
 def test_bench_items_splits_and_answer_kinds():
+    from multispec.bench.options import BenchOptions
     from multispec.vision.bench import SPLITS, bench_items, run
 
     test, validation = (bench_items(8, SPLITS[s]) for s in ("test", "validation"))
@@ -240,7 +241,7 @@ def test_bench_items_splits_and_answer_kinds():
     with pytest.raises(ValueError, match="answers"):
         bench_items(8, answers="medium")
     with pytest.raises(ValueError, match="split"):
-        run(split="train")
+        run(BenchOptions(split="train"))
 
 
 @pytest.mark.slow
