@@ -75,9 +75,9 @@ class JanusEagleDrafter(EagleDrafter):
         self._text_root = True
 
     @torch.no_grad()
-    def _embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    def draft_embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         if self._prompt:
-            return super()._embeds(tokens, features)
+            return super().draft_embeds(tokens, features)
         # the first feed after `start` leads with the root, the prompt's last (text) token; a step the drafter
         # skipped queues its tokens behind it, so it stays in column 0
         text = 1 if self._text_root else 0

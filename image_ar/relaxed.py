@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import torch
 
 from multispec.plugin import (AcceptanceRule, DraftTree, Features, SamplingConfig, Verdict, argmax_ref, backend_for,
-                              check_logits, exponential, full_tree_tokens, nan_safe_argmax, sample_ref, uniform)
+                              check_logits, exponential, full_tree_tokens, nan_safe_argmax, sample_ref, uniform,
+                              walk_tree)
 
 from .neighbourhood import check_table, latent_neighbours, neighbour_mass, neighbour_mass_ref
 
@@ -146,27 +147,18 @@ class Relaxed(AcceptanceRule):
         return walk(tokens, fc, ns, p, q, uniforms, noise)
 
     def _random_walk(self, tokens, fc, ns, p_all, q_all, u_all, noise) -> RelaxedVerdict:
-        """Every row in lockstep, one sibling try per iteration (the same walk as the core's
-        `tree_verify_random_batched`, with the relaxation added)."""
+        """Every row in lockstep, one sibling try per iteration: the core's walk (`walk_tree`, as `Exact`'s
+        batched walk) with the relaxation in its sibling test."""
         b, t, v = p_all.shape
         dev = p_all.device
         p_all = torch.nan_to_num(p_all.float(), nan=0.0)
-        rows = torch.arange(b, device=dev)
-        out = torch.full((b, t), -1, dtype=torch.long, device=dev)
-        path = torch.full((b, t), -1, dtype=torch.long, device=dev)
-        path[:, 0] = 0
         tvd = torch.zeros(b, t, device=dev)
-        acc = torch.zeros(b, dtype=torch.long, device=dev)
-        cur = torch.zeros(b, dtype=torch.long, device=dev)
-        child = fc[:, 0].clone()
         r, scale = p_all[:, 0].clone(), torch.ones(b, device=dev)  # the running residual is r / scale
         used = torch.zeros(b, device=dev)  # mass moved at the current position so far
-        for _ in range(t):
-            trying = child >= 0
-            if not bool(trying.any()):
-                break
-            c = child.clamp(min=0)
-            x = tokens[rows, c]
+
+        def accept(walk, c, x, trying):
+            nonlocal used
+            rows = walk.rows
             inb = trying & (x >= 0) & (x < v)
             xs = x.clamp(0, v - 1)
             if q_all is None:
@@ -188,18 +180,17 @@ class Relaxed(AcceptanceRule):
                 r[rejected], scale[rejected] = new_r, torch.where(total > 0, total, torch.ones_like(total))
                 used = torch.where(rejected, used + mass, used)
             if bool(ok.any()):
-                tvd[rows[ok], acc[ok]] = used[ok] + mass[ok]
-                out[rows[ok], acc[ok]] = x[ok]
-                acc = acc + ok.long()
-                path[rows[ok], acc[ok]] = c[ok]
-                cur = torch.where(ok, c, cur)
+                tvd[rows[ok], walk.acc[ok]] = used[ok] + mass[ok]
                 r[ok] = p_all[rows[ok], c[ok]]
                 scale[ok] = 1.0
                 used = torch.where(ok, 0.0, used)
-            child = torch.where(ok, fc[rows, c], torch.where(trying, ns[rows, c], child))
-        out[rows, acc] = sample_ref(r, p_all[rows, cur], noise)
-        tvd[rows, acc] = used
-        return RelaxedVerdict(out, acc, path, tvd)
+            return ok
+
+        walk = walk_tree(tokens, fc, ns, accept)
+        rows = walk.rows
+        walk.out[rows, walk.acc] = sample_ref(r, p_all[rows, walk.cur], noise)
+        tvd[rows, walk.acc] = used
+        return RelaxedVerdict(walk.out, walk.acc, walk.path, tvd)
 
     def _row_walk(self, tokens, fc, ns, p_all, q_all, u_all, noise) -> RelaxedVerdict:
         """The same walk one row at a time (the same fp32 operations on [1, V] slices, so the same tokens)."""
@@ -258,32 +249,19 @@ class Relaxed(AcceptanceRule):
         p_all = torch.softmax(torch.nan_to_num(logits.float(), nan=float("-inf")), dim=-1)
         p_all = torch.nan_to_num(p_all, nan=0.0)
         argmax = nan_safe_argmax(logits)
-        rows = torch.arange(b, device=dev)
-        out = torch.full((b, t), -1, dtype=torch.long, device=dev)
-        path = torch.full((b, t), -1, dtype=torch.long, device=dev)
-        path[:, 0] = 0
         tvd = torch.zeros(b, t, device=dev)
-        acc = torch.zeros(b, dtype=torch.long, device=dev)
-        cur = torch.zeros(b, dtype=torch.long, device=dev)
-        child = fc[:, 0].clone()
-        for _ in range(t):
-            trying = child >= 0
-            if not bool(trying.any()):
-                break
-            c = child.clamp(min=0)
-            x = tokens[rows, c]
+
+        def accept(walk, c, x, trying):
+            rows, cur = walk.rows, walk.cur
             inb = trying & (x >= 0) & (x < v)
             xs = x.clamp(0, v - 1)
             base = p_all[rows, cur]
             mass, count = self._aggregate(base, xs, self._budget(torch.zeros(b, device=dev), base[rows, xs]))
             relaxed_top = argmax_ref(self._merged(base, xs, count, mass))
             ok = inb & torch.where(count > 0, relaxed_top == xs, xs == argmax[rows, cur])
-            if bool(ok.any()):
-                tvd[rows[ok], acc[ok]] = mass[ok]
-                out[rows[ok], acc[ok]] = x[ok]
-                acc = acc + ok.long()
-                path[rows[ok], acc[ok]] = c[ok]
-                cur = torch.where(ok, c, cur)
-            child = torch.where(ok, fc[rows, c], torch.where(trying, ns[rows, c], child))
-        out[rows, acc] = argmax[rows, cur]
-        return RelaxedVerdict(out, acc, path, tvd)
+            tvd[rows[ok], walk.acc[ok]] = mass[ok]
+            return ok
+
+        walk = walk_tree(tokens, fc, ns, accept)
+        walk.out[walk.rows, walk.acc] = argmax[walk.rows, walk.cur]
+        return RelaxedVerdict(walk.out, walk.acc, walk.path, tvd)

@@ -47,7 +47,7 @@ class ImageGPTTarget(LeanCausalLM):
 
 
 class ImageLogits(NamedTuple):
-    """What `JanusImageTarget._run` returns in place of a model output (a named tuple: `torch.compile` traces it)."""
+    """What `JanusImageTarget.run_forward` returns in place of a model output (a named tuple: `torch.compile` traces it)."""
 
     logits: torch.Tensor
 
@@ -113,7 +113,7 @@ class JanusImageTarget(HFCausalLM):
         super().rollback(state[0])
         self._text_roots = state[1]
 
-    def _run(self, request: FeatureRequest, attention_mask, position_ids: torch.Tensor,
+    def run_forward(self, request: FeatureRequest, attention_mask, position_ids: torch.Tensor,
              cache_position: torch.Tensor | None = None, input_ids: torch.Tensor | None = None,
              inputs_embeds: torch.Tensor | None = None, logits_to_keep: int = 0):
         if inputs_embeds is None:  # the prompt: text embeddings
@@ -127,9 +127,9 @@ class JanusImageTarget(HFCausalLM):
             hidden = hidden[:, -logits_to_keep:]
         return ImageLogits(self.model.model.generation_head(hidden)), features
 
-    def _score(self, inputs: dict, masks, positions, cache_position, request, parents):
+    def score_forward(self, inputs: dict, masks, positions, cache_position, request, parents):
         with self._rotating():
-            out, features = self._run(request, attention_mask=masks, position_ids=positions,
+            out, features = self.run_forward(request, attention_mask=masks, position_ids=positions,
                                       cache_position=cache_position,
                                       inputs_embeds=self.node_embeds(inputs["input_ids"]))
         return out.logits.float(), features

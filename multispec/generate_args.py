@@ -49,7 +49,8 @@ DEFAULT_MAX_NEW_TOKENS = 64
 
 
 def register_generate_mode(mode: GenerateMode) -> None:
-    """Called by a modality package on import (before the CLI builds its parser)."""
+    """Called from a modality's `cli.register()` (the `multispec.commands` entry point), before the CLI builds its
+    parser."""
     GENERATE_MODES[mode.name] = mode
 
 

@@ -1,5 +1,5 @@
-"""The one surface a modality plugs into: everything `multispec.vision`, `.image_ar`, `.ssm` and `.reasoning`
-take from the core, listed here by what it is for. A modality imports from `multispec` (the user's API) and from
+"""The one surface a modality plugs into: everything a modality package takes from the core, listed here by
+what it is for. A modality imports from `multispec` (the user's API) and from
 this module, nothing else of the core (tests/test_imports.py holds every modality to that); a new modality reads
 this list, not the whole core.
 
@@ -13,8 +13,9 @@ How a modality registers (docs/plugins.md walks through one):
   `register_generate_mode`, `register_trainer`, called only from the `register` function named in the
   `multispec.commands` entry-point group, so importing a modality never loads the command line.
 
-A subclass of `HFCausalLM` (or `LeanCausalLM`) overrides the public hooks `HFCausalLM` documents as its subclass
-contract (`model_inputs`, `prefill_inputs`, `feature_states`, ...); nothing with a leading underscore.
+A subclass of `HFCausalLM` (or `LeanCausalLM`) overrides only the public hooks `HFCausalLM` documents as its
+subclass contract (`prefill_extra_inputs`, `prefill_blocks`, `node_positions`, `score_forward`, `new_cache`, ...),
+a fixed-shape class those of `StaticFeed`; nothing with a leading underscore (tests/test_plugin.py).
 
 Each name is loaded on first use (PEP 562): importing a modality's registration functions loads the target
 registry, not the benchmarks, the trainers or the command line.
@@ -82,6 +83,8 @@ VERIFICATION = {
     "Verdict": "multispec.rules.base:Verdict",
     "check_logits": "multispec.rules.base:check_logits",
     "full_tree_tokens": "multispec.rules.base:full_tree_tokens",
+    "walk_tree": "multispec.kernels.tree_walk:walk_tree",
+    "TreeWalk": "multispec.kernels.tree_walk:TreeWalk",
     "ContinuousDraft": "multispec.rules.continuous:ContinuousDraft",
     "ContinuousVerdict": "multispec.rules.continuous:ContinuousVerdict",
     "DensityRatio": "multispec.rules.continuous:DensityRatio",

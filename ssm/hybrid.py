@@ -124,7 +124,7 @@ class BambaTarget(HFCausalLM):
         self._step: dict[int, Mamba2Step] | None = None
         self._sources: torch.Tensor | None = None  # the scored tree's conv sources, shared by all layers
 
-    def _new_cache(self) -> DynamicCache:
+    def new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.model.config)  # typed layers: KV for attention, states for Mamba
 
     @torch.no_grad()
@@ -137,7 +137,7 @@ class BambaTarget(HFCausalLM):
         return super().start(input_ids, attention_mask, inputs_embeds=inputs_embeds, request=request)
 
     @torch.no_grad()
-    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
+    def prefill_forward(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
                  inputs_embeds: torch.Tensor | None = None) -> Features | None:
         unpadded = inputs_embeds is None and request.empty and bool(mask2d.all())
         if unpadded and self.own_prefill and not mamba_ssm_prefill(self.device):
@@ -174,7 +174,7 @@ class BambaTarget(HFCausalLM):
             hidden = hidden + h * self.residual_scale
             hidden = hidden + self._feed_forward(layer, hidden) * self.residual_scale
 
-    def _score(self, inputs, masks, positions, cache_position, request, parents):
+    def score_forward(self, inputs, masks, positions, cache_position, request, parents):
         if self.num_pending:
             raise RuntimeError("score: commit or discard the previous tree first (one tree per step)")
         ancestors = ancestor_mask_from_parents(parents)
@@ -439,7 +439,7 @@ class Lfm2Target(BambaTarget):
     state_kinds = ("conv",)
 
     def _mamba(self, i: int):
-        return self.decoder.layers[i].conv  # `conv_kernel_size`: the window `_score` computes sources for
+        return self.decoder.layers[i].conv  # `conv_kernel_size`: the window `score_forward` computes sources for
 
     def _zero_states(self, mixer, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         # no recurrent state: a [B, 0] placeholder keeps the shared bookkeeping (select, rollback) uniform

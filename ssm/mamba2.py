@@ -179,9 +179,9 @@ class Mamba2Target(SSMTarget):
     def _committed_state(self, layer, saved, on_path, last):
         return mamba2_committed_state(self.backbone.layers[layer].mixer, saved, on_path, self.ssm[layer])
 
-    def _prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def prefill_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         if not bool(attention_mask.all()) or mamba_ssm_prefill(self.device):
-            return super()._prefill(input_ids, attention_mask)  # left padding, or `mamba_ssm` on CUDA
+            return super().prefill_forward(input_ids, attention_mask)  # left padding, or `mamba_ssm` on CUDA
         hidden = self.backbone.embeddings(input_ids)
         for i, block in enumerate(self.backbone.layers):
             residual = hidden.float() if block.residual_in_fp32 else hidden

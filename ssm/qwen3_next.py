@@ -70,7 +70,7 @@ class Qwen3NextTarget(BambaTarget):
     state_kinds = (MAMBA,)
 
     def _mamba(self, i: int):
-        return self.decoder.layers[i].linear_attn  # `conv_kernel_size`: the window `_score` computes sources for
+        return self.decoder.layers[i].linear_attn  # `conv_kernel_size`: the window `score_forward` computes sources for
 
     def _zero_states(self, mixer, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         return (torch.zeros(b, mixer.conv_dim, mixer.conv_kernel_size, dtype=self.dtype, device=self.device),

@@ -7,7 +7,7 @@ Both halves of the static engines meet here. The attention layers keep their K/V
 the feed names, masks and positions built on tensors by `static_feed_tables`, commits that move columns in
 place); the layers with a recurrent state keep it as `static.StaticSSM` does (buffers per batch size, copied
 into by the prefill, a commit, `select` and `rollback`). The tree is padded to a node budget with root-only
-padding nodes, the adapter's own `_score` (its tree layers: tree scan, tree conv, the delta rule, tree
+padding nodes, the adapter's own `score_forward` (its tree layers: tree scan, tree conv, the delta rule, tree
 attention) runs over it, and what each state layer keeps for the commit comes out as outputs of the one
 function a CUDA graph captures. The prompt is prefilled eagerly by the adapter (the model's own forward or its
 unpadded scan), then copied into the buffers. The commit trusts the verdict's path (the eager adapter checks it),
@@ -52,7 +52,7 @@ class StaticHybrid(StaticFeed):
             raise ValueError(f"{name}: dynamic NTK RoPE on a hybrid's fixed-shape step is not served; use step='eager'")
 
     # ---- buffers --------------------------------------------------------------------------------------
-    def _dynamic_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def dynamic_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every layer's (K, V); a layer without attention gives empty [B, 1, 0, 1] placeholders."""
         b = self.batch_size
         empty = torch.zeros(b, 1, 0, 1, dtype=self.dtype, device=self.device)
@@ -62,7 +62,7 @@ class StaticHybrid(StaticFeed):
             out.append((keys, layer.values) if keys is not None and keys.dim() == 4 else (empty, empty))
         return out
 
-    def _adopt(self, kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def adopt(self, kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """The attention layers' K/V into the fixed buffers (a placeholder stays one); the states too."""
         attention = [i for i, (k, _) in enumerate(kv) if k.shape[-1] > 0]
         if not attention:
@@ -86,22 +86,22 @@ class StaticHybrid(StaticFeed):
         self.conv, self.ssm = dict(zip(keys, conv)), dict(zip(keys, ssm))
 
     @torch.no_grad()
-    def _probe_shapes(self, b: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def probe_shapes(self, b: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """A one-token prompt prefilled nothing: the K/V shapes from a throwaway forward with the adapter's cache."""
         kept = self.cache
-        self.cache = self._new_cache()
+        self.cache = self.new_cache()
         self.decoder(input_ids=torch.zeros(b, 1, dtype=torch.long, device=self.device), past_key_values=self.cache,
                      use_cache=True)
-        shapes = [(k[:, :, :0], v[:, :, :0]) for k, v in self._dynamic_layers()]
+        shapes = [(k[:, :, :0], v[:, :, :0]) for k, v in self.dynamic_layers()]
         self.cache = kept
         return shapes
 
     def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
         out = super(StaticFeed, self).start(input_ids, attention_mask, **kwargs)  # the adapter's prefill
-        kv = self._dynamic_layers()
+        kv = self.dynamic_layers()
         if all(k.shape[2] == 0 for k, _ in kv):
-            kv = self._probe_shapes(input_ids.shape[0])
-        self._adopt(kv)
+            kv = self.probe_shapes(input_ids.shape[0])
+        self.adopt(kv)
         return out
 
     def commit(self, path: torch.Tensor, counts: Sequence[int] | None = None) -> None:
@@ -145,7 +145,7 @@ class StaticHybrid(StaticFeed):
                       for (i, kind), tensors in zip(self._layout, steps)}
         return self.finish_feed(out[:7], m, request)
 
-    def _fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
+    def feed_tensors(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
              layers_wanted: tuple[int, ...], want_hidden: bool):
         n, m = inp.shape[1], parents.shape[1]
         ok, kept_parents, pos, anc, positions, allowed = static_feed_tables(
@@ -158,7 +158,7 @@ class StaticHybrid(StaticFeed):
         tree = padded(tree + 1, n) - 1
         tokens = dict(input_ids=inp) if inp.dim() == 2 else dict(inputs_embeds=inp)
         logits, hidden, sources, steps = self._static_fn(self, FeatureRequest(hidden=want_hidden), masks,
-                                                         self._positions(positions), tokens, tree)
+                                                         self.node_positions(positions), tokens, tree)
         return logits, hidden, (), ok, kept_parents, pos, anc, sources, steps
 
 
@@ -166,7 +166,7 @@ def hybrid_step(engine: StaticHybrid, request: FeatureRequest, masks, positions:
                 parents: torch.Tensor):
     """One tree step of a hybrid over N padded nodes (what `compile` compiles): float32 logits [B, N, V], the
     final hidden [B, N, H] if asked, the conv sources and each state layer's step tensors."""
-    logits, features = engine._score(tokens, masks, positions, None, request, parents)
+    logits, features = engine.score_forward(tokens, masks, positions, None, request, parents)
     steps = engine._step
     engine._layout = [(i, type(s)) for i, s in steps.items()]
     engine._step = None  # rebuilt from the outputs (a replayed graph runs no Python)

@@ -134,7 +134,7 @@ class SSMTarget(Target):
                     for _ in layers]
         hidden = None
         if length > 1:
-            hidden = self._prefill(input_ids[:, :-1], attention_mask[:, :-1])
+            hidden = self.prefill_forward(input_ids[:, :-1], attention_mask[:, :-1])
         self._step = None
         features = None
         if request.hidden:
@@ -143,7 +143,7 @@ class SSMTarget(Target):
                                 torch.zeros(b, 0, width, dtype=self.dtype, device=self.device))
         return PrefillOutput(input_ids[:, -1], features)
 
-    def _prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def prefill_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Run the prompt from zero states and keep every layer's final states (default: the model's own
         forward; mixer families may bring a faster scan); returns the final normed hidden states [B, L, H]."""
         out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=True)

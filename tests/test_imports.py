@@ -408,3 +408,34 @@ def test_the_plugin_surface_names_what_exists():
         assert "multispec.plugin.SURFACE" in str(error)
     else:
         raise AssertionError("an unlisted name loaded")
+
+
+def _wide_functions(sources: dict, limit: int = 10) -> list[str]:
+    """Public functions and methods with more than `limit` parameters (`self` / `cls`, `*args` and `**kwargs`
+    not counted). Triton kernels (`@triton.jit`) are exempt: a kernel's parameters are its pointers, strides and
+    compile-time constants, fixed by the launch."""
+    wide = []
+    for path, tree, _ in sources.values():
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or _private(node.name):
+                continue
+            if any("jit" in ast.unparse(d) for d in node.decorator_list):
+                continue
+            a = node.args
+            names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg not in ("self", "cls")]
+            if len(names) > limit:
+                wide.append(f"{_rel(path)}:{node.lineno}: {node.name} ({len(names)} parameters)")
+    return wide
+
+
+def test_no_public_function_takes_over_10_parameters():
+    """A longer list is settings waiting for their object (`BenchOptions`, `SamplingConfig`, `EngineConfig`, a
+    recipe): the package, the modalities, the demos and the benchmark scripts alike."""
+    wide = _wide_functions(SOURCES)
+    assert not wide, "public functions over 10 parameters:\n" + "\n".join(wide)
+    text = ("def run(a, b, c, d, e, f, g, h, i, j, *, k=1, **kw): pass\n"
+            "def _run(a, b, c, d, e, f, g, h, i, j, k): pass\n"
+            "class C:\n    def m(self, a, b, c, d, e, f, g, h, i, j): pass\n"
+            "@triton.jit\ndef kernel(a, b, c, d, e, f, g, h, i, j, k): pass\n")
+    planted = {"m": (ROOT / "m.py", ast.parse(text), [])}
+    assert _wide_functions(planted) == ["m.py:1: run (11 parameters)"]

@@ -221,9 +221,9 @@ class VisionEagleDrafter(EagleDrafter):
         self._global = None
 
     @torch.no_grad()
-    def _embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    def draft_embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         rows = self._has_image[:, None].expand(-1, features.shape[1])  # generated text follows the image
-        return super()._embeds(tokens, self.head.fuse_global(features.to(self.device), self._global, rows))
+        return super().draft_embeds(tokens, self.head.fuse_global(features.to(self.device), self._global, rows))
 
     @torch.no_grad()
     def start(self, prompt: Prompt, features: Features | None = None) -> None:

@@ -142,7 +142,7 @@ class Qwen2VLTarget(VisionLanguageTarget):
     model_types = ("qwen2_vl", "qwen2_5_vl")
     prefill_inputs = frozenset({"pixel_values", "image_grid_thw", "mm_token_type_ids"})
     per_token_inputs = frozenset({"mm_token_type_ids"})
-    graph_attributes = ("rope_deltas",)  # read by `_positions`: a fixed-shape step's graph input
+    graph_attributes = ("rope_deltas",)  # read by `node_positions`: a fixed-shape step's graph input
 
     def check_prompt(self, prompt: Prompt) -> None:
         super().check_prompt(prompt)
@@ -174,10 +174,10 @@ class Qwen2VLTarget(VisionLanguageTarget):
             self.rope_deltas = torch.zeros(ids.shape[0], dtype=torch.long, device=self.device)
         self._prompt_positions = positions[:, :, :-1]  # the prefilled tokens (the last one is the first root)
 
-    def _prefill_positions(self, positions: torch.Tensor) -> torch.Tensor:
+    def prefill_positions(self, positions: torch.Tensor) -> torch.Tensor:
         return self._prompt_positions
 
-    def _positions(self, positions: torch.Tensor) -> torch.Tensor:
+    def node_positions(self, positions: torch.Tensor) -> torch.Tensor:
         return (positions + self.rope_deltas[:, None])[None].expand(3, -1, -1)
 
     def select(self, rows: torch.Tensor) -> None:
@@ -223,7 +223,7 @@ class Gemma3VLTarget(VisionLanguageTarget):
         out = self.model.model.get_image_features(inputs["pixel_values"].to(self.device, self.dtype), return_dict=True)
         return out.pooler_output.reshape(-1, out.pooler_output.shape[-1])
 
-    def _prefill_blocks(self, ids: torch.Tensor, mask2d: torch.Tensor) -> torch.Tensor:
+    def prefill_blocks(self, ids: torch.Tensor, mask2d: torch.Tensor) -> torch.Tensor:
         image = (ids == self.image_token_id) & mask2d.bool()
         starts = image & ~torch.nn.functional.pad(image, (1, 0))[:, :-1]
         block = torch.where(image, starts.long().cumsum(-1), 0)  # 1, 2, ... per image run; 0 for text
@@ -271,19 +271,19 @@ class PaliGemmaTarget(VisionLanguageTarget):
         self._prefix = None if types is None else (types == 0).to(self.device)
         self._root_in_prefix = self._prefix is not None
 
-    def _prefill_blocks(self, ids: torch.Tensor, mask2d: torch.Tensor) -> torch.Tensor | None:
+    def prefill_blocks(self, ids: torch.Tensor, mask2d: torch.Tensor) -> torch.Tensor | None:
         if self._prefix is None:
             return None
         prefix = self._prefix[:, : ids.shape[1]] & mask2d.bool()
         return prefix[:, :, None] & prefix[:, None, :]
 
-    def _prefill_positions(self, positions: torch.Tensor) -> torch.Tensor:
+    def prefill_positions(self, positions: torch.Tensor) -> torch.Tensor:
         return positions + 1
 
-    def _positions(self, positions: torch.Tensor) -> torch.Tensor:
+    def node_positions(self, positions: torch.Tensor) -> torch.Tensor:
         return positions + 1
 
-    def _feed_unwindowed(self, allowed: torch.Tensor, cols: torch.Tensor, p0: int) -> torch.Tensor | None:
+    def feed_unwindowed(self, allowed: torch.Tensor, cols: torch.Tensor, p0: int) -> torch.Tensor | None:
         # the last prompt token, fed as the first root, belongs to the prefix: in the model's own prompt pass its
         # sliding layers attend to the whole prefix, past their window (`transformers` ORs the prefix block
         # onto the windowed causal mask), so the root must too, until the first commit
@@ -307,7 +307,7 @@ class PaliGemmaTarget(VisionLanguageTarget):
 
 class StaticPaliGemmaFeed(StaticFeed):
     """Mixed in before `PaliGemmaTarget`: its feeds at fixed shapes (`multispec.targets.static_hf`), the first
-    root's reach past the sliding window over the prefix (`_feed_unwindowed`) given as tensors the captured graph
+    root's reach past the sliding window over the prefix (`feed_unwindowed`) given as tensors the captured graph
     reads: the prefix over every cache column and, per row, whether the next root is the prompt's last prefix
     token."""
 
@@ -323,7 +323,7 @@ class StaticPaliGemmaFeed(StaticFeed):
             self._root_flag = self._prefix[:, -1] & self._root_in_prefix
         return out
 
-    def _unwindowed(self, allowed: torch.Tensor) -> torch.Tensor:
+    def unwindowed_pairs(self, allowed: torch.Tensor) -> torch.Tensor:
         extra = torch.zeros_like(allowed)
         extra[:, :, 0] = allowed[:, :, 0] & self._prefix_cols[:, None] & self._root_flag[:, None, None]
         return extra
@@ -350,13 +350,13 @@ class Qwen3VLTarget(Qwen2VLTarget):
     def _image_embeddings(self, inputs: dict[str, Any]) -> torch.Tensor:
         out = self.model.model.get_image_features(inputs["pixel_values"].to(self.device),
                                                   inputs["image_grid_thw"].to(self.device), return_dict=True)
-        self._encoder_outputs = out  # for the prefill's forward (`_prefill_extra`)
+        self._encoder_outputs = out  # for the prefill's forward (`prefill_extra_inputs`)
         return torch.cat(list(out.pooler_output), dim=0)
 
     def _place_images(self, embeds: torch.Tensor, image_tokens: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
         return embeds
 
-    def _prefill_extra(self) -> dict:
+    def prefill_extra_inputs(self) -> dict:
         out, self._encoder_outputs = getattr(self, "_encoder_outputs", None), None  # this prefill's alone
         return {} if out is None else {"mm_encoder_outputs": {"image": out}}
 

@@ -187,13 +187,13 @@ class StaticContinuous:
         if not self.cuda_graphs:
             return self._step(*inputs)
         if self._graph is None:
-            return self._capture(inputs)
+            return self.capture(inputs)
         for static, new in zip(self._graph.inputs, inputs):
             static.copy_(new)
         self._graph.graph.replay()
         return self._graph.outputs
 
-    def _capture(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    def capture(self, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """Capture the step. The capture's warm-up runs advance what the step advances (the lengths, the root,
         the accounts; the caches only past the lengths, which later steps overwrite before reading), so that
         state is saved first and put back before the replay whose outputs this call returns."""

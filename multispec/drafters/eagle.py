@@ -193,7 +193,7 @@ class EagleDrafter(Drafter):
         return output_vocab_size(target)
 
     @torch.no_grad()
-    def _embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    def draft_embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """The head's input at each entry: the token's embedding fused with the feature before it."""
         return self.head.fuse(self.embed(tokens.to(self.embed.weight.device)).to(self.device), features.to(self.device))
 
@@ -218,7 +218,7 @@ class EagleDrafter(Drafter):
             window = getattr(self.lm, "window", None)
             if window is not None and tokens.shape[1] > window + 1:  # the rest is never read (see __init__)
                 tokens, mask, feats = tokens[:, -window - 1:], mask[:, -window - 1:], feats[:, -window - 1:]
-            self.lm.start(tokens, mask, inputs_embeds=self._embeds(tokens, feats))
+            self.lm.start(tokens, mask, inputs_embeds=self.draft_embeds(tokens, feats))
             self._pending_features = feats[:, -1:]  # the root's (possibly zero) feature
         else:  # a one-token prompt: nothing to pair yet; the root gets a zero feature
             self.lm.start(input_ids[:, :0].new_zeros(b, 1), attention_mask.new_zeros(b, 1) + 1)
@@ -238,7 +238,7 @@ class EagleDrafter(Drafter):
         idx = torch.arange(width, device=device)[None, :]
         valid = idx < counts[:, None]
         safe = tokens.clamp(min=0)
-        out = lm.feed(safe, (idx - 1).expand(b, width).contiguous(), valid, inputs_embeds=self._embeds(safe, feats),
+        out = lm.feed(safe, (idx - 1).expand(b, width).contiguous(), valid, inputs_embeds=self.draft_embeds(safe, feats),
                       request=HEAD_OUTPUT)
         logits, hidden = out.logits, out.features.hidden
         rows = torch.arange(b, device=device)
@@ -255,7 +255,7 @@ class EagleDrafter(Drafter):
             parent_feat = all_hidden.gather(1, parent_pending[..., None].expand(-1, -1, all_hidden.shape[-1]))
             new = lm.num_pending + torch.arange(ids.shape[1], device=device).expand_as(ids)
             fed.scatter_(1, ids, new)
-            out = lm.feed(toks, parent_pending, inputs_embeds=self._embeds(toks, parent_feat),
+            out = lm.feed(toks, parent_pending, inputs_embeds=self.draft_embeds(toks, parent_feat),
                           request=HEAD_OUTPUT)
             node_hidden.append(out.features.hidden)
             return out.logits

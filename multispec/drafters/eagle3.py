@@ -628,7 +628,7 @@ class Eagle3Drafter(EagleDrafter):
         self.hidden_size = c.hidden_size
 
     @torch.no_grad()
-    def _embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    def draft_embeds(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """[emb(x); feature]: the layer norms each half itself."""
         dtype = self.head.fc.weight.dtype
         emb = self.embed(tokens.to(self.embed.weight.device)).to(self.device, dtype)

@@ -21,6 +21,7 @@ from .checks import check_linked_tree, check_same_device, check_tensor, links_in
 from .chain_verify import vocab_block
 from .common import argmax_ref, row_argmax, row_race, sample_ref
 from .dispatch import backend_for
+from .tree_walk import walk_tree
 
 # ---- PyTorch references -----------------------------------------------------------------------------
 
@@ -121,34 +122,10 @@ def tree_verify_random_ref(tokens, first_child, next_sibling, target_probs, draf
 BATCHED_FROM = 16
 
 
-def _walk_start(first_child: torch.Tensor):
-    """Every row at the root, about to try its first child: (rows, out, path, num_accepted, current node,
-    child being tried)."""
-    b, t = first_child.shape
-    dev = first_child.device
-    out = torch.full((b, t), -1, dtype=torch.long, device=dev)
-    path = torch.full((b, t), -1, dtype=torch.long, device=dev)
-    path[:, 0] = 0
-    zeros = torch.zeros(b, dtype=torch.long, device=dev)
-    return torch.arange(b, device=dev), out, path, zeros, zeros.clone(), first_child[:, 0].clone()
-
-
 def tree_verify_greedy_batched(tokens, first_child, next_sibling, target_argmax):
-    t = tokens.shape[1]
-    rows, out, path, acc, cur, child = _walk_start(first_child)
-    for _ in range(t):
-        trying = child >= 0
-        if not bool(trying.any()):
-            break
-        c = child.clamp(min=0)
-        ok = trying & (tokens[rows, c] == target_argmax[rows, cur])
-        out[rows[ok], acc[ok]] = tokens[rows[ok], c[ok]]
-        acc = acc + ok.long()
-        path[rows[ok], acc[ok]] = c[ok]
-        cur = torch.where(ok, c, cur)
-        child = torch.where(ok, first_child[rows, c], torch.where(trying, next_sibling[rows, c], child))
-    out[rows, acc] = target_argmax[rows, cur]
-    return out, path, acc
+    walk = walk_tree(tokens, first_child, next_sibling, lambda w, c, x, trying: x == target_argmax[w.rows, w.cur])
+    walk.out[walk.rows, walk.acc] = target_argmax[walk.rows, walk.cur]
+    return walk.out, walk.path, walk.acc
 
 
 def residual_after_rejection(r: torch.Tensor, scale: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,15 +142,11 @@ def tree_verify_random_batched(tokens, first_child, next_sibling, target_probs, 
     dev = tokens.device
     p_all, q_all, u_all, noise = _as_float32(target_probs, draft_probs, uniforms, exp_noise)
     argmax = argmax_ref(p_all)  # [B, T]
-    rows, out, path, acc, cur, child = _walk_start(first_child)
     r = p_all[:, 0].clone()  # the running residual, r / scale normalised
     scale = torch.ones(b, device=dev)
-    for _ in range(t):
-        trying = child >= 0
-        if not bool(trying.any()):
-            break
-        c = child.clamp(min=0)
-        x = tokens[rows, c]
+
+    def accept(walk, c, x, trying):
+        rows, cur = walk.rows, walk.cur
         inb = (x >= 0) & (x < v)
         xs = x.clamp(0, v - 1)
         if q_all is None:
@@ -190,16 +163,15 @@ def tree_verify_random_batched(tokens, first_child, next_sibling, target_probs, 
             new_r, new_scale = residual_after_rejection(r[rejected], scale[rejected], q[rejected])
             r[rejected], scale[rejected] = new_r, new_scale
         if bool(ok.any()):
-            out[rows[ok], acc[ok]] = x[ok]
-            acc = acc + ok.long()
-            path[rows[ok], acc[ok]] = c[ok]
-            cur = torch.where(ok, c, cur)
             r[ok] = p_all[rows[ok], c[ok]]
             scale[ok] = 1.0
-        child = torch.where(ok, first_child[rows, c], torch.where(trying, next_sibling[rows, c], child))
-    final = sample_ref(r, p_all[rows, cur], noise)
-    out[rows, acc] = torch.where(is_greedy, argmax[rows, cur], final)
-    return out, path, acc
+        return ok
+
+    walk = walk_tree(tokens, first_child, next_sibling, accept)
+    rows = walk.rows
+    final = sample_ref(r, p_all[rows, walk.cur], noise)
+    walk.out[rows, walk.acc] = torch.where(is_greedy, argmax[rows, walk.cur], final)
+    return walk.out, walk.path, walk.acc
 
 
 # ---- Triton kernels -----------------------------------------------------------------------------------

@@ -143,7 +143,21 @@ class PendingNodes:
 
 class HFCausalLM(Target, FeedingEngine):
     """Prefill / score-a-tree / commit adapter over a `transformers` causal LM; also the incremental
-    feeding engine of model drafters."""
+    feeding engine of model drafters.
+
+    The subclass contract: an adapter for a model family the core does not know (a modality's, or a user's)
+    overrides only these public hooks, each documented where it is defined; the rest is the core's.
+    - `prefill_extra_inputs()`: further keyword arguments of the prefill's forward (a VLM's encoder outputs);
+    - `prefill_blocks(ids, mask2d)`: prompt token pairs that attend both ways (an image's tokens, a prefix), with
+      the class attribute `blocks_cross_windows`; `feed_unwindowed(allowed, cols, p0)`: pairs of a later feed
+      that sliding windows do not cut;
+    - `prefill_positions(positions)` / `node_positions(positions)`: the position ids the model reads (e.g.
+      Qwen2-VL's 3-axis rotary positions);
+    - `run_forward(request, **kwargs)`, `prefill_forward(...)`, `score_forward(...)`: the model's call on the
+      prompt and on a feed's nodes (a model with recurrent layers runs them on the tree here);
+    - `new_cache()`: the cache object the model writes (a hybrid's own cache class).
+    A fixed-shape engine for such an adapter is a class of its own (`StaticFeed`'s contract), registered with
+    `register_fixed_shape(EagerClass, StaticClass)` (`multispec.plugin`)."""
 
     stateful = False  # subclasses that keep a model's recurrent state themselves set this
     provides = FeatureRequest(hidden=True, layers=(0,))  # any layer (the index range is checked per model)
@@ -181,7 +195,7 @@ class HFCausalLM(Target, FeedingEngine):
         """Prefill all prompt tokens but the last one; the last ones are the first roots [B]; features
         (if requested) cover the prefilled tokens [B, L-1, ...]."""
         b, length = input_ids.shape
-        self.cache = self._new_cache()
+        self.cache = self.new_cache()
         self.start_col = (attention_mask == 0).sum(dim=1).to(self.device)
         self.length = torch.full((b,), length - 1, dtype=torch.long, device=self.device)
         self.host_length = [length - 1] * b  # `length` as the host knows it (commits with counts keep it)
@@ -194,7 +208,7 @@ class HFCausalLM(Target, FeedingEngine):
             features = self._prefill_whole(input_ids, attention_mask, request, inputs_embeds)
         elif length > 1:
             embeds = None if inputs_embeds is None else inputs_embeds[:, :-1].to(self.device)
-            features = self._prefill(input_ids[:, :-1].to(self.device), attention_mask[:, :-1].to(self.device),
+            features = self.prefill_forward(input_ids[:, :-1].to(self.device), attention_mask[:, :-1].to(self.device),
                                      request, embeds)
         elif not request.empty:
             features = self._empty_features(b, request)
@@ -210,7 +224,7 @@ class HFCausalLM(Target, FeedingEngine):
     def _prefill_whole(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, request: FeatureRequest,
                        inputs_embeds: torch.Tensor | None) -> Features | None:
         embeds = None if inputs_embeds is None else inputs_embeds.to(self.device)
-        features = self._prefill(input_ids.to(self.device), attention_mask.to(self.device), request, embeds)
+        features = self.prefill_forward(input_ids.to(self.device), attention_mask.to(self.device), request, embeds)
         self.cache.crop(-1)  # the last prompt token's K/V: it is fed again as the first root
         if features is None:
             return None
@@ -221,14 +235,14 @@ class HFCausalLM(Target, FeedingEngine):
         empty = torch.zeros(b, 0, self.hidden_size, dtype=self.dtype, device=self.device)
         return Features(empty if request.hidden else None, {i: empty for i in request.layers})
 
-    def _new_cache(self) -> DynamicCache:
+    def new_cache(self) -> DynamicCache:
         return DynamicCache()
 
     @property
     def hidden_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[1])
 
-    def _run(self, request: FeatureRequest, **kwargs):
+    def run_forward(self, request: FeatureRequest, **kwargs):
         """Call the model; return its output and the requested features, captured by hooks so every
         position is kept even when only the last logits are computed: the decoder's final (normed) hidden
         state, and the residual stream entering each requested layer."""
@@ -244,7 +258,7 @@ class HFCausalLM(Target, FeedingEngine):
         return nullcontext() if self._ntk is None else self._ntk.rotating()
 
     @torch.no_grad()
-    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
+    def prefill_forward(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
                  inputs_embeds: torch.Tensor | None = None) -> Features | None:
         n = ids.shape[1]
         pos = (mask2d.long().cumsum(-1) - 1).clamp(min=0)
@@ -253,35 +267,35 @@ class HFCausalLM(Target, FeedingEngine):
         allowed = causal & mask2d.bool()[:, None, :]
         # fully padded query rows attend to themselves only (their output is never used)
         allowed = allowed | torch.eye(n, dtype=torch.bool, device=self.device)[None]
-        blocks = self._prefill_blocks(ids, mask2d)
+        blocks = self.prefill_blocks(ids, mask2d)
         crossing = blocks if self.blocks_cross_windows else None
         if blocks is not None and crossing is None:
             allowed = allowed | blocks
         masks = self._layer_masks(allowed, pos[:, :, None] - pos[:, None, :], unwindowed=crossing)
         tokens = dict(input_ids=ids) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds)
         with self._rotating():
-            _, features = self._run(request, attention_mask=masks, position_ids=self._prefill_positions(pos),
-                                    cache_position=q, logits_to_keep=1, **tokens, **self._prefill_extra())
+            _, features = self.run_forward(request, attention_mask=masks, position_ids=self.prefill_positions(pos),
+                                    cache_position=q, logits_to_keep=1, **tokens, **self.prefill_extra_inputs())
         return features
 
-    def _prefill_extra(self) -> dict:
+    def prefill_extra_inputs(self) -> dict:
         """Further keyword arguments of the prefill's forward (e.g. a vision-language model's encoder outputs
         that its own forward places); none by default."""
         return {}
 
-    # Whether sliding windows leave `_prefill_blocks` whole: `transformers` composes the masks per model,
+    # Whether sliding windows leave `prefill_blocks` whole: `transformers` composes the masks per model,
     # Gemma 3 as AND(window, OR(causal, blocks)), PaliGemma as OR(AND(window, causal), prefix)
     blocks_cross_windows = False
 
-    def _prefill_blocks(self, ids: torch.Tensor, mask2d: torch.Tensor) -> torch.Tensor | None:
+    def prefill_blocks(self, ids: torch.Tensor, mask2d: torch.Tensor) -> torch.Tensor | None:
         """Pairs of prompt tokens [B, L, L] that attend to each other both ways besides the causal mask (None: no
         such pairs). Adapters whose model attends so in the prompt (within an image, over a prefix) give them
         here."""
         return None
 
-    def _prefill_positions(self, positions: torch.Tensor) -> torch.Tensor:
+    def prefill_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """The position ids the model reads for the prefilled tokens, given each token's index among its
-        row's real tokens [B, L-1] (adapters with their own scheme override this and `_positions`)."""
+        row's real tokens [B, L-1] (adapters with their own scheme override this and `node_positions`)."""
         return positions
 
     def _reset_pending(self, b: int) -> None:
@@ -350,23 +364,23 @@ class HFCausalLM(Target, FeedingEngine):
         new_pos = pos[:, p0:]
         key_pos = torch.cat([(cols[None, :] - self.start_col[:, None]).expand(b, -1), pos], dim=1)
         masks = self._layer_masks(allowed, new_pos[:, :, None] - key_pos[:, None, :],
-                                  unwindowed=self._feed_unwindowed(allowed, cols, p0))
+                                  unwindowed=self.feed_unwindowed(allowed, cols, p0))
         cache_position = torch.arange(self.width + p0, self.width + p0 + m, device=self.device)
         if self._ntk is not None:
             self._ntk.cover_columns(self.width + p0 + m)
         inputs = dict(input_ids=tokens) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds.to(self.device))
-        logits, features = self._score(inputs, masks, self._positions(new_pos), cache_position, request,
+        logits, features = self.score_forward(inputs, masks, self.node_positions(new_pos), cache_position, request,
                                        torch.where(valid, parents, -1))
         self.pending = PendingNodes(kept_parents, pos, anc)
         return TargetOutput(logits, features)
 
-    def _positions(self, positions: torch.Tensor) -> torch.Tensor:
+    def node_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """The position ids the model reads for nodes at `positions` [B, M] (each row's own token count:
         committed tokens + depth). Adapters whose model numbers positions otherwise (e.g. Qwen2-VL's 3-axis
         rotary positions after an image) map them here."""
         return positions
 
-    def _feed_unwindowed(self, allowed: torch.Tensor, cols: torch.Tensor, p0: int) -> torch.Tensor | None:
+    def feed_unwindowed(self, allowed: torch.Tensor, cols: torch.Tensor, p0: int) -> torch.Tensor | None:
         """Pairs of a feed's mask [B, M, W + P0 + M] that sliding windows do not cut (see `_layer_masks`): none,
         unless the model attends otherwise (a prefix LM's last prompt token, fed as the first root)."""
         return None
@@ -375,13 +389,13 @@ class HFCausalLM(Target, FeedingEngine):
         """The first cache column the next scoring call attends to; masks start there (all: 0)."""
         return 0
 
-    def _score(self, inputs: dict, masks, positions: torch.Tensor, cache_position: torch.Tensor,
+    def score_forward(self, inputs: dict, masks, positions: torch.Tensor, cache_position: torch.Tensor,
                request: FeatureRequest, parents: torch.Tensor) -> tuple[torch.Tensor, Features | None]:
         """Run the model over the new nodes (their K/V appended to the cache after `width`): float32 logits
         and, if asked, final hidden states. `parents`: pending parent indices, -1 for roots and invalid
         nodes (adapters that mix attention with recurrent layers need the tree itself)."""
         with self._rotating():
-            out, features = self._run(request, attention_mask=masks, position_ids=positions,
+            out, features = self.run_forward(request, attention_mask=masks, position_ids=positions,
                                       cache_position=cache_position, **inputs)
         return out.logits.float(), features
 

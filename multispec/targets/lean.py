@@ -166,7 +166,7 @@ class LeanCausalLM(HFCausalLM):
         self._packed_key: tuple | None = None
         self._rope_table: torch.Tensor | None = None
 
-    def _new_cache(self) -> BufferedCache:
+    def new_cache(self) -> BufferedCache:
         self._pack()  # once per generation, not per call (the check's cost: BENCHMARKS.md, "Per-call overhead")
         return BufferedCache(len(self.model.model.layers))
 
@@ -203,13 +203,13 @@ class LeanCausalLM(HFCausalLM):
         return packed
 
     @torch.no_grad()
-    def _prefill(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
+    def prefill_forward(self, ids: torch.Tensor, mask2d: torch.Tensor, request: FeatureRequest = NO_FEATURES,
                  inputs_embeds: torch.Tensor | None = None) -> Features | None:
         self._lo = 0
         if not bool(mask2d.all()):
-            return super()._prefill(ids, mask2d, request, inputs_embeds)
+            return super().prefill_forward(ids, mask2d, request, inputs_embeds)
         if self.sliding_window is not None and ids.shape[1] > self.sliding_window:
-            return super()._prefill(ids, mask2d, request, inputs_embeds)  # a banded mask
+            return super().prefill_forward(ids, mask2d, request, inputs_embeds)  # a banded mask
         # no padding: plain causal attention, without building (and reading) an L x L float mask
         n = ids.shape[1]
         skip = n - self.window if self.window is not None and n > self.window else 0
@@ -221,7 +221,7 @@ class LeanCausalLM(HFCausalLM):
             self._lo = skip
         pos = torch.arange(n - skip, device=self.device).expand(ids.shape[0], n - skip)
         tokens = dict(input_ids=ids[:, skip:]) if inputs_embeds is None else dict(inputs_embeds=inputs_embeds[:, skip:])
-        _, features = self._run(request, attention_mask=None, position_ids=pos, cache_position=pos[0],
+        _, features = self.run_forward(request, attention_mask=None, position_ids=pos, cache_position=pos[0],
                                 logits_to_keep=1, **tokens)
         if features is not None and skip:  # the skipped head of the prompt has no features: zeros
             def pad(t: torch.Tensor) -> torch.Tensor:
@@ -249,7 +249,7 @@ class LeanCausalLM(HFCausalLM):
         table = self._rope_table[:, positions]  # [2, B, M, D]
         return table[0, :, None], table[1, :, None]
 
-    def _run(self, request: FeatureRequest, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+    def run_forward(self, request: FeatureRequest, attention_mask: torch.Tensor, position_ids: torch.Tensor,
              cache_position: torch.Tensor, input_ids: torch.Tensor | None = None,
              inputs_embeds: torch.Tensor | None = None, logits_to_keep: int = 0):
         if isinstance(attention_mask, dict):

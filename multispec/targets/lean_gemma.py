@@ -60,7 +60,7 @@ class LeanGemma3CausalLM(LeanCausalLM):
         self._packed_key = None
         self._rope_tables: dict[str, torch.Tensor] = {}
 
-    def _new_cache(self) -> BufferedCache:
+    def new_cache(self) -> BufferedCache:
         self._pack()
         return BufferedCache(len(self.model.model.layers))
 
@@ -106,7 +106,7 @@ class LeanGemma3CausalLM(LeanCausalLM):
     def _norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
         return F.rms_norm(x.float(), (x.shape[-1],), scale, eps).to(x.dtype)
 
-    def _run(self, request: FeatureRequest, attention_mask, position_ids: torch.Tensor,
+    def run_forward(self, request: FeatureRequest, attention_mask, position_ids: torch.Tensor,
              cache_position: torch.Tensor, input_ids: torch.Tensor | None = None,
              inputs_embeds: torch.Tensor | None = None, logits_to_keep: int = 0):
         decoder = self.model.model

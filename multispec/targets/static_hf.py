@@ -94,7 +94,13 @@ class ColumnCache(Cache):
 
 class StaticFeed(CapturedFeed):
     """Mixed in before an `HFCausalLM` (or an adapter of one that keeps its feed): its feeds run the model's own
-    forward at fixed shapes (see the module docstring)."""
+    forward at fixed shapes (see the module docstring).
+
+    The subclass contract, beside `HFCausalLM`'s: `feed_tensors(...)` (the feed on tensors, what a CUDA graph
+    captures: a hybrid runs its recurrent layers here), `adopt(kv)` / `dynamic_layers()` / `probe_shapes(b)` (how
+    the prompt's cache becomes the fixed buffers), `unwindowed_pairs(allowed)` (the pairs sliding windows keep, as
+    tensors), and the class attribute `graph_attributes` (tensor attributes a feed reads, copied in at each
+    replay)."""
 
     def __init__(self, model: PreTrainedModel, name: str = "target", *, capacity: int | None = None,
                  node_budget: int | Sequence[int] = 16, compile: bool | str | Callable = False,
@@ -131,7 +137,7 @@ class StaticFeed(CapturedFeed):
             self._pool[batch] = pool
         return pool
 
-    def _adopt(self, kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def adopt(self, kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Copy `kv` (per layer K, V [B, H, W, D], W <= capacity) into the fixed buffers; they become the cache."""
         kv = [(k.clone(), v.clone()) for k, v in kv]  # `kv` may be views of the buffers themselves
         self.check_capacity(max(k.shape[2] for k, _ in kv))
@@ -141,7 +147,7 @@ class StaticFeed(CapturedFeed):
             bv[:, :, : v.shape[2]] = v
         self.cache = ColumnCache(buffers)
 
-    def _dynamic_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def dynamic_layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(layer.keys, layer.values) for layer in self.cache.layers]
 
     def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs):
@@ -149,14 +155,14 @@ class StaticFeed(CapturedFeed):
             self._ntk.fill()
         out = super().start(input_ids, attention_mask, **kwargs)  # the prompt through the model's dynamic cache
         b = input_ids.shape[0]
-        kv = [(k, v) for k, v in self._dynamic_layers() if k is not None and k.numel()]
+        kv = [(k, v) for k, v in self.dynamic_layers() if k is not None and k.numel()]
         if len(kv) != len(self.cache.layers):  # a one-token prompt: shapes from a throwaway forward
-            kv = self._probe_shapes(b)
-        self._adopt(kv)
+            kv = self.probe_shapes(b)
+        self.adopt(kv)
         return out
 
     @torch.no_grad()
-    def _probe_shapes(self, b: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def probe_shapes(self, b: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         cache = DynamicCache()
         ids = torch.zeros(b, 1, dtype=torch.long, device=self.device)
         self.model(input_ids=ids, past_key_values=cache, use_cache=True)
@@ -167,7 +173,7 @@ class StaticFeed(CapturedFeed):
 
     def select(self, rows: torch.Tensor) -> None:
         super().select(rows)  # slices the buffers (views) and trims dead leading columns
-        self._adopt(self._dynamic_layers())
+        self.adopt(self.dynamic_layers())
 
     # ---- the static call --------------------------------------------------------------------------------
     def kv_pointers(self) -> tuple[int, ...]:
@@ -197,7 +203,7 @@ class StaticFeed(CapturedFeed):
         out = self.run_feed(dynamic, p0, tuple(request.layers), request.hidden)
         return self.finish_feed(out, m, request)
 
-    # tensor attributes an adapter's feed reads (e.g. Qwen2-VL's rope deltas in `_positions`; dotted: an attribute
+    # tensor attributes an adapter's feed reads (e.g. Qwen2-VL's rope deltas in `node_positions`; dotted: an attribute
     # of one): a captured graph must read them as inputs, copied in at each replay, not at the addresses they had
     # when it was captured
     graph_attributes: tuple[str, ...] = ()
@@ -210,13 +216,13 @@ class StaticFeed(CapturedFeed):
         for name, value in zip(self.graph_attributes, attributes):
             _set(self, name, value)
         try:
-            return self._fed(inp, parents, valid, pending_parents, length, start_col, cols, p0=p0,
+            return self.feed_tensors(inp, parents, valid, pending_parents, length, start_col, cols, p0=p0,
                              layers_wanted=layers_wanted, want_hidden=want_hidden)
         finally:
             for name, value in zip(self.graph_attributes, kept):
                 _set(self, name, value)
 
-    def _fed(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
+    def feed_tensors(self, inp, parents, valid, pending_parents, length, start_col, cols, *, p0: int,
              layers_wanted: tuple[int, ...], want_hidden: bool):
         tables = dict(p0=p0, capacity=self.capacity, window=None)
         ok, kept_parents, pos, anc, positions, allowed = static_feed_tables(
@@ -225,18 +231,18 @@ class StaticFeed(CapturedFeed):
         if self.sliding_window is not None:
             sliding = static_feed_tables(parents, valid, pending_parents, length, start_col, cols,
                                          sliding_window=self.sliding_window, **tables)[-1]
-            sliding = sliding | self._unwindowed(allowed)
+            sliding = sliding | self.unwindowed_pairs(allowed)
         masks = self._additive_masks(allowed, sliding)
         self.cache.cols = cols
         request = FeatureRequest(hidden=want_hidden, layers=layers_wanted)
         tokens = dict(input_ids=inp) if inp.dim() == 2 else dict(inputs_embeds=inp)
         with self._rotating():
-            logits, hidden, layers = self._step(self, request, masks, self._positions(positions), tokens)
+            logits, hidden, layers = self._step(self, request, masks, self.node_positions(positions), tokens)
         return logits, hidden, layers, ok, kept_parents, pos, anc
 
-    def _unwindowed(self, allowed: torch.Tensor) -> torch.Tensor | bool:
+    def unwindowed_pairs(self, allowed: torch.Tensor) -> torch.Tensor | bool:
         """Pairs of the bool mask [B, 1, N, C] that sliding windows do not cut (the eager feed's
-        `_feed_unwindowed`): none, unless an adapter says otherwise from tensors (`graph_attributes`)."""
+        `feed_unwindowed`): none, unless an adapter says otherwise from tensors (`graph_attributes`)."""
         return False
 
     def _additive_masks(self, allowed: torch.Tensor, sliding: torch.Tensor | None):
@@ -271,7 +277,7 @@ def generic_step(engine: StaticFeed, request: FeatureRequest, masks, positions: 
                   tokens: dict):
     """One forward of the engine's model over the padded nodes (what `compile` compiles): float32 logits
     [B, N, V], the final hidden state [B, N, H] if asked, and the residual stream entering each asked layer."""
-    out, features = engine._run(request, attention_mask=masks, position_ids=positions, **tokens)
+    out, features = engine.run_forward(request, attention_mask=masks, position_ids=positions, **tokens)
     logits = out.logits.float()
     if features is None:
         return logits, None, ()

@@ -269,7 +269,7 @@ class CapturedFeed(abc.ABC):
         key = (inp.shape, inp.dtype, parents.shape[1], p0, layers_wanted, want_hidden, self.kv_pointers())
         graph = self._graphs.get(key)
         if graph is None:
-            graph = self._capture(run, dynamic)
+            graph = self.capture(run, dynamic)
             self._graphs[key] = graph
         else:
             for static, new in zip(graph.inputs, dynamic):
@@ -277,7 +277,7 @@ class CapturedFeed(abc.ABC):
             graph.graph.replay()
         return graph.outputs
 
-    def _capture(self, run: Callable, dynamic: tuple) -> CapturedGraph:
+    def capture(self, run: Callable, dynamic: tuple) -> CapturedGraph:
         """Warm up (and compile) on a side stream, then capture the feed; the capture's own run is this call's
         result (the K/V it writes go to this call's columns)."""
         self.before_capture()
@@ -329,7 +329,7 @@ class StaticLeanCausalLM(CapturedFeed, LeanCausalLM):
         self._weights_key = None
 
     # ---- buffers --------------------------------------------------------------------------------------
-    def _new_cache(self) -> _StaticCache:
+    def new_cache(self) -> _StaticCache:
         self._pack()  # once per generation, as the lean engine does
         self._static_weights()
         return _StaticCache(self, len(self.model.model.layers))

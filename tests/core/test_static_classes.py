@@ -97,8 +97,8 @@ def test_an_adapter_runs_at_fixed_shapes_only_on_the_class_written_for_it(monkey
     assert fixed_shape_class(model) is StaticLlavaTarget  # LeanLlavaTarget serves it; its eager_class is Llava's
 
     class MyLlava(LlavaTarget):
-        def _positions(self, *args, **kwargs):  # a user's own positions, say
-            return super()._positions(*args, **kwargs)
+        def node_positions(self, *args, **kwargs):  # a user's own positions, say
+            return super().node_positions(*args, **kwargs)
 
     monkeypatch.setattr("multispec.targets.static.ADAPTERS", [(lambda m: True, MyLlava)])
     with pytest.raises(ValueError, match=r"served by MyLlava, which has no fixed-shape class: write one for it "

@@ -250,7 +250,7 @@ def test_mamba2_prefill_states_equal_the_model_own(length):
     mask = torch.ones_like(ids)
     ours, theirs = Mamba2Target(model), Mamba2Target(model)
     ours.prefill(Prompt(ids, mask)).roots
-    theirs._prefill = SSMTarget._prefill.__get__(theirs)  # the model's own forward (as for padded rows)
+    theirs.prefill_forward = SSMTarget.prefill_forward.__get__(theirs)  # the model's own forward (as for padded rows)
     theirs.prefill(Prompt(ids, mask)).roots
     for a, b in zip(ours.conv + ours.ssm, theirs.conv + theirs.ssm):
         assert a.shape == b.shape

@@ -93,7 +93,7 @@ def test_a_forgotten_rope_delta_is_caught():
     target = as_target(model)
     prefilled = target.prefill(Prompt.build(**inputs))
     assert bool((target.rope_deltas != 0).all())
-    target._positions = lambda positions: positions[None].expand(3, -1, -1)  # the bug: no delta
+    target.node_positions = lambda positions: positions[None].expand(3, -1, -1)  # the bug: no delta
     logits = target.score(prefilled.roots[:, None], torch.full((3, 1), -1)).logits
     want = _own_logits(model, _extend(row_of(inputs, 0), torch.zeros(0, dtype=torch.long)))
     assert (logits[0, 0] - want).abs().max() > 1e-3
