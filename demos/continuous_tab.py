@@ -48,13 +48,14 @@ def run(label: int, seed: int = 0, k: int = 4, guidance_scale: float = 2.0, fewe
     steps = pair.target.config.steps
     if not 2 <= int(fewer_steps) <= steps:
         raise ValueError(f"fewer_steps: expected 2-{steps} grid points, got {fewer_steps!r}")
-    methods = {"plain AR": dict(), f"speculative (k={int(k)}, exact)": dict(draft=pair.draft, k=int(k)),
+    methods = {"plain AR": dict(), f"speculative (k={int(k)}, exact)": dict(draft=pair.draft, tree=int(k)),
                f"plain AR, {int(fewer_steps)} diffusion steps": dict(steps=int(fewer_steps))}
     rows = ["| method | time | vs plain | drafts accepted | residual fallbacks |", "| --- | --- | --- | --- | --- |"]
     gallery, grid, plain_s = [], "", None
     for name, kw in methods.items():
-        out = generate_continuous(pair.target, torch.tensor([int(label)]),
-                                  sampling=HeadSampling(guidance_scale=float(guidance_scale)),
+        kw = dict(kw)
+        head = HeadSampling(steps=kw.pop("steps", None), guidance_scale=float(guidance_scale))
+        out = generate_continuous(pair.target, torch.tensor([int(label)]), sampling=head,
                                   generator=torch.Generator().manual_seed(int(seed)), **kw)
         plain_s = plain_s or out.seconds
         rate = f"{out.accepted}/{out.drafted} ({out.acceptance_rate:.0%})" if out.drafted else "-"

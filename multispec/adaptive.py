@@ -30,6 +30,14 @@ probe that does not pay (its measured tokens per second, the drafter's catch-up 
 step without drafts) doubles the wait before the next (up to `max_probe_every`), so drafts that never pay cost a
 vanishing share of the steps.
 
+What the chains deliver is checked against what was promised: the tokens the chain steps emitted over the tokens
+their predicted rates promised for the time they took (sums over the recent chain steps at a batch size, each
+step's weight decaying by `delivery_decay`) scales every chain's promise at that size (with timings measured
+here; a `verify_cost` given beforehand prices in its own units and is taken as it is). Costs the
+model does not see (an EAGLE head catching up on the tokens of steps without drafts, a row's acceptance estimate
+that runs high) then count, so a near tie that chains keep losing goes to k = 0, and a probe that delivers brings
+the chains back.
+
     out = speculative_generate(target, drafter, ids, tree="auto")      # AdaptiveChain(max_k=8)
     out = speculative_generate(target, drafter, ids, tree=AdaptiveChain(max_k=12))
 """
@@ -46,7 +54,8 @@ class AdaptiveChain:
     `smoothing`: the weight of a new timing in the averages; `probe_every`: steps between probes; `margin`: how
     much more tokens per second a chain must promise than none; `verify_cost(batch, width)`: seconds of a
     verification when known beforehand (e.g. measured with `multispec.draft_length.VerifyCost` per batch size),
-    instead of the steps' own timings. The timings carry over from one generation to the next (they are the
+    instead of the steps' own timings; `delivery_decay`: the weight a chain step's delivery keeps at each later
+    one. The timings carry over from one generation to the next (they are the
     machine's); the rows' acceptance starts over at each prompt (`start`)."""
 
     max_k: int = 8
@@ -63,12 +72,15 @@ class AdaptiveChain:
     accepted: dict = field(default_factory=dict)  # row -> (accepted, trials)
     pooled: tuple = (0, 0)  # every row's (accepted, trials) so far, across prompts
     by_depth: dict = field(default_factory=dict)  # depth d >= 1 -> (accepted, trials) at d, pooled likewise
+    delivery_decay: float = 0.9
+    delivered: dict = field(default_factory=dict)  # batch -> (tokens the chains emitted, tokens they promised)
     chosen: list = field(default_factory=list)  # every step's k, for reports
     warmed: set = field(default_factory=set)  # batch sizes whose first (untimed) step has run
     _since_probe: int = 0
     _wait: int = 0  # steps between probes now (0: `probe_every`)
     _probing: bool = False
     _probe_up: bool = False  # the last probe after chains went longer (the next goes one shorter)
+    _promised: float = 0.0  # the tokens per second the last chosen chain was predicted to deliver (0: none)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_k, int) or self.max_k < 1:
@@ -77,6 +89,8 @@ class AdaptiveChain:
             raise ValueError(f"smoothing: expected a number in (0, 1], got {self.smoothing!r}")
         if not self.margin >= 0:
             raise ValueError(f"margin: expected a number >= 0, got {self.margin!r}")
+        if not 0 <= self.delivery_decay < 1:
+            raise ValueError(f"delivery_decay: expected a number in [0, 1), got {self.delivery_decay!r}")
 
     # the TreeSpec face: the widest step the session must make room for
     @property
@@ -98,10 +112,12 @@ class AdaptiveChain:
         k = self._choose(rows)
         if room is not None and k > max(room - 1, 0):
             k = self.chosen[-1] = max(room - 1, 0)
+            self._promised = 0.0  # a cut chain was not what was priced
         return k
 
     def _choose(self, rows: list[int]) -> int:
         batch = len(rows)
+        self._promised = 0.0
         if self.verify_cost is None and self._near(batch) is None:
             if batch not in self.warmed:
                 return self._record(self.max_k)  # the warm-up step: its timings are not kept
@@ -110,7 +126,9 @@ class AdaptiveChain:
                 if k + 1 not in seen:
                     return self._record(k)
         tokens = self._expected_tokens(rows)
-        rates = {k: tokens[k] / self._cost(batch, k) for k in range(self.max_k + 1)}
+        promised = {k: tokens[k] / self._cost(batch, k) for k in range(self.max_k + 1)}
+        kept = self.delivery(batch)  # what chains delivered of their promise here
+        rates = {k: promised[k] * (kept if k else 1.0) for k in promised}
         k = max(rates, key=rates.get)
         if k and rates[k] < rates[0] * (1 + self.margin):  # drafts must clearly pay: a near tie is noise
             k = 0
@@ -123,6 +141,8 @@ class AdaptiveChain:
             else:  # longer and shorter than the chosen length in turn
                 self._probe_up = not self._probe_up
                 k = self._longer(k, tokens, len(rows)) if self._probe_up else k - 1
+        # a given `verify_cost` prices in its own units: there is no measured promise to hold the chains to
+        self._promised = promised[k] if k and self.verify_cost is None else 0.0
         return self._record(k)
 
     def _longer(self, k: int, tokens: list[float], rows: int) -> int:
@@ -141,6 +161,16 @@ class AdaptiveChain:
             return batch
         near = [b for b in sizes if b != batch and max(b, batch) <= 1.5 * min(b, batch)]
         return min(near, key=lambda b: (abs(b - batch), -b)) if near else None
+
+    def _delivery_key(self, batch: int) -> int:
+        near = self._near(batch)
+        return batch if near is None else near
+
+    def delivery(self, batch: int) -> float:
+        """The tokens the chains emitted at this batch size over those their predicted rates promised for the time
+        they took (1 before any chain step was measured there)."""
+        got, owed = self.delivered.get(self._delivery_key(batch), (0.0, 0.0))
+        return got / owed if owed > 0 else 1.0
 
     def _record(self, k: int) -> int:
         self.chosen.append(k)
@@ -221,9 +251,15 @@ class AdaptiveChain:
                 for d in range(1, min(a + 1, k) + 1):  # depths 1..a accepted; a + 1 tried and rejected
                     at, tried_d = self.by_depth.get(d, (0, 0))
                     self.by_depth[d] = (at + (d <= a), tried_d + 1)
+        seconds = verify_s + draft_s + other_s
+        if k and self._promised > 0 and seconds > 0:  # what the chain delivered of what its choice promised
+            key, d = self._delivery_key(batch), self.delivery_decay
+            got, owed = self.delivered.get(key, (0.0, 0.0))
+            self.delivered[key] = (d * got + batch + sum(accepted), d * owed + self._promised * seconds)
+        self._promised = 0.0
         if self._probing:  # a probe after a run of k = 0: one that did not pay waits twice as long for the next
             self._probing = False
-            self._wait = 0 if self._paid(batch, accepted, verify_s + draft_s + other_s) else min(
+            self._wait = 0 if self._paid(batch, accepted, seconds) else min(
                 self.max_probe_every, 2 * (self._wait or self.probe_every))
         self._average(self.other_s, (batch, k + 1), other_s)  # the commit grows with what a long chain accepts
 

@@ -8,7 +8,8 @@ Mutations caught (checked by hand): pricing a chain by its expected tokens alone
 drafts 8); one commit time for every width (the growing-commit case then drafts 8); never probing after choosing k = 0 (an acceptance that recovers is
 never seen); doubling the wait only when a probe accepts nothing (the probe that accepts a token now and then but
 never pays keeps coming back every 4 steps); no margin over k = 0 (the near tie drafts 1); exploring every new batch size (the shrinking batch
-drafts 8 at 7 rows)."""
+drafts 8 at 7 rows); chains priced without what they delivered of their promise (the chain that emits one token a
+step keeps drafting 1)."""
 
 import pytest
 import torch
@@ -152,6 +153,36 @@ def test_a_chain_must_clearly_beat_none():
         return policy
     assert policy_at(0.0).choose([0]) == 1
     assert policy_at(0.03).choose([0]) == 0
+
+
+def _pinned(policy: AdaptiveChain, accepted: tuple[int, int]) -> None:
+    """The rows' acceptance estimate held at `accepted` (what a biased estimate would say, whatever they do)."""
+    policy.accepted, policy.pooled, policy.prior_weight = {0: accepted}, (0, 0), 0.0
+
+
+def test_chains_that_deliver_less_than_they_promise_give_way_to_none():
+    """A chain of 1 priced 10% above none (its draft estimated to be accepted 1 in 3; it costs 1.2 plain steps)
+    whose steps emit one token each: a cost or an estimate the model gets wrong (a head's catch-up, a row that
+    accepts less than its prior says). What the chains delivered of their promise scales it, so the policy goes to
+    k = 0; probes that deliver bring the chain back."""
+    policy = AdaptiveChain(max_k=4, probe_every=4)
+    policy.warmed.add(1)
+    for k in (4, 0, 2, 1, 3):
+        policy.observe([0], k, [0], verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0)
+    picks = []
+    for _ in range(24):
+        _pinned(policy, (1000, 3000))
+        k = policy.choose([0])
+        picks.append(k)
+        policy.observe([0], k, [0], verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0)
+    assert picks[0] == 1 and policy.delivery(1) < 0.9
+    assert picks[-8:].count(0) >= 6, picks  # no chains but the probes
+    for _ in range(24):  # the chain now delivers: each draft accepted
+        _pinned(policy, (1000, 3000))
+        k = policy.choose([0])
+        picks.append(k)
+        policy.observe([0], k, [min(k, 1)], verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0)
+    assert sum(k >= 1 for k in picks[-8:]) >= 6, picks  # chains again, but for a probe one shorter now and then
 
 
 def test_a_batch_that_shrinks_as_rows_finish_borrows_the_full_batch_costs():

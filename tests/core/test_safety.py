@@ -128,7 +128,7 @@ from multispec import zoo, speculative_generate, DynamicTree, SamplingConfig, St
 from multispec.testing import source_prompts
 pair = zoo.load("stdlib-bytes")
 ids, mask = source_prompts((200, 120))
-out = speculative_generate(pair.target, pair.drafter, ids, mask, max_new_tokens=24,
+out = speculative_generate(pair.target, pair.drafter, ids, attention_mask=mask, max_new_tokens=24,
                            sampling=SamplingConfig(do_sample=True, temperature=0.8),
                            tree=DynamicTree(depth=3, topk=3, total=8), generator=torch.Generator().manual_seed(11),
                            stopping=StoppingConfig.never())

@@ -240,7 +240,7 @@ def test_a_captured_step_advances_the_state_once_per_call(trained, drafts, kind,
 def test_bad_arguments_name_themselves(trained, drafts):
     with pytest.raises(ValueError, match="step"):
         generate_continuous(trained, torch.tensor([0]), drafts["draft"], engine=EngineConfig(step="fast"))
-    with pytest.raises(ValueError, match="k: "):
+    with pytest.raises(ValueError, match="tree: "):
         generate_continuous(trained, torch.tensor([0]), drafts["draft"], tree=0, engine=EngineConfig(step="static"))
     with pytest.raises(TypeError, match="rule"):
         _engine(trained, torch.tensor([0]), drafts["draft"], None, rule=object())
