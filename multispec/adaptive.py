@@ -55,8 +55,9 @@ class AdaptiveChain:
     much more tokens per second a chain must promise than none; `verify_cost(batch, width)`: seconds of a
     verification when known beforehand (e.g. measured with `multispec.draft_length.VerifyCost` per batch size),
     instead of the steps' own timings; `delivery_decay`: the weight a chain step's delivery keeps at each later
-    one. The timings carry over from one generation to the next (they are the
-    machine's); the rows' acceptance starts over at each prompt (`start`)."""
+    one; `delivery_prior`: steps that delivered their promise, assumed before any is measured. The timings carry
+    over from one generation to the next (they are the machine's); the rows' acceptance starts over at each prompt
+    (`start`)."""
 
     max_k: int = 8
     smoothing: float = 0.3
@@ -73,14 +74,15 @@ class AdaptiveChain:
     pooled: tuple = (0, 0)  # every row's (accepted, trials) so far, across prompts
     by_depth: dict = field(default_factory=dict)  # depth d >= 1 -> (accepted, trials) at d, pooled likewise
     delivery_decay: float = 0.9
-    delivered: dict = field(default_factory=dict)  # batch -> (tokens the chains emitted, tokens they promised)
+    delivery_prior: float = 4.0
+    delivered: dict = field(default_factory=dict)  # batch -> (tokens emitted, tokens promised, steps), decayed
+    promise: float = 0.0  # the tokens per second the last chosen chain was predicted to deliver (0: none)
     chosen: list = field(default_factory=list)  # every step's k, for reports
     warmed: set = field(default_factory=set)  # batch sizes whose first (untimed) step has run
     _since_probe: int = 0
     _wait: int = 0  # steps between probes now (0: `probe_every`)
     _probing: bool = False
     _probe_up: bool = False  # the last probe after chains went longer (the next goes one shorter)
-    _promised: float = 0.0  # the tokens per second the last chosen chain was predicted to deliver (0: none)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_k, int) or self.max_k < 1:
@@ -91,6 +93,8 @@ class AdaptiveChain:
             raise ValueError(f"margin: expected a number >= 0, got {self.margin!r}")
         if not 0 <= self.delivery_decay < 1:
             raise ValueError(f"delivery_decay: expected a number in [0, 1), got {self.delivery_decay!r}")
+        if not self.delivery_prior >= 0:
+            raise ValueError(f"delivery_prior: expected a number >= 0, got {self.delivery_prior!r}")
 
     # the TreeSpec face: the widest step the session must make room for
     @property
@@ -112,12 +116,12 @@ class AdaptiveChain:
         k = self._choose(rows)
         if room is not None and k > max(room - 1, 0):
             k = self.chosen[-1] = max(room - 1, 0)
-            self._promised = 0.0  # a cut chain was not what was priced
+            self.promise = 0.0  # a cut chain was not what was priced
         return k
 
     def _choose(self, rows: list[int]) -> int:
         batch = len(rows)
-        self._promised = 0.0
+        self.promise = 0.0
         if self.verify_cost is None and self._near(batch) is None:
             if batch not in self.warmed:
                 return self._record(self.max_k)  # the warm-up step: its timings are not kept
@@ -142,7 +146,7 @@ class AdaptiveChain:
                 self._probe_up = not self._probe_up
                 k = self._longer(k, tokens, len(rows)) if self._probe_up else k - 1
         # a given `verify_cost` prices in its own units: there is no measured promise to hold the chains to
-        self._promised = promised[k] if k and self.verify_cost is None else 0.0
+        self.promise = promised[k] if k and self.verify_cost is None else 0.0
         return self._record(k)
 
     def _longer(self, k: int, tokens: list[float], rows: int) -> int:
@@ -168,9 +172,13 @@ class AdaptiveChain:
 
     def delivery(self, batch: int) -> float:
         """The tokens the chains emitted at this batch size over those their predicted rates promised for the time
-        they took (1 before any chain step was measured there)."""
-        got, owed = self.delivered.get(self._delivery_key(batch), (0.0, 0.0))
-        return got / owed if owed > 0 else 1.0
+        they took, with `delivery_prior` steps that delivered what they promised (one step that drew a rejected
+        first draft must not end the chains): 1 before any chain step was measured there."""
+        got, owed, steps = self.delivered.get(self._delivery_key(batch), (0.0, 0.0, 0.0))
+        if owed <= 0:
+            return 1.0
+        prior = self.delivery_prior * owed / steps
+        return (got + prior) / (owed + prior)
 
     def _record(self, k: int) -> int:
         self.chosen.append(k)
@@ -234,8 +242,9 @@ class AdaptiveChain:
 
     # ---- what a step measured ----------------------------------------------------------------------------------
     def observe(self, rows: list[int], k: int, accepted: list[int], verify_s: float, draft_s: float,
-                other_s: float) -> None:
-        """A finished step of chain length `k` over `rows`: each row's accepted drafts, and the step's times."""
+                other_s: float, promised: float = 0.0) -> None:
+        """A finished step of chain length `k` over `rows`: each row's accepted drafts, the step's times, and the
+        tokens per second its choice promised (`promise` after that `choose`; 0: none to hold it to)."""
         batch = len(rows)
         if batch not in self.warmed:
             self.warmed.add(batch)
@@ -252,11 +261,10 @@ class AdaptiveChain:
                     at, tried_d = self.by_depth.get(d, (0, 0))
                     self.by_depth[d] = (at + (d <= a), tried_d + 1)
         seconds = verify_s + draft_s + other_s
-        if k and self._promised > 0 and seconds > 0:  # what the chain delivered of what its choice promised
+        if k and promised > 0 and seconds > 0:  # what the chain delivered of what its choice promised
             key, d = self._delivery_key(batch), self.delivery_decay
-            got, owed = self.delivered.get(key, (0.0, 0.0))
-            self.delivered[key] = (d * got + batch + sum(accepted), d * owed + self._promised * seconds)
-        self._promised = 0.0
+            got, owed, steps = self.delivered.get(key, (0.0, 0.0, 0.0))
+            self.delivered[key] = (d * got + batch + sum(accepted), d * owed + promised * seconds, d * steps + 1)
         if self._probing:  # a probe after a run of k = 0: one that did not pay waits twice as long for the next
             self._probing = False
             self._wait = 0 if self._paid(batch, accepted, seconds) else min(

@@ -270,8 +270,10 @@ class Session:
             if adaptive is not None:
                 if pending is not None:  # the previous step's work is done: its timings are read without a wait
                     draft_s, verify_s, commit_s = clock.step_phases(-2)
-                    adaptive.observe(*pending, verify_s=verify_s, draft_s=draft_s, other_s=commit_s)
-                pending = (list(self.active), spec.k, list(read.num_accepted))
+                    rows, k, accepted, promised = pending
+                    adaptive.observe(rows, k, accepted, verify_s=verify_s, draft_s=draft_s, other_s=commit_s,
+                                     promised=promised)
+                pending = (list(self.active), spec.k, list(read.num_accepted), adaptive.promise)
             if on_step is not None:
                 on_step(draft, verdict, list(self.active))
             emitted, done, reach = self._emit(read, new, max_new_tokens, stops)

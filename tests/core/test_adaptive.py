@@ -164,7 +164,7 @@ def test_chains_that_deliver_less_than_they_promise_give_way_to_none():
     """A chain of 1 priced 10% above none (its draft estimated to be accepted 1 in 3; it costs 1.2 plain steps)
     whose steps emit one token each: a cost or an estimate the model gets wrong (a head's catch-up, a row that
     accepts less than its prior says). What the chains delivered of their promise scales it, so the policy goes to
-    k = 0; probes that deliver bring the chain back."""
+    k = 0; probes that deliver bring the chain back. One step that draws nothing does not end the chains."""
     policy = AdaptiveChain(max_k=4, probe_every=4)
     policy.warmed.add(1)
     for k in (4, 0, 2, 1, 3):
@@ -174,15 +174,25 @@ def test_chains_that_deliver_less_than_they_promise_give_way_to_none():
         _pinned(policy, (1000, 3000))
         k = policy.choose([0])
         picks.append(k)
-        policy.observe([0], k, [0], verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0)
+        policy.observe([0], k, [0], verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0, promised=policy.promise)
     assert picks[0] == 1 and policy.delivery(1) < 0.9
     assert picks[-8:].count(0) >= 6, picks  # no chains but the probes
     for _ in range(24):  # the chain now delivers: each draft accepted
         _pinned(policy, (1000, 3000))
         k = policy.choose([0])
         picks.append(k)
-        policy.observe([0], k, [min(k, 1)], verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0)
+        policy.observe([0], k, [min(k, 1)], verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0,
+                       promised=policy.promise)
     assert sum(k >= 1 for k in picks[-8:]) >= 6, picks  # chains again, but for a probe one shorter now and then
+    fresh = AdaptiveChain(max_k=4)
+    fresh.warmed.add(1)
+    for k in (4, 0, 2, 1, 3):
+        fresh.observe([0], k, [0], verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0)
+    _pinned(fresh, (9000, 10000))  # drafts accepted 9 in 10: a chain of 4 promises 3x a plain step's rate
+    assert fresh.choose([0]) == 4
+    fresh.observe([0], 4, [0], verify_s=1.8, draft_s=0.0, other_s=0.0, promised=fresh.promise)  # one unlucky step
+    _pinned(fresh, (9000, 10000))
+    assert fresh.choose([0]) == 4 and 0.4 < fresh.delivery(1) < 1
 
 
 def test_a_batch_that_shrinks_as_rows_finish_borrows_the_full_batch_costs():
@@ -220,6 +230,21 @@ def test_greedy_output_is_generates_whatever_it_picks(rows):
         if acceptance:
             assert out.stats.mean_accepted_length > 2.5 and min(late[acceptance]) >= 4, late
     assert sum(late[0.0]) <= 1, late  # no drafts (a probe at most) once none is accepted
+
+
+def test_a_session_holds_each_chain_step_to_its_own_promise():
+    """The session reads a step's timings one step later: the promise it hands `observe` is that step's own (the
+    next step's choice must not overwrite it), so a drafter right 9 times in 10 keeps the chains' delivery
+    recorded and near its promise on this machine's own timings."""
+    model = make_target("llama", seed=2)
+    ids, mask = ragged_prompts(1, seed=1)
+    policy = AdaptiveChain(max_k=6)
+    out = speculative_generate(model, ControlledDrafter(model, acceptance=0.9, horizon=60), ids, attention_mask=mask,
+                               max_new_tokens=60, tree=policy, stopping=StoppingConfig.never())
+    chain_steps = sum(k > 0 for k in policy.chosen[4:-1])  # past the warm-up and exploration; the last is never read
+    got, owed, steps = policy.delivered[1]
+    assert steps > 0.5 * min(chain_steps, 10) and 0.4 < policy.delivery(1) < 2.5, (policy.chosen, policy.delivered)
+    assert out.stats.mean_accepted_length > 2.5
 
 
 @pytest.mark.slow
