@@ -10,6 +10,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 
 from .cli_types import chain_length, parse_tree, positive_int
+from .heap import keep_freed_memory
 from .generate_args import DESCRIPTION as GENERATE_DESCRIPTION
 from .generate_args import add_arguments as add_generate_arguments
 
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if light is not None:
         light.parse_args(argv)  # prints the help (or the error) and exits
     commands = importlib.import_module(COMMANDS_MODULE)
+    keep_freed_memory()  # every command generates or times on the CPU (multispec.heap)
     return commands.run(commands.build_parser().parse_args(argv))
 
 

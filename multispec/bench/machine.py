@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from ..heap import heap_state
+
 
 def _cpu_model() -> str:
     try:
@@ -47,7 +49,8 @@ def machine_info() -> dict:
     info = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             "cpu": _cpu_model(), "logical_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
-            "git_commit": _git_commit(), "git_dirty": _git_dirty(), "MULTISPEC_FAST_HEAD": os.environ.get("MULTISPEC_FAST_HEAD", "0")}
+            "git_commit": _git_commit(), "git_dirty": _git_dirty(), "MULTISPEC_FAST_HEAD": os.environ.get("MULTISPEC_FAST_HEAD", "0"),
+            "heap": heap_state()}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
