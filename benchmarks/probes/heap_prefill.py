@@ -17,16 +17,17 @@ import subprocess
 import sys
 import time
 
+import torch
+
+from multispec import StoppingConfig, speculative_generate, zoo
+from multispec.bench.batch_sweep import ragged_batch
+from multispec.bench.machine import machine_info
+from multispec.bench.text import SWEEP_PROMPT_TOKENS, prompts
+from multispec.drafters import NGramDrafter
+from multispec.heap import heap_state, keep_freed_memory
+
 
 def measure(pair_name: str, batch: int, rounds: int) -> dict:
-    import torch
-
-    from multispec import StoppingConfig, speculative_generate, zoo
-    from multispec.bench.batch_sweep import ragged_batch
-    from multispec.bench.text import SWEEP_PROMPT_TOKENS, prompts
-    from multispec.drafters import NGramDrafter
-    from multispec.heap import heap_state, keep_freed_memory
-
     keep_freed_memory()  # off in the control's process (MULTISPEC_KEEP_FREED_MEMORY=0)
     pair = zoo.load(pair_name)
     ids, mask = ragged_batch([p for _, p in prompts(pair.tokenizer, True, "heldout")], batch, 0, SWEEP_PROMPT_TOKENS)
@@ -63,8 +64,6 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.pair, args.batch, args.rounds)))
         return
-    from multispec.bench.machine import machine_info
-
     runs = {}
     for which, env_value in (("default", "0"), ("kept", "1")):
         env = dict(os.environ, MULTISPEC_KEEP_FREED_MEMORY=env_value)
