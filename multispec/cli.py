@@ -10,9 +10,9 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 
 from .cli_types import chain_length, parse_tree, positive_int
-from .heap import keep_freed_memory
 from .generate_args import DESCRIPTION as GENERATE_DESCRIPTION
 from .generate_args import add_arguments as add_generate_arguments
+from .heap import keep_freed_memory
 
 # the top-level commands and what they do (`multispec --help` prints these without loading any command)
 COMMANDS = {

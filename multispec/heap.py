@@ -3,11 +3,11 @@
 Why: glibc hands large freed blocks back to the kernel (a block over its mmap threshold is unmapped when freed;
 the heap's top is trimmed once more than its trim threshold lies free there), so the next tensor of that size
 faults in fresh zeroed pages, 4 KiB at a time. Which allocations meet that fate depends on the order of the
-allocations before them, not on the arithmetic: on Gemma 3 270M, a prefill of 16 prompts of 255 tokens took
-~477k minor page faults and 6.2 s in our engine, while `transformers`' batched `generate` on the same batch, in the
-same process, ran fault-free in 5.5 s; with freed memory kept, ours took no faults and 5.7 s (one decode step more).
-A timed comparison should compare computation, not heap luck, so every benchmark's `Recorder` and the CLI keep
-freed memory for the whole process, and `machine_info` records it.
+allocations before them, not on the arithmetic: a batched prefill of our engine faulted its MLP intermediates in
+again and again where `transformers`' `generate`, in the same process, did not (measured in
+docs/benchmarks/chat.md, "Where our no-draft step's gap to plain batched `generate` came from"). A timed
+comparison should compare computation, not heap luck, so every benchmark's `Recorder` and the CLI keep freed
+memory for the whole process, and `machine_info` records it.
 
 The cost: the process keeps the memory of its largest batch (its resident size does not shrink afterwards).
 `MULTISPEC_KEEP_FREED_MEMORY=0` in the environment turns it off; library users opt in with `keep_freed_memory()`.
@@ -17,7 +17,6 @@ Elsewhere than glibc (macOS, musl) it does nothing and says so.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 ENV = "MULTISPEC_KEEP_FREED_MEMORY"
@@ -29,7 +28,7 @@ KEEP_BYTES = 1 << 30
 # torch's allocator asks for) does not fit the freed top and faults its pages in again (measured, glibc 2.36)
 TOP_PAD_BYTES = 16 << 20
 
-_state: str | None = None  # what the last call did: "kept", "off (...)" or "unavailable (...)"
+_state: str | None = None  # what the first call did: "kept", "off (...)" or "unavailable (...)"
 
 
 def keep_freed_memory() -> bool:
@@ -66,11 +65,8 @@ def _apply() -> str:
 
 
 def _glibc_mallopt():
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
     try:
-        libc = ctypes.CDLL(name)
+        libc = ctypes.CDLL(None)  # the symbols the process already has (its C library's among them): no lookup
         gnu_get_libc_version = libc.gnu_get_libc_version  # glibc only: musl and macOS's libc lack it
         mallopt = libc.mallopt
     except (OSError, AttributeError):
