@@ -250,7 +250,7 @@ class Session:
             # the step reads the device once (`read_step`); checks that would read it wait for that read
             with deferred_checks() as checks:
                 spec = self.spec if adaptive is None else Chain(adaptive.choose(
-                    list(self.active), room=max(max_new_tokens - len(new[r]) for r in self.active)))
+                    list(self.active), room=[max_new_tokens - len(new[r]) for r in self.active]))
                 # an adaptive step without drafts skips the drafter where it can catch up later in one pass (an
                 # EAGLE head queues the committed tokens): a step of no drafts then costs what our plain step costs
                 skipped = adaptive is not None and spec.k == 0 and self.drafter.supports_skipped_steps
