@@ -147,12 +147,12 @@ class AdaptiveChain:
         costs = [self._cost(batch, k) for k in range(self.max_k + 1)]
         promised = {k: tokens[k] / costs[k] for k in range(self.max_k + 1)}
         kept = self.delivery(batch)  # what chains delivered of their promise here
-        if rooms is None:  # no end in sight: tokens per second of this step
+        if rooms is None or batch == 1:  # no end in sight (or one row): tokens per second of this step
             rates = {k: promised[k] * (kept if k else 1.0) for k in promised}
-        else:  # the batch's end: its last row's (expected) steps at this step's cost, for every row's tokens
-            work = float(sum(rooms))
-            rates = {k: work / (costs[k] * finish_steps([m[k] for m in moments], rooms)) * (kept if k else 1.0)
-                     for k in promised}
+        else:  # the batch's end: its steps priced as the batch shrinks, for every row's tokens
+            work, shares = float(sum(rooms)), self._fixed_shares(batch, costs)
+            rates = {k: work / (costs[k] * _batch_steps([m[k] for m in moments], rooms, shares[k]))
+                     * (kept if k else 1.0) for k in promised}
         k = max(rates, key=rates.get)
         if k and rates[k] < rates[0] * (1 + self.margin):  # drafts must clearly pay: a near tie is noise
             k = 0
@@ -168,6 +168,22 @@ class AdaptiveChain:
         # a given `verify_cost` prices in its own units: there is no measured promise to hold the chains to
         self.promise = promised[k] if k and self.verify_cost is None else 0.0
         return self._record(k)
+
+    def _fixed_shares(self, batch: int, costs: list[float]) -> list[float]:
+        """For each chain length, the share of a step's cost at `batch` rows (`costs`) that stays when rows finish,
+        from the cost at the smallest batch size timed here of at most half `batch` (closer sizes leave the share
+        to the timings' noise); 1, the whole step, before one is (a batch ends no sooner than its last row,
+        whatever its steps cost then). On a CPU with a large vocabulary a step of 1 row costs about what 8 do;
+        small models cost by the row."""
+        if self.verify_cost is not None:
+            small = 1
+        else:
+            small = min((b for b, _ in self.verify_s if 2 * b <= batch), default=None)
+        if small is None:
+            return [1.0] * len(costs)
+        ratio = small / batch
+        return [min(max((self._cost(small, k) / full - ratio) / (1 - ratio), 0.0), 1.0) if full > 0 else 1.0
+                for k, full in enumerate(costs)]
 
     def _longer(self, k: int, tokens: list[float], rows: int) -> int:
         """The probe above `k`: the longest chain expected to keep at least half a token more per row (its
@@ -332,10 +348,23 @@ def finish_steps(moments: Sequence[tuple[float, float]], rooms: Sequence[int]) -
     than the steps'); rough with a few tokens to go, where it is capped at the largest room."""
     mean, var = None, 0.0
     for (m, v), room in zip(moments, rooms):
-        # the last step overshoots the room: (room - 1) / m + (E[T^2] + m) / (2 m^2) for whole tokens
-        mu, s2 = (room - 1) / m + (v + m * m + m) / (2 * m * m), room * v / m ** 3
+        mu, s2 = row_steps(m, v, room), room * v / m ** 3
         mean, var = (mu, s2) if mean is None else _max_of_normals(mean, var, mu, s2)
     return min(max(mean or 0.0, 1.0), float(max(rooms, default=1)))  # no row takes more steps than its room
+
+
+def _batch_steps(moments: Sequence[tuple[float, float]], rooms: Sequence[int], fixed_share: float) -> float:
+    """A batch's steps in units of a whole batch's step: a step costs a part that stays as rows finish (the
+    weights read once a step) and a part per row, so the batch costs fixed x (its last row's steps) + per row x
+    (its rows' mean steps)."""
+    mean = sum(row_steps(m, v, r) for (m, v), r in zip(moments, rooms)) / len(rooms)
+    return fixed_share * finish_steps(moments, rooms) + (1 - fixed_share) * mean
+
+
+def row_steps(mean: float, var: float, room: int) -> float:
+    """The expected steps until a row emitting tokens of this mean and variance a step has `room` of them: the
+    last step overshoots, (room - 1) / mean + (E[T^2] + mean) / (2 mean^2) for whole tokens (renewal theory)."""
+    return min((room - 1) / mean + (var + mean * mean + mean) / (2 * mean * mean), float(room))
 
 
 def _max_of_normals(m1: float, v1: float, m2: float, v2: float) -> tuple[float, float]:
