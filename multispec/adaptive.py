@@ -171,19 +171,23 @@ class AdaptiveChain:
 
     def _fixed_shares(self, batch: int, costs: list[float]) -> list[float]:
         """For each chain length, the share of a step's cost at `batch` rows (`costs`) that stays when rows finish,
-        from the cost at the smallest batch size timed here of at most half `batch` (closer sizes leave the share
-        to the timings' noise); 1, the whole step, before one is (a batch ends no sooner than its last row,
+        from the costs at the batch sizes timed here of at most half `batch` (a line through the cost at `batch`;
+        closer sizes leave the share to the timings' noise); 1, the whole step, before one is (a batch ends no sooner than its last row,
         whatever its steps cost then). On a CPU with a large vocabulary a step of 1 row costs about what 8 do;
         small models cost by the row."""
         if self.verify_cost is not None:
-            small = 1
+            sizes = [1]
         else:
-            small = min((b for b, _ in self.verify_s if 2 * b <= batch), default=None)
-        if small is None:
+            sizes = sorted({b for b, _ in self.verify_s if 2 * b <= batch})
+        if not sizes:
             return [1.0] * len(costs)
-        ratio = small / batch
-        return [min(max((self._cost(small, k) / full - ratio) / (1 - ratio), 0.0), 1.0) if full > 0 else 1.0
-                for k, full in enumerate(costs)]
+        shares = []
+        for k, full in enumerate(costs):  # the line through (batch, full) fitted to the smaller sizes' costs
+            xs = [b / batch - 1 for b in sizes]
+            ys = [self._cost(b, k) / full - 1 if full > 0 else 0.0 for b in sizes]
+            slope = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)  # the cost share per row x batch
+            shares.append(min(max(1 - slope, 0.0), 1.0))
+        return shares
 
     def _longer(self, k: int, tokens: list[float], rows: int) -> int:
         """The probe above `k`: the longest chain expected to keep at least half a token more per row (its
@@ -288,7 +292,10 @@ class AdaptiveChain:
         batch = len(rows)
         if batch not in self.warmed:
             self.warmed.add(batch)
-            return
+            if self.verify_cost is None and self._near(batch) is None:
+                return  # a new batch size's first step (its warm-up): not timed
+        # a batch shrunk by rows that finished takes a nearby size's costs and is timed from its first step: the
+        # costs of the sizes a batch shrinks through price its stragglers (`_fixed_shares`)
         self._average(self.verify_s, (batch, k + 1), verify_s)
         if k:
             self._average(self.draft_s, batch, draft_s / k)

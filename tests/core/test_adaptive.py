@@ -10,7 +10,8 @@ never seen); doubling the wait only when a probe accepts nothing (the probe that
 never pays keeps coming back every 4 steps); no margin over k = 0 (the near tie drafts 1); exploring every new batch size (the shrinking batch
 drafts 8 at 7 rows); chains priced without what they delivered of their promise (the chain that emits one token a
 step keeps drafting 1); a batch priced by its mean row's steps instead of its last row's (the chain that pays a
-step but not a batch of 8 drafts 1)."""
+step but not a batch of 8 drafts 1); every step of a shrinking batch priced whole, or by the row (one of the two
+shrinking-batch cases fails)."""
 
 import math
 
@@ -208,6 +209,23 @@ def test_a_chain_that_pays_a_step_but_not_a_batch_gives_way_to_none():
     assert policy.choose(rows) == 1
     with pytest.raises(ValueError, match="room"):
         policy.choose(rows, room=[64] * 7)
+
+
+@pytest.mark.parametrize("by_the_row", [False, True], ids=["flat", "by-the-row"])
+def test_a_shrinking_batch_costs_what_its_rows_cost(by_the_row):
+    """The chain of the test above at 8 rows, with a batch of 4 also timed: where a step of 4 rows costs what 8
+    do (the weights read once a step), the batch's last steps cost a whole step each and the chain loses (none);
+    where it costs half (a small model, by the row), a straggler costs only its own row and the chain's 8% a step
+    stands (1). The mutations that price every step whole, or every step by the row, each fail one case."""
+    policy = AdaptiveChain(max_k=4)
+    for batch in (8, 4):
+        policy.warmed.add(batch)
+        scale = batch / 8 if by_the_row else 1.0
+        for k in (4, 0, 2, 1, 3):
+            policy.observe(list(range(batch)), k, [0] * batch, verify_s=(1.0 + 0.2 * k) * scale, draft_s=0.0,
+                           other_s=0.0)
+    policy.accepted, policy.pooled, policy.prior_weight = {r: (3000, 10000) for r in range(8)}, (0, 0), 0.0
+    assert policy.choose(list(range(8)), room=64) == (1 if by_the_row else 0)
 
 def _pinned(policy: AdaptiveChain, accepted: tuple[int, int]) -> None:
     """The rows' acceptance estimate held at `accepted` (what a biased estimate would say, whatever they do)."""
