@@ -147,11 +147,14 @@ class AdaptiveChain:
         costs = [self._cost(batch, k) for k in range(self.max_k + 1)]
         promised = {k: tokens[k] / costs[k] for k in range(self.max_k + 1)}
         kept = self.delivery(batch)  # what chains delivered of their promise here
-        if rooms is None or batch == 1:  # no end in sight (or one row): tokens per second of this step
-            rates = {k: promised[k] * (kept if k else 1.0) for k in promised}
-        else:  # the batch's end: its steps priced as the batch shrinks, for every row's tokens
+        rates = {k: promised[k] * (kept if k else 1.0) for k in promised}  # tokens per second of this step
+        # with equal rooms a chain's rate over the batch is at most its rate a step (its last row's steps are no
+        # fewer than room / mean), and none's is the same: where no chain pays a step, none pays the batch
+        step_pays = max(rates[k] for k in range(1, self.max_k + 1)) >= rates[0] * (1 + self.margin)
+        if rooms is not None and batch > 1 and (step_pays or len(set(rooms)) > 1):
+            # the batch's end: its steps priced as the batch shrinks, for every row's tokens
             work, shares = float(sum(rooms)), self._fixed_shares(batch, costs)
-            rates = {k: work / (costs[k] * _batch_steps([m[k] for m in moments], rooms, shares[k]))
+            rates = {k: work / (costs[k] * batch_steps([m[k] for m in moments], rooms, shares[k]))
                      * (kept if k else 1.0) for k in promised}
         k = max(rates, key=rates.get)
         if k and rates[k] < rates[0] * (1 + self.margin):  # drafts must clearly pay: a near tie is noise
@@ -172,9 +175,9 @@ class AdaptiveChain:
     def _fixed_shares(self, batch: int, costs: list[float]) -> list[float]:
         """For each chain length, the share of a step's cost at `batch` rows (`costs`) that stays when rows finish,
         from the costs at the batch sizes timed here of at most half `batch` (a line through the cost at `batch`;
-        closer sizes leave the share to the timings' noise); 1, the whole step, before one is (a batch ends no sooner than its last row,
-        whatever its steps cost then). On a CPU with a large vocabulary a step of 1 row costs about what 8 do;
-        small models cost by the row."""
+        closer sizes leave the share to the timings' noise); 1, the whole step, before one is (a batch ends no
+        sooner than its last row, whatever its steps cost then). On a CPU with a large vocabulary a step of 1 row
+        costs about what 8 do; small models cost by the row."""
         if self.verify_cost is not None:
             sizes = [1]
         else:
@@ -360,7 +363,7 @@ def finish_steps(moments: Sequence[tuple[float, float]], rooms: Sequence[int]) -
     return min(max(mean or 0.0, 1.0), float(max(rooms, default=1)))  # no row takes more steps than its room
 
 
-def _batch_steps(moments: Sequence[tuple[float, float]], rooms: Sequence[int], fixed_share: float) -> float:
+def batch_steps(moments: Sequence[tuple[float, float]], rooms: Sequence[int], fixed_share: float) -> float:
     """A batch's steps in units of a whole batch's step: a step costs a part that stays as rows finish (the
     weights read once a step) and a part per row, so the batch costs fixed x (its last row's steps) + per row x
     (its rows' mean steps)."""
@@ -388,4 +391,4 @@ def _max_of_normals(m1: float, v1: float, m2: float, v2: float) -> tuple[float, 
     return mean, max(square - mean * mean, 0.0)
 
 
-__all__ = ["AdaptiveChain", "finish_steps"]
+__all__ = ["AdaptiveChain", "batch_steps", "finish_steps", "row_steps"]

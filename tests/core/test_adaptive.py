@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from multispec import SamplingConfig, StoppingConfig, speculative_generate
-from multispec.adaptive import AdaptiveChain, finish_steps
+from multispec.adaptive import AdaptiveChain, batch_steps, finish_steps
 from multispec.drafters.controlled import ControlledDrafter
 from multispec.drafters.model import ModelDrafter
 from multispec.testing import chi_square_pvalue, first_two_token_dists, make_perturbed_copy, make_target, \
@@ -210,6 +210,24 @@ def test_a_chain_that_pays_a_step_but_not_a_batch_gives_way_to_none():
     with pytest.raises(ValueError, match="room"):
         policy.choose(rows, room=[64] * 7)
 
+
+
+def test_a_batch_of_equal_rooms_never_beats_its_steps():
+    """What lets the policy skip pricing the batch where no chain pays a step: with equal rooms, a chain's tokens
+    per (whole-batch) step over the batch's end are at most its expected tokens a step, whatever the rows'
+    acceptance and the share of the step that stays as rows finish."""
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(200):
+        rows = int(torch.randint(2, 33, (1,), generator=gen))
+        room, k = int(torch.randint(1, 200, (1,), generator=gen)), 8
+        share = float(torch.rand(1, generator=gen))
+        moments = []
+        for a in torch.rand(rows, generator=gen).tolist():
+            reach = [a ** j for j in range(k + 1)]
+            mean = sum(reach)
+            moments.append((mean, 1 + sum((2 * j + 1) * reach[j] for j in range(1, k + 1)) - mean * mean))
+        tokens = sum(m for m, _ in moments)
+        assert rows * room / batch_steps(moments, [room] * rows, share) <= tokens * (1 + 1e-9)
 
 @pytest.mark.parametrize("by_the_row", [False, True], ids=["flat", "by-the-row"])
 def test_a_shrinking_batch_costs_what_its_rows_cost(by_the_row):
