@@ -142,7 +142,8 @@ class AdaptiveChain:
             for k in (self.max_k, 0, self.max_k // 2):  # a new batch size: both ends and the middle first
                 if k + 1 not in seen:
                     return self._record(k)
-        moments = self._row_moments(rows)
+        factors = [self.depth_factor(d) for d in range(1, self.max_k + 1)]
+        moments = [self._moments(self.acceptance(r), factors) for r in rows]
         tokens = [sum(m[k][0] for m in moments) for k in range(self.max_k + 1)]
         costs = [self._cost(batch, k) for k in range(self.max_k + 1)]
         promised = {k: tokens[k] / costs[k] for k in range(self.max_k + 1)}
@@ -153,8 +154,11 @@ class AdaptiveChain:
         step_pays = max(rates[k] for k in range(1, self.max_k + 1)) >= rates[0] * (1 + self.margin)
         if rooms is not None and batch > 1 and (step_pays or len(set(rooms)) > 1):
             # the batch's end: its steps priced as the batch shrinks, for every row's tokens
+            # every row at the pooled rate: the batch's spread is the draws' own; the rows' estimates would add
+            # their noise, and the largest of noisy estimates runs high (a row that drew two rejections early)
             work, shares = float(sum(rooms)), self._fixed_shares(batch, costs)
-            rates = {k: work / (costs[k] * batch_steps([m[k] for m in moments], rooms, shares[k]))
+            typical = self._moments(self.pooled_rate(), factors)
+            rates = {k: work / (costs[k] * batch_steps([typical[k]] * batch, rooms, shares[k]))
                      * (kept if k else 1.0) for k in promised}
         k = max(rates, key=rates.get)
         if k and rates[k] < rates[0] * (1 + self.margin):  # drafts must clearly pay: a near tie is noise
@@ -236,6 +240,12 @@ class AdaptiveChain:
             beta = self.prior_weight - alpha
         return (a + alpha) / (n + alpha + beta)
 
+    def pooled_rate(self) -> float:
+        """What every row so far accepted, pooled (the prior before any)."""
+        got, trials = self.pooled
+        alpha, beta = self.prior
+        return (got + alpha) / (trials + alpha + beta)
+
     def depth_factor(self, depth: int) -> float:
         """The pooled acceptance at `depth` over the pooled acceptance overall (1 before anything is measured)."""
         got, trials = self.pooled
@@ -245,21 +255,16 @@ class AdaptiveChain:
         at, tried = self.by_depth.get(depth, (0, 0))  # smoothed as the overall rate, then shrunk towards it
         return (at + 1 + self.prior_weight * overall) / (tried + 2 + self.prior_weight) / overall
 
-    def _row_moments(self, rows: list[int]) -> list[list[tuple[float, float]]]:
-        """For each row, for each k in 0..max_k, the mean and variance of the tokens a chain of k emits:
-        T = 1 + (drafts kept), P(T > j) = p1...pj (pd: the row's acceptance at depth d), so
+    def _moments(self, a: float, factors: list[float]) -> list[tuple[float, float]]:
+        """For each k in 0..max_k, the mean and variance of the tokens a chain of k emits for a row accepting at
+        rate `a`, scaled at depth d by `factors[d - 1]`: T = 1 + (drafts kept), P(T > j) = p1...pj, so
         E[T] = 1 + sum_j p1...pj and E[T^2] = 1 + sum_j (2j + 1) p1...pj."""
-        factors = [self.depth_factor(d) for d in range(1, self.max_k + 1)]
-        out = []
-        for r in rows:
-            a, reach, mean, square = self.acceptance(r), 1.0, 1.0, 1.0
-            row = [(1.0, 0.0)]
-            for j, f in enumerate(factors, start=1):
-                reach *= min(a * f, 0.999)
-                mean += reach
-                square += (2 * j + 1) * reach
-                row.append((mean, max(square - mean * mean, 0.0)))
-            out.append(row)
+        reach, mean, square, out = 1.0, 1.0, 1.0, [(1.0, 0.0)]
+        for j, f in enumerate(factors, start=1):
+            reach *= min(a * f, 0.999)
+            mean += reach
+            square += (2 * j + 1) * reach
+            out.append((mean, max(square - mean * mean, 0.0)))
         return out
 
     def _cost(self, batch: int, k: int) -> float:

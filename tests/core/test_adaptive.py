@@ -201,6 +201,7 @@ def test_a_chain_that_pays_a_step_but_not_a_batch_gives_way_to_none():
         for k in (4, 0, 2, 1, 3):
             policy.observe(list(range(batch)), k, [0] * batch, verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0)
     policy.accepted, policy.pooled, policy.prior_weight = {r: (3000, 10000) for r in range(8)}, (0, 0), 0.0
+    policy.prior = (3.0, 7.0)  # the pooled rate the batch is priced at: the rows' own
     rows = list(range(8))
     assert policy.choose(rows, room=64) == 0
     assert policy.choose(rows, room=[64] * 8) == 0
@@ -243,6 +244,7 @@ def test_a_shrinking_batch_costs_what_its_rows_cost(by_the_row):
             policy.observe(list(range(batch)), k, [0] * batch, verify_s=(1.0 + 0.2 * k) * scale, draft_s=0.0,
                            other_s=0.0)
     policy.accepted, policy.pooled, policy.prior_weight = {r: (3000, 10000) for r in range(8)}, (0, 0), 0.0
+    policy.prior = (3.0, 7.0)  # the pooled rate the batch is priced at: the rows' own
     assert policy.choose(list(range(8)), room=64) == (1 if by_the_row else 0)
 
 def _pinned(policy: AdaptiveChain, accepted: tuple[int, int]) -> None:
