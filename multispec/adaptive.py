@@ -20,10 +20,13 @@ pay. `AdaptiveChain` (`tree="auto"`) prices every k with what it measures where 
   token by batch size.
 
 A batch ends when its last row does. Given the tokens each row may still emit (the session passes them), a
-chain is priced by the steps until the unluckiest row is done (`finish_steps`), not by one step's tokens: rows
-that draw drafts move apart, and the batch waits for the row that drew fewest, while steps without drafts keep
-them in step. On a device where a step of 1 row costs about what a step of 8 does, a chain that emits a few % more
-tokens a step than none ends a batch of 8 later than none would (measured on Gemma 3 270M, docs/benchmarks/chat.md).
+chain is priced by when the batch ends, not by one step's tokens: rows that draw drafts move apart, and the batch
+waits for the row that drew fewest, while steps without drafts keep them in step. The part of a step that stays as
+rows finish (weights read once a step) is paid until the unluckiest row is done (`finish_steps`), the part per row
+for each row's own steps (`batch_steps`); that share is fitted to the costs timed at smaller batch sizes (the whole
+step until one is). The batch's spread is priced with every row at the pooled rate: the largest of the rows' noisy
+estimates runs high. On a device where a step of 1 row costs about what a step of 8 does, a chain that emits a
+little more a step than none can end a batch later than none would (docs/benchmarks/chat.md).
 
 Lossless whatever it picks: the length of a chain changes what is verified, never how. A chain must beat no chain
 by `margin` (3%): where drafts are barely accepted the two are a near tie within the timings' noise, and a wrong
@@ -358,9 +361,9 @@ def finish_steps(moments: Sequence[tuple[float, float]], rooms: Sequence[int]) -
     (mean, variance) a step. A row needs about room / mean steps, with variance room * variance / mean^3 (renewal
     theory); the batch needs the largest of them, whose mean is folded pairwise over the rows as the maximum of two
     normals (Clark 1961). Rows that emit one token a step need exactly their room; rows that draw more vary, and a
-    batch of B such rows waits for its unluckiest: about 1.4 standard deviations past the mean at B = 8. Against
-    simulated batches with 64 tokens to go: within 1% at B <= 8, within 5% at B = 32 (the normal's tail is thinner
-    than the steps'); rough with a few tokens to go, where it is capped at the largest room."""
+    batch of B such rows waits for its unluckiest: about 1.4 standard deviations past the mean at B = 8. Checked
+    against simulated batches (tests/core/test_adaptive.py); rough with a few tokens to go (the normal's tail is
+    thinner than the steps'), where it is capped at the largest room."""
     mean, var = None, 0.0
     for (m, v), room in zip(moments, rooms):
         mu, s2 = row_steps(m, v, room), room * v / m ** 3
