@@ -11,7 +11,8 @@ never pays keeps coming back every 4 steps); no margin over k = 0 (the near tie 
 drafts 8 at 7 rows); chains priced without what they delivered of their promise (the chain that emits one token a
 step keeps drafting 1); a batch priced by its mean row's steps instead of its last row's (the chain that pays a
 step but not a batch of 8 drafts 1); every step of a shrinking batch priced whole, or by the row (one of the two
-shrinking-batch cases fails)."""
+shrinking-batch cases fails); no smaller size timed priced by the row (the lone batch of 8 drafts 1); the batch's
+spread priced with each row's own estimate (the batch with one noisy estimate drafts 2)."""
 
 import math
 
@@ -210,6 +211,30 @@ def test_a_chain_that_pays_a_step_but_not_a_batch_gives_way_to_none():
     assert policy.choose(rows) == 1
     with pytest.raises(ValueError, match="room"):
         policy.choose(rows, room=[64] * 7)
+    alone = AdaptiveChain(max_k=4)  # no smaller batch timed: the batch's last steps are priced as whole steps
+    alone.warmed.add(8)
+    for k in (4, 0, 2, 1, 3):
+        alone.observe(rows, k, [0] * 8, verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0)
+    alone.accepted, alone.pooled, alone.prior_weight = {r: (3000, 10000) for r in rows}, (0, 0), 0.0
+    alone.prior = (3.0, 7.0)
+    assert alone.choose(rows, room=64) == 0
+
+
+def test_the_batch_spread_is_priced_at_the_pooled_rate():
+    """Seven rows accepting 9 drafts in 10 and one whose estimate is 0.51 after three early rejections (a noisy
+    estimate, not a slow row): priced with each row's own estimate the batch would wait for that row and draft 1-2;
+    at the pooled rate, the chain of 4 that the rows' record supports."""
+    policy = AdaptiveChain(max_k=4)
+    rows = list(range(8))
+    for batch in (8, 4):
+        policy.warmed.add(batch)
+        for k in (4, 0, 2, 1, 3):
+            policy.observe(list(range(batch)), k, [0] * batch, verify_s=1.0 + 0.2 * k, draft_s=0.0, other_s=0.0)
+    policy.pooled, policy.by_depth = (9000, 10000), {d: (9000, 10000) for d in range(1, 5)}
+    policy.accepted = {**{r: (9000, 10000) for r in range(7)}, 7: (0, 3)}
+    assert policy.acceptance(7) == pytest.approx(0.51, abs=0.01)
+    assert policy.acceptance(0) == pytest.approx(0.9, abs=0.01)
+    assert policy.choose(rows, room=64) == 4
 
 
 
