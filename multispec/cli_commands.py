@@ -125,6 +125,14 @@ def _zoo_tune(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     run = tune.TuneRun(args.name, rounds=args.rounds, max_new_tokens=args.max_new_tokens, full=args.full,
                        json_path=args.json, write=args.write)
+    if args.min_ngrams is not None and args.what != "chat-lookup":
+        raise ValueError("--min-ngrams: for --what chat-lookup only")
+    if args.what == "chat-lookup":
+        if args.trees is not None or args.drafter is not None:
+            raise ValueError(f"{'--trees' if args.trees is not None else '--drafter'}: not for --what chat-lookup")
+        tune.tune_chat_lookup(run, args.chains or tune.CHAT_CHAINS, args.min_ngrams or tune.CHAT_MIN_NGRAMS,
+                              args.per_category)
+        return 0
     if args.what == "recycling":
         if args.chains is not None or args.drafter is not None:
             raise ValueError(f"{'--chains' if args.chains is not None else '--drafter'}: for --what shape only")
@@ -272,10 +280,17 @@ def _add_zoo(sub) -> None:
                                "them in its draft_shape.json)", description=tune.__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     tuned.add_argument("name")
-    tuned.add_argument("--what", choices=["shape", "recycling"], default="shape",
-                       help="the chain length and dynamic tree (default), or Token Recycling's tree")
+    tuned.add_argument("--what", choices=["shape", "recycling", "chat-lookup"], default="shape",
+                       help="the chain length and dynamic tree (default), Token Recycling's tree, or prompt lookup "
+                            "for chat (eval chat's row)")
     tuned.add_argument("--chains", type=int_list, default=None, metavar="K,K",
-                       help=f"--what shape: chain lengths to try (default {','.join(map(str, tune.CHAINS))})")
+                       help=f"chain lengths to try (default {','.join(map(str, tune.CHAINS))}; for --what "
+                            f"chat-lookup {','.join(map(str, tune.CHAT_CHAINS))})")
+    tuned.add_argument("--min-ngrams", type=int_list, default=None, metavar="M,M",
+                       help=f"--what chat-lookup: shortest n-grams to try (default "
+                            f"{','.join(map(str, tune.CHAT_MIN_NGRAMS))})")
+    tuned.add_argument("--per-category", type=positive_int, default=2, metavar="N",
+                       help="--what chat-lookup: validation questions a kind (default %(default)s; --full: all)")
     tuned.add_argument("--trees", nargs="+", default=None, metavar="TREE",
                        help=f"candidate trees: D/K/N for --what shape (default {' '.join(tune.TREES)}; none: chains "
                             f"only), rank paths for --what recycling (default {' '.join(tune.RECYCLING_TREES)})")

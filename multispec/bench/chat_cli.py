@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -20,6 +19,7 @@ from .machine import busy, save_results
 from .recorder import format_table, results
 from .rows import Row, keep_rows, method_table
 from .text import setup_rows
+from .tune import chat_lookup_row
 from .text import rows as text_rows
 
 
@@ -70,6 +70,8 @@ def _rows(args, drafter, runner, questions):
         chain_k, choice = setup.chain_k, setup.choice
         rows = [r for r in text_rows(setup, compile=False) if not r.name.startswith(("suffix_chain_k",
                                                                                      "hybrid_ngram_suffix"))]
+        if pair.chat_lookup is not None:  # prompt lookup chosen for chat on the validation split (zoo tune)
+            rows.append(chat_lookup_row(*pair.chat_lookup))
         draft_model = pair.draft_model
     else:
         # a checkpoint has no step profiles to calibrate from: --chain-k K, else 4
@@ -93,15 +95,21 @@ def _rows(args, drafter, runner, questions):
     greedy = plain_methods(runner, draft_model) | method_table(rows, run)
     only = args.methods
     if args.quick and only is None:
-        only = tuple(n for n in (r.replace("{k}", str(chain_k)) for r in QUICK_ROWS) if n in greedy)
+        quick = [r.replace("{k}", str(chain_k)) for r in QUICK_ROWS] + [r.name for r in rows if _chat_row(r.name)]
+        only = tuple(n for n in quick if n in greedy)
     greedy = keep_rows(greedy, only, ["plain", "hf_prompt_lookup", "hf_assisted"], "greedy")
     return greedy, [r for r in rows if only is None or r.name in only], chain_k, choice
 
 
 # `--quick`'s rows (with plain decoding and the peers): no drafts, prompt lookup and SuffixDecoding, the pair's
 # EAGLE head with its length chosen each step (`tree="auto"`: it stops drafting where the head is not accepted) and
-# its hybrid with prompt lookup
+# its hybrid with prompt lookup; and the pair's prompt lookup chosen for chat, where it has one
 QUICK_ROWS = ("no_draft", "ngram_chain_k{k}", "eagle_chain_auto", "hybrid_chain_k{k}", "suffix_tree")
+
+
+def _chat_row(name: str) -> bool:
+    """The row `chat_lookup_row` names (`ngram_chain_k{K}_min{M}`)."""
+    return name.startswith("ngram_chain_k") and "_min" in name
 
 
 def _default_tree():

@@ -15,12 +15,19 @@
   as `bench text`'s `recycling_tree` row does (one drafter per round, learning across its prompts); the fastest
   is chosen. Candidates are rank paths (`multispec.drafters.recycling.tree_from_text`): "0,1,0.0" is the
   root's top two candidates and the first one's top candidate; "cpu" is the 12-node `cpu_tree()`.
+- `--what chat-lookup`: prompt lookup for chat (`multispec eval chat`'s row `ngram_chain_k{K}_min{M}`): the
+  chain length K and the shortest n-gram M it matches, timed greedy on the chat set's validation questions
+  (`--per-category`, default 2 a kind) against plain decoding, every turn compared; the fastest is chosen. Chat
+  differs from the stdlib prompts the shape was chosen on: a small model repeats itself within an answer, so a
+  match of two tokens or more tends to run on for tens of tokens, while a match of one token rarely does (on a
+  wide vocabulary a rejected chain costs a verification of every drafted node).
 
 The test split (the held-out files) is then run once with the choice: `multispec bench text`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -29,6 +36,7 @@ from pathlib import Path
 import torch
 
 from .. import zoo
+from .chat import SHIPPED, ChatRunner, read_questions, select, timed
 from .machine import describe, save_results
 from .recorder import Recorder, format_table, repeat, results
 from .rows import Row, method_table
@@ -44,6 +52,8 @@ from ..tree import DynamicTree
 CHAINS = (4, 5, 6, 8)
 TREES = ("4/4/15", "4/3/11", "5/3/11", "6/2/11")
 RECYCLING_TREES = ("0", "0,0.0", "0,1", "0,1,0.0", "0,1,0.0,0.0.0", "0,1,2,0.0,1.0,0.0.0", "cpu")
+CHAT_CHAINS = (11, 15, 23, 31)
+CHAT_MIN_NGRAMS = (1, 2)
 TEMPERATURE = 0.8
 
 
@@ -61,8 +71,8 @@ class TuneRun:
     def inputs(self, pair) -> list[torch.Tensor]:
         return [ids for _, ids in prompts(pair.tokenizer, quick=not self.full, split="validation")]
 
-    def described(self, what: str, count: int) -> str:
-        return (f"multispec zoo tune {self.pair_name} --what {what} (validation split, {count} prompts x "
+    def described(self, what: str, count: int, unit: str = "prompts") -> str:
+        return (f"multispec zoo tune {self.pair_name} --what {what} (validation split, {count} {unit} x "
                 f"{self.max_new_tokens} tokens)" + (f"; results: {self.json_path}" if self.json_path else ""))
 
 
@@ -170,6 +180,45 @@ def tune_recycling(run: TuneRun, trees=RECYCLING_TREES) -> dict:
     return out
 
 
+def chat_lookup_row(chain_k: int, min_ngram: int) -> Row:
+    """`eval chat`'s prompt-lookup row of chains of `chain_k` tokens from n-grams of at least `min_ngram` tokens."""
+    return Row(f"ngram_chain_k{chain_k}_min{min_ngram}", functools.partial(NGramDrafter, min_ngram=min_ngram),
+               chain_k)
+
+
+def tune_chat_lookup(run: TuneRun, chains=CHAT_CHAINS, min_ngrams=CHAT_MIN_NGRAMS, per_category: int = 2) -> dict:
+    """Choose prompt lookup's chain length and shortest n-gram for chat (see the module docstring)."""
+    if max(min_ngrams) > NGramDrafter().max_ngram:
+        raise ValueError(f"--min-ngrams: at most {NGramDrafter().max_ngram} (the longest n-gram looked up)")
+    pair = zoo.load(run.pair_name)
+    questions = select(read_questions(SHIPPED), "validation", None if run.full else per_category)
+    runner = ChatRunner(pair.target, pair.tokenizer, run.max_new_tokens, None, 1024, SamplingConfig())
+    rows = [chat_lookup_row(k, m) for m in min_ngrams for k in chains]
+    methods = {"plain": runner.plain} | method_table(rows, lambda q, drafter, tree, options:
+                                                      runner.speculative(q, drafter, tree, options))
+    table, kinds = timed(methods, questions, run.rounds, compare=True, desc="chat lookup, greedy")
+    lossless = [r for r in rows if set(table["methods"][r.name]["outputs"]) == {"identical"}]
+    if not lossless:
+        raise RuntimeError("no candidate matched plain decoding on every turn: nothing to choose")
+    best = max(lossless, key=lambda r: table["methods"][r.name]["speedup"])
+    chosen = {"chain_k": best.tree, "min_ngram": best.drafter.keywords["min_ngram"]}
+    settings = {"pair": run.pair_name, "data": SHIPPED.name, "split": "validation", "questions": len(questions),
+                "rounds": run.rounds, "max_new_tokens": run.max_new_tokens, "threads": torch.get_num_threads(),
+                "rule": "max greedy speedup over plain decoding, every turn identical"}
+    out = results("chat-lookup", settings, {"greedy": table}, per_kind={"greedy": kinds}, chosen=chosen)
+    print(f"machine: {describe(out['machine'])}")
+    print(format_table("chat lookup, greedy", table))
+    print(f"chosen on validation: {best.name}")
+    save_results(out, run.json_path)
+    if run.write:
+        def update(shape: dict) -> None:
+            shape["chat_lookup"] = chosen | {"chosen_by": run.described("chat-lookup", len(questions), "questions")}
+            if run.json_path:
+                shape["chat_lookup"]["results"] = run.json_path
+        _write_shape(run.pair_name, update)
+    return out
+
+
 def shape_file(pair_name: str) -> Path:
     """The pair's `draft_shape.json`, beside its weights."""
     return zoo.path(pair_name) / "draft_shape.json"
@@ -184,4 +233,5 @@ def _write_shape(pair_name: str, update) -> None:
     print(f"written to {file}")
 
 
-__all__ = ["CHAINS", "RECYCLING_TREES", "TREES", "TuneRun", "shape_file", "tune_recycling", "tune_shape"]
+__all__ = ["CHAINS", "CHAT_CHAINS", "CHAT_MIN_NGRAMS", "RECYCLING_TREES", "TREES", "TuneRun", "chat_lookup_row",
+           "shape_file", "tune_chat_lookup", "tune_recycling", "tune_shape"]

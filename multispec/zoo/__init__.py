@@ -51,6 +51,9 @@ class ZooPair:
     # Token Recycling's static tree chosen for this pair on the validation split (same file, written by
     # `multispec zoo tune --what recycling`); None: not chosen (the bench uses `cpu_tree()`)
     recycling_tree: StaticTree | None = None
+    # prompt lookup for chat, (chain length, shortest n-gram), chosen on the chat set's validation split (same file,
+    # written by `multispec zoo tune --what chat-lookup`); None: not chosen (`eval chat` has no such row)
+    chat_lookup: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,8 @@ def _load_bytes_large(folder: Path) -> ZooPair:
 
 
 def _draft_shape(folder: Path) -> dict:
-    """`chain_k`, `tree`, `step_profiles` (and their `profiled_drafter`) and `recycling_tree` from the pair's
-    `draft_shape.json`, if it has one."""
+    """`chain_k`, `tree`, `step_profiles` (and their `profiled_drafter`), `recycling_tree` and `chat_lookup` from
+    the pair's `draft_shape.json`, if it has one."""
     file = folder / "draft_shape.json"
     if not file.exists():
         return {}
@@ -105,6 +108,8 @@ def _draft_shape(folder: Path) -> dict:
         out["tree"] = DynamicTree(depth=depth, topk=topk, total=total)
     if shape.get("recycling_tree"):
         out["recycling_tree"] = tree_from_text(shape["recycling_tree"])
+    if shape.get("chat_lookup"):
+        out["chat_lookup"] = (int(shape["chat_lookup"]["chain_k"]), int(shape["chat_lookup"]["min_ngram"]))
     return out
 
 

@@ -28,11 +28,13 @@ class ByteTokenizer:
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
 
-    def decode(self, ids) -> str:
+    # `add_special_tokens` / `skip_special_tokens`: accepted as `transformers`' tokenizers take them (the chat
+    # code passes them); bytes have no special tokens
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
         ids = ids.tolist() if hasattr(ids, "tolist") else ids
         return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", errors="replace")
 
-    def __call__(self, text: str, return_tensors: str | None = None):
+    def __call__(self, text: str, return_tensors: str | None = None, add_special_tokens: bool = True):
         ids = self.encode(text)
         return {"input_ids": torch.tensor([ids]) if return_tensors == "pt" else ids}
 

@@ -1,6 +1,7 @@
 """The benchmark commands end to end on the shipped local pairs, shortened: JSON layout, every method's
 output checked against plain decoding, ratios consistent with the reported speeds."""
 
+import dataclasses
 import json
 
 import pytest
@@ -262,6 +263,42 @@ def test_zoo_tune_chooses_shapes_on_validation_and_writes_them(tmp_path, capsys,
     assert not shipped.exists() or "zoo tune" not in shipped.read_text()  # the shipped file untouched
     assert main(["zoo", "tune", "stdlib-bytes", "--trees", "2/2"]) == 2
     assert "--trees: expected DEPTH/TOPK/TOTAL" in capsys.readouterr().err
+
+
+def test_zoo_tune_chooses_chat_lookup_on_validation_questions_and_eval_chat_runs_it(tmp_path, capsys, monkeypatch):
+    """`zoo tune --what chat-lookup`: every (chain length, shortest n-gram) candidate timed on the chat set's
+    validation questions against plain decoding, every turn compared; `--write` stores the fastest, `zoo.load`
+    reads it and `eval chat` runs it as a row of its own (in `--quick` too), lossless."""
+    from multispec import zoo
+    from multispec.bench import tune
+
+    monkeypatch.setattr(tune, "shape_file", lambda name: tmp_path / "draft_shape.json")
+    path = tmp_path / "lookup.json"
+    assert main(["zoo", "tune", "stdlib-bytes", "--what", "chat-lookup", "--chains", "2,3", "--min-ngrams", "1,2",
+                 "--per-category", "1", "--max-new-tokens", "8", "--rounds", "1", "--json", str(path),
+                 "--write"]) == 0
+    res = json.loads(path.read_text())
+    greedy = res["tables"]["greedy"]["methods"]
+    names = {"ngram_chain_k2_min1", "ngram_chain_k3_min1", "ngram_chain_k2_min2", "ngram_chain_k3_min2"}
+    assert set(greedy) == {"plain"} | names
+    assert all(greedy[n]["outputs"] == {"identical": 6} for n in names)  # six validation questions, one each kind
+    best = f"ngram_chain_k{res['chosen']['chain_k']}_min{res['chosen']['min_ngram']}"
+    assert greedy[best]["speedup"] == max(greedy[n]["speedup"] for n in names)  # the fastest (ties: either)
+    written = json.loads((tmp_path / "draft_shape.json").read_text())["chat_lookup"]
+    assert written["chosen_by"].startswith("multispec zoo tune stdlib-bytes --what chat-lookup (validation split, 6 "
+                                           "questions")
+    shape = zoo.load("stdlib-bytes")  # the small pair reads no shape file: give it the written one
+    monkeypatch.setattr(zoo, "load", lambda name: dataclasses.replace(
+        shape, chat_lookup=(written["chain_k"], written["min_ngram"])))
+    out = tmp_path / "chat.json"
+    assert main(["eval", "chat", "--pair", "stdlib-bytes", "--quick", "--max-new-tokens", "8", "--rounds", "1",
+                 "--json", str(out)]) == 0
+    chat = json.loads(out.read_text())["tables"]["greedy"]["methods"]
+    assert chat[best]["outputs"] == {"identical": 6} and "hf_prompt_lookup" in chat
+    assert main(["zoo", "tune", "stdlib-bytes", "--what", "chat-lookup", "--min-ngrams", "4"]) == 2
+    assert "--min-ngrams: at most 3" in capsys.readouterr().err
+    assert main(["zoo", "tune", "stdlib-bytes", "--min-ngrams", "2"]) == 2
+    assert "--min-ngrams: for --what chat-lookup only" in capsys.readouterr().err
 
 
 def test_a_batch_sweep_times_ragged_batches_and_finds_the_crossover(tmp_path, capsys):
