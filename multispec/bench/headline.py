@@ -50,6 +50,9 @@ HEADLINES = (
              "greedy", "eagle_chain_k{k}", TEXT + "#stdlib-bytes-pair"),
     Headline("n-gram lookup, Gemma 3 270M (the model's own LM head)", "text", "gemma3-270m-eagle", "greedy",
              "ngram_chain_k{k}", TEXT + "#gemma-3-270m-pair", ("hf_prompt_lookup",)),
+    Headline("prompt lookup chosen for chat (chains from 2-3-grams), Gemma 3 270M on the chat set's questions", "chat",
+             "gemma3-270m-eagle", "greedy", "ngram_chain_k{k}_min2",
+             "docs/benchmarks/chat.md#prompt-lookup-chosen-for-chat-the-test-split", ("hf_prompt_lookup",)),
     Headline("EAGLE chain in CUDA graphs, the main pair", "gpu", None, "stdlib-bytes-large",
              "eagle_chain_k{k}_static_graphs", "docs/benchmarks/gpu.md#end-to-end-the-main-pair",
              ("no_draft_static_graphs", "hf_assisted")),
@@ -107,7 +110,8 @@ def stored_results(folder: Path) -> Iterator[tuple[str, dict, dict]]:
 
 
 def _pair(result: dict) -> str | None:
-    return (result.get("settings") or {}).get("pair") or result.get("pair")
+    settings = result.get("settings") or {}  # `eval chat` names its pair (or checkpoint) `source`
+    return settings.get("pair") or result.get("pair") or settings.get("source")
 
 
 def _matches(h: Headline, result: dict, table: str) -> bool:
