@@ -181,6 +181,11 @@ def test_zoo_pair_profiles_load():
     # the drafter each pair's profiles ran: the row a calibrated `bench text` pads
     assert shape["profiled_drafter"] == "ngram"
     assert zoo._draft_shape(zoo.path("stdlib-bytes-large"))["profiled_drafter"] == "eagle"
+    # prompt lookup chosen for chat (`zoo tune --what chat-lookup`): (chain length, shortest n-gram), as eval chat
+    # builds its row from it; a pair without one has none
+    stored = json.loads((zoo.path("gemma3-270m-eagle") / "draft_shape.json").read_text())["chat_lookup"]
+    assert shape["chat_lookup"] == (stored["chain_k"], stored["min_ngram"]) and 1 <= stored["min_ngram"] <= 3
+    assert "chat_lookup" not in zoo._draft_shape(zoo.path("stdlib-bytes-large"))
 
 
 def test_padding_picks_a_cheaper_wider_width():
