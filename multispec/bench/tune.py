@@ -168,10 +168,7 @@ def tune_recycling(run: TuneRun, trees=RECYCLING_TREES) -> dict:
     settings = {"pair": run.pair_name, "split": "validation", "prompts": len(inputs), "rounds": run.rounds,
                 "max_new_tokens": n, "threads": torch.get_num_threads(), "rule": "max greedy speedup"}
     out = results("recycling-tree", settings, {"greedy": table}, chosen=chosen)
-    print(f"machine: {describe(out['machine'])}")
-    print(format_table("greedy", table))
-    print(f"chosen on validation: {chosen} ({shapes[chosen].max_nodes} nodes)")
-    save_results(out, run.json_path)
+    _report(out, run, "greedy", table, f"{chosen} ({shapes[chosen].max_nodes} nodes)")
     if run.write:
         def update(shape: dict) -> None:
             shape["recycling_tree"] = chosen
@@ -206,10 +203,7 @@ def tune_chat_lookup(run: TuneRun, chains=CHAT_CHAINS, min_ngrams=CHAT_MIN_NGRAM
                 "rounds": run.rounds, "max_new_tokens": run.max_new_tokens, "threads": torch.get_num_threads(),
                 "rule": "max greedy speedup over plain decoding, every turn identical"}
     out = results("chat-lookup", settings, {"greedy": table}, per_kind={"greedy": kinds}, chosen=chosen)
-    print(f"machine: {describe(out['machine'])}")
-    print(format_table("chat lookup, greedy", table))
-    print(f"chosen on validation: {best.name}")
-    save_results(out, run.json_path)
+    _report(out, run, "chat lookup, greedy", table, best.name)
     if run.write:
         def update(shape: dict) -> None:
             shape["chat_lookup"] = chosen | {"chosen_by": run.described("chat-lookup", len(questions), "questions")}
@@ -217,6 +211,14 @@ def tune_chat_lookup(run: TuneRun, chains=CHAT_CHAINS, min_ngrams=CHAT_MIN_NGRAM
                 shape["chat_lookup"]["results"] = run.json_path
         _write_shape(run.pair_name, update)
     return out
+
+
+def _report(out: dict, run: TuneRun, title: str, table: dict, chosen: str) -> None:
+    """Print a one-table tuning's machine, table and choice; save its results where `--json` says."""
+    print(f"machine: {describe(out['machine'])}")
+    print(format_table(title, table))
+    print(f"chosen on validation: {chosen}")
+    save_results(out, run.json_path)
 
 
 def shape_file(pair_name: str) -> Path:
