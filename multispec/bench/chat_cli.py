@@ -60,7 +60,7 @@ def _rows(args, drafter, runner, questions):
     """(greedy methods, the rows, their chain length and how it was chosen): a zoo pair's `bench text` rows, the
     chain length calibrated where it runs when the pair has step profiles (as `bench text` does: a verification's
     cost by width is the machine's), or for a checkpoint the training-free drafters and the one `--draft` names."""
-    choice = None
+    choice, quick_extra = None, []
     if args.pair is not None:
         pair = zoo.load(args.pair)
         firsts = [(f"q{q.question_id}", torch.tensor([render_ids([{"role": "user", "content": runner.messages(q)[0]}],
@@ -72,6 +72,7 @@ def _rows(args, drafter, runner, questions):
                                                                                      "hybrid_ngram_suffix"))]
         if pair.chat_lookup is not None:  # prompt lookup chosen for chat on the validation split (zoo tune)
             rows.append(chat_lookup_row(*pair.chat_lookup))
+            quick_extra.append(rows[-1].name)
         draft_model = pair.draft_model
     else:
         # a checkpoint has no step profiles to calibrate from: --chain-k K, else 4
@@ -95,7 +96,7 @@ def _rows(args, drafter, runner, questions):
     greedy = plain_methods(runner, draft_model) | method_table(rows, run)
     only = args.methods
     if args.quick and only is None:
-        quick = [r.replace("{k}", str(chain_k)) for r in QUICK_ROWS] + [r.name for r in rows if _chat_row(r.name)]
+        quick = [r.replace("{k}", str(chain_k)) for r in QUICK_ROWS] + quick_extra
         only = tuple(n for n in quick if n in greedy)
     greedy = keep_rows(greedy, only, ["plain", "hf_prompt_lookup", "hf_assisted"], "greedy")
     return greedy, [r for r in rows if only is None or r.name in only], chain_k, choice
@@ -105,11 +106,6 @@ def _rows(args, drafter, runner, questions):
 # EAGLE head with its length chosen each step (`tree="auto"`: it stops drafting where the head is not accepted) and
 # its hybrid with prompt lookup; and the pair's prompt lookup chosen for chat, where it has one
 QUICK_ROWS = ("no_draft", "ngram_chain_k{k}", "eagle_chain_auto", "hybrid_chain_k{k}", "suffix_tree")
-
-
-def _chat_row(name: str) -> bool:
-    """The row `chat_lookup_row` names (`ngram_chain_k{K}_min{M}`)."""
-    return name.startswith("ngram_chain_k") and "_min" in name
 
 
 def _default_tree():

@@ -275,13 +275,16 @@ def test_zoo_tune_chooses_chat_lookup_on_validation_questions_and_eval_chat_runs
     monkeypatch.setattr(tune, "shape_file", lambda name: tmp_path / "draft_shape.json")
     path = tmp_path / "lookup.json"
     assert main(["zoo", "tune", "stdlib-bytes", "--what", "chat-lookup", "--chains", "2,3", "--min-ngrams", "1,2",
-                 "--per-category", "1", "--max-new-tokens", "8", "--rounds", "1", "--json", str(path),
+                 "--per-category", "1", "--max-new-tokens", "32", "--rounds", "1", "--json", str(path),
                  "--write"]) == 0
     res = json.loads(path.read_text())
     greedy = res["tables"]["greedy"]["methods"]
     names = {"ngram_chain_k2_min1", "ngram_chain_k3_min1", "ngram_chain_k2_min2", "ngram_chain_k3_min2"}
     assert set(greedy) == {"plain"} | names
     assert all(greedy[n]["outputs"] == {"identical": 6} for n in names)  # six validation questions, one each kind
+    assert all(greedy[n]["mean_accepted_length"] > 1.1 for n in names)  # with drafts accepted (2-grams' too)
+    # the shortest n-gram reaches the drafter: refusing 1-token matches drafts (and keeps) less on these answers
+    assert greedy["ngram_chain_k2_min2"]["mean_accepted_length"] < greedy["ngram_chain_k2_min1"]["mean_accepted_length"]
     best = f"ngram_chain_k{res['chosen']['chain_k']}_min{res['chosen']['min_ngram']}"
     assert greedy[best]["speedup"] == max(greedy[n]["speedup"] for n in names)  # the fastest (ties: either)
     written = json.loads((tmp_path / "draft_shape.json").read_text())["chat_lookup"]
@@ -291,10 +294,11 @@ def test_zoo_tune_chooses_chat_lookup_on_validation_questions_and_eval_chat_runs
     monkeypatch.setattr(zoo, "load", lambda name: dataclasses.replace(
         shape, chat_lookup=(written["chain_k"], written["min_ngram"])))
     out = tmp_path / "chat.json"
-    assert main(["eval", "chat", "--pair", "stdlib-bytes", "--quick", "--max-new-tokens", "8", "--rounds", "1",
+    assert main(["eval", "chat", "--pair", "stdlib-bytes", "--quick", "--max-new-tokens", "32", "--rounds", "1",
                  "--json", str(out)]) == 0
     chat = json.loads(out.read_text())["tables"]["greedy"]["methods"]
-    assert chat[best]["outputs"] == {"identical": 6} and "hf_prompt_lookup" in chat
+    assert chat[best]["outputs"] == {"identical": 6} and chat[best]["mean_accepted_length"] > 1.1
+    assert "hf_prompt_lookup" in chat
     assert main(["zoo", "tune", "stdlib-bytes", "--what", "chat-lookup", "--min-ngrams", "4"]) == 2
     assert "--min-ngrams: at most 3" in capsys.readouterr().err
     assert main(["zoo", "tune", "stdlib-bytes", "--min-ngrams", "2"]) == 2
