@@ -80,14 +80,21 @@ def read_questions(path: str | Path) -> list[Question]:
     return out
 
 
-def select(questions: list[Question], split: str, per_category: int | None) -> list[Question]:
-    """The questions of `split` ("all", or a split the file names; a file without splits is all test), at most
-    `per_category` of each kind, in file order."""
+def select(questions: list[Question], split: str, per_category: int | None,
+           ids: tuple[str, ...] | None = None) -> list[Question]:
+    """The questions of `split` ("all", or a split the file names; a file without splits is all test), only those
+    whose `question_id` is in `ids` when given (as text), at most `per_category` of each kind, in file order."""
     if split != "all":
         chosen = [q for q in questions if (q.split or "test") == split]
         if not chosen:
             raise ValueError(f"--split: no question of split {split!r} in the file")
         questions = chosen
+    if ids is not None:
+        known = {str(q.question_id) for q in questions}
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise ValueError(f"--question-ids: no question {', '.join(missing)} in split {split!r} of the file")
+        questions = [q for q in questions if str(q.question_id) in ids]
     if per_category is None:
         return questions
     taken: dict[str, int] = defaultdict(int)

@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", choices=["validation", "test", "all"], default="test",
                    help="the questions of this split (a file without splits is all test; default %(default)s)")
     p.add_argument("--per-category", type=positive_int, default=None, metavar="N", help="at most N questions a kind")
+    p.add_argument("--question-ids", type=name_list, default=None, metavar="ID,ID",
+                   help="only these questions of the split (their question_id)")
     p.add_argument("--max-new-tokens", type=positive_int, default=128, help="per turn (default %(default)s)")
     p.add_argument("--max-message-tokens", type=positive_int, default=1024,
                    help="a longer user message keeps its first and last halves (default %(default)s)")
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         args.split, args.per_category = ("validation" if args.data is None else args.split), args.per_category or 1
         args.max_new_tokens, args.rounds = min(args.max_new_tokens, 64), min(args.rounds, 2)
         args.no_sampling = True
-    chosen = select(questions, args.split, args.per_category)
+    chosen = select(questions, args.split, args.per_category, args.question_ids)
     warning = busy()
     if warning:
         print(f"warning: {warning}")

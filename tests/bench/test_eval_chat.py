@@ -35,6 +35,9 @@ def test_files_of_the_format_from_elsewhere_read_and_bad_ones_are_named(tmp_path
     assert select(questions, "test", 1) == questions and not [q for q in questions if q.split]
     with pytest.raises(ValueError, match="no question of split 'validation'"):
         select(questions, "validation", None)
+    assert [q.question_id for q in select(questions, "test", None, ("161",))] == [161]  # ids as text
+    with pytest.raises(ValueError, match=r"--question-ids: no question 7 in split 'test'"):
+        select(questions, "test", None, ("81", "7"))
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"question_id": 1, "category": "qa", "turns": []}) + "\n")
     with pytest.raises(ValueError, match=r"bad.jsonl:1: expected 'turns'"):
