@@ -178,9 +178,10 @@ def tune_recycling(run: TuneRun, trees=RECYCLING_TREES) -> dict:
 
 
 def chat_lookup_row(chain_k: int, min_ngram: int) -> Row:
-    """`eval chat`'s prompt-lookup row of chains of `chain_k` tokens from n-grams of at least `min_ngram` tokens."""
+    """`eval chat`'s prompt-lookup row of chains of `chain_k` tokens from n-grams of at least `min_ngram` tokens; in
+    the sampled table too (its drafts are one-hot: the exact rule keeps it lossless)."""
     return Row(f"ngram_chain_k{chain_k}_min{min_ngram}", functools.partial(NGramDrafter, min_ngram=min_ngram),
-               chain_k)
+               chain_k, sampled=True)
 
 
 def tune_chat_lookup(run: TuneRun, chains=CHAT_CHAINS, min_ngrams=CHAT_MIN_NGRAMS, per_category: int = 2) -> dict:
