@@ -20,7 +20,7 @@ from .bench import text as bench_text
 from .bench.options import BenchOptions
 from .cli import (COMMANDS, GENERATE_DESCRIPTION, PLUGIN_COMMANDS, Parser, add_generate_arguments, add_speed_options,
                   load_command_plugins, register_command)
-from .cli_types import int_list, name_list, parse_tree, positive_int
+from .cli_types import chain_list, int_list, name_list, parse_tree, positive_int
 from .training import cli as training_cli
 from .zoo import export
 
@@ -125,13 +125,24 @@ def _zoo_tune(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     run = tune.TuneRun(args.name, rounds=args.rounds, max_new_tokens=args.max_new_tokens, full=args.full,
                        json_path=args.json, write=args.write)
-    if args.min_ngrams is not None and args.what != "chat-lookup":
-        raise ValueError("--min-ngrams: for --what chat-lookup only")
+    for option, given in (("--min-ngrams", args.min_ngrams), ("--sampled", args.sampled or None),
+                          ("--temperature", args.temperature)):
+        if given is not None and args.what != "chat-lookup":
+            raise ValueError(f"{option}: for --what chat-lookup only")
+    if args.temperature is not None and not args.sampled:
+        raise ValueError("--temperature: goes with --sampled")
+    if "auto" in (args.chains or []) and args.what != "chat-lookup":
+        raise ValueError("--chains: auto is a --what chat-lookup candidate only")
     if args.what == "chat-lookup":
         if args.trees is not None or args.drafter is not None:
             raise ValueError(f"{'--trees' if args.trees is not None else '--drafter'}: not for --what chat-lookup")
-        tune.tune_chat_lookup(run, args.chains or tune.CHAT_CHAINS, args.min_ngrams or tune.CHAT_MIN_NGRAMS,
-                              args.per_category)
+        if args.sampled:
+            tune.tune_chat_lookup(run, args.chains or tune.CHAT_SAMPLED_CHAINS,
+                                  args.min_ngrams or tune.CHAT_SAMPLED_MIN_NGRAMS, args.per_category,
+                                  temperature=tune.TEMPERATURE if args.temperature is None else args.temperature)
+        else:
+            tune.tune_chat_lookup(run, args.chains or tune.CHAT_CHAINS, args.min_ngrams or tune.CHAT_MIN_NGRAMS,
+                                  args.per_category)
         return 0
     if args.what == "recycling":
         if args.chains is not None or args.drafter is not None:
@@ -283,12 +294,17 @@ def _add_zoo(sub) -> None:
     tuned.add_argument("--what", choices=["shape", "recycling", "chat-lookup"], default="shape",
                        help="the chain length and dynamic tree (default), Token Recycling's tree, or prompt lookup "
                             "for chat (eval chat's row)")
-    tuned.add_argument("--chains", type=int_list, default=None, metavar="K,K",
+    tuned.add_argument("--chains", type=chain_list, default=None, metavar="K,K",
                        help=f"chain lengths to try (default {','.join(map(str, tune.CHAINS))}; for --what "
-                            f"chat-lookup {','.join(map(str, tune.CHAT_CHAINS))})")
+                            f"chat-lookup {','.join(map(str, tune.CHAT_CHAINS))}, with --sampled "
+                            f"{','.join(map(str, tune.CHAT_SAMPLED_CHAINS))}: auto sizes each step's chain)")
     tuned.add_argument("--min-ngrams", type=int_list, default=None, metavar="M,M",
                        help=f"--what chat-lookup: shortest n-grams to try (default "
                             f"{','.join(map(str, tune.CHAT_MIN_NGRAMS))})")
+    tuned.add_argument("--sampled", action="store_true",
+                       help="--what chat-lookup: timed sampled, for eval chat's sampled table (stored apart)")
+    tuned.add_argument("--temperature", type=float, default=None,
+                       help=f"with --sampled (default {tune.TEMPERATURE})")
     tuned.add_argument("--per-category", type=positive_int, default=2, metavar="N",
                        help="--what chat-lookup: validation questions a kind (default %(default)s; --full: all)")
     tuned.add_argument("--trees", nargs="+", default=None, metavar="TREE",

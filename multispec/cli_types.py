@@ -48,6 +48,18 @@ def name_list(text: str) -> tuple[str, ...]:
     return names
 
 
+def chain_list(text: str) -> tuple[int | str, ...]:
+    """argparse type of `int_list` whose items may also be "auto" (a chain sized each step)."""
+    items = [n.strip() for n in text.split(",") if n.strip()]
+    try:
+        values = tuple("auto" if n == "auto" else positive_int(n) for n in items)
+    except argparse.ArgumentTypeError:
+        values = ()
+    if not values or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected distinct comma-separated positive integers or auto, got {text!r}")
+    return values
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """argparse type of a comma-separated list of positive integers (at least one, no repeats)."""
     values = tuple(positive_int(n.strip()) for n in text.split(",") if n.strip())

@@ -59,10 +59,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _rows(args, drafter, runner, questions):
-    """(greedy methods, the rows, their chain length and how it was chosen): a zoo pair's `bench text` rows, the
-    chain length calibrated where it runs when the pair has step profiles (as `bench text` does: a verification's
-    cost by width is the machine's), or for a checkpoint the training-free drafters and the one `--draft` names."""
-    choice, quick_extra = None, []
+    """(greedy methods, the rows, the sampled table's own rows, their chain length and how it was chosen): a zoo
+    pair's `bench text` rows, the chain length calibrated where it runs when the pair has step profiles (as `bench
+    text` does: a verification's cost by width is the machine's), or for a checkpoint the training-free drafters
+    and the one `--draft` names."""
+    choice, quick_extra, sampled_only = None, [], []
     if args.pair is not None:
         pair = zoo.load(args.pair)
         firsts = [(f"q{q.question_id}", torch.tensor([render_ids([{"role": "user", "content": runner.messages(q)[0]}],
@@ -75,6 +76,9 @@ def _rows(args, drafter, runner, questions):
         if pair.chat_lookup is not None:  # prompt lookup chosen for chat on the validation split (zoo tune)
             rows.append(chat_lookup_row(*pair.chat_lookup))
             quick_extra.append(rows[-1].name)
+        if pair.chat_lookup_sampled is not None:  # its sampled choice (zoo tune --sampled): the sampled table's row
+            row = chat_lookup_row(*pair.chat_lookup_sampled)
+            sampled_only = [row] if row.name not in {r.name for r in rows} else []
         draft_model = pair.draft_model
     else:
         # a checkpoint has no step profiles to calibrate from: --chain-k K, else 4
@@ -100,8 +104,11 @@ def _rows(args, drafter, runner, questions):
     if args.quick and only is None:
         quick = [r.replace("{k}", str(chain_k)) for r in QUICK_ROWS] + quick_extra
         only = tuple(n for n in quick if n in greedy)
-    greedy = keep_rows(greedy, only, ["plain", "hf_prompt_lookup", "hf_assisted"], "greedy")
-    return greedy, [r for r in rows if only is None or r.name in only], chain_k, choice
+    sampled_names = {r.name for r in sampled_only}
+    greedy = keep_rows(greedy, only if only is None else [n for n in only if n not in sampled_names],
+                       ["plain", "hf_prompt_lookup", "hf_assisted"], "greedy")
+    rows = [r for r in rows + sampled_only if only is None or r.name in only]
+    return greedy, rows, sampled_names, chain_k, choice
 
 
 # `--quick`'s rows (with plain decoding and the peers): no drafts, prompt lookup and SuffixDecoding, the pair's
@@ -141,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     target, tokenizer, drafter = _load(args)
     greedy_runner = ChatRunner(target, tokenizer, args.max_new_tokens, args.turn_format, args.max_message_tokens,
                                SamplingConfig())
-    greedy, rows, chain_k, choice = _rows(args, drafter, greedy_runner, chosen)
+    greedy, rows, sampled_names, chain_k, choice = _rows(args, drafter, greedy_runner, chosen)
     tables, kinds = {}, {}
     def first_look(table):
         print(format_table(f"chat, greedy, first of {args.rounds} rounds (the full tables follow)", table), flush=True)
@@ -173,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
                 "turn_format": greedy_runner.fmt.name if greedy_runner.fmt else "chat template",
                 "long_messages": f"a user message over {args.max_message_tokens} tokens keeps its first and last "
                                  f"{args.max_message_tokens // 2}", "temperature": args.temperature,
-                "quick": args.quick, "threads": torch.get_num_threads(), "busy": warning}
+                "sampled_only_rows": sorted(sampled_names), "quick": args.quick, "threads": torch.get_num_threads(), "busy": warning}
     res = results("chat", settings, tables, per_kind=kinds, leaderboards=boards,
                   outputs_identical=all(set(r.get("outputs", {"identical": 1})) == {"identical"}
                                         for r in tables["greedy"]["methods"].values()))

@@ -20,7 +20,13 @@
   (`--per-category`, default 2 a kind) against plain decoding, every turn compared; the fastest is chosen. Chat
   differs from the stdlib prompts the shape was chosen on: a small model repeats itself within an answer, so a
   match of two tokens or more tends to run on for tens of tokens, while a match of one token rarely does (on a
-  wide vocabulary a rejected chain costs a verification of every drafted node).
+  wide vocabulary a rejected chain costs a verification of every drafted node). `--sampled`: the same at
+  `--temperature` (eval chat's sampled table), stored apart. A sampled target leaves a loop sooner and a one-hot
+  draft is kept with the target's probability of it, so few of a long chain's drafts are kept and its
+  verification of every drafted node is paid for little: the candidates are shorter, and "auto" (an
+  `AdaptiveChain` that sizes each step's chain from the acceptance and verification cost it measures). The
+  greedy choice runs beside them. The exact rule keeps every candidate lossless; sampled outputs differ by draw,
+  so none is compared.
 
 The test split (the held-out files) is then run once with the choice: `multispec bench text`.
 """
@@ -41,6 +47,7 @@ from .machine import describe, save_results
 from .recorder import Recorder, format_table, repeat, results
 from .rows import Row, method_table
 from .text import prompts
+from ..adaptive import AdaptiveChain
 from ..config import StoppingConfig
 from ..draft_length import StepProfile, VerifyCost, choose_chain_length, describe_choice
 from ..drafters import NGramDrafter, TokenRecyclingDrafter
@@ -54,6 +61,9 @@ TREES = ("4/4/15", "4/3/11", "5/3/11", "6/2/11")
 RECYCLING_TREES = ("0", "0,0.0", "0,1", "0,1,0.0", "0,1,0.0,0.0.0", "0,1,2,0.0,1.0,0.0.0", "cpu")
 CHAT_CHAINS = (11, 15, 23, 31)
 CHAT_MIN_NGRAMS = (1, 2)
+CHAT_SAMPLED_CHAINS = ("auto", 3, 6, 12)
+CHAT_SAMPLED_MIN_NGRAMS = (2,)
+CHAT_AUTO_MAX_K = 16  # "auto"'s longest chain
 TEMPERATURE = 0.8
 
 
@@ -177,39 +187,60 @@ def tune_recycling(run: TuneRun, trees=RECYCLING_TREES) -> dict:
     return out
 
 
-def chat_lookup_row(chain_k: int, min_ngram: int) -> Row:
-    """`eval chat`'s prompt-lookup row of chains of `chain_k` tokens from n-grams of at least `min_ngram` tokens; in
-    the sampled table too (its drafts are one-hot: the exact rule keeps it lossless)."""
-    return Row(f"ngram_chain_k{chain_k}_min{min_ngram}", functools.partial(NGramDrafter, min_ngram=min_ngram),
-               chain_k, sampled=True)
+def chat_lookup_row(chain_k: int | str, min_ngram: int) -> Row:
+    """`eval chat`'s prompt-lookup row of chains of `chain_k` tokens ("auto": an `AdaptiveChain` of at most
+    `CHAT_AUTO_MAX_K`) from n-grams of at least `min_ngram` tokens; in the sampled table too (its drafts are one-hot:
+    the exact rule keeps it lossless)."""
+    tree = AdaptiveChain(max_k=CHAT_AUTO_MAX_K) if chain_k == "auto" else int(chain_k)
+    name = f"ngram_chain_{'auto' if chain_k == 'auto' else f'k{chain_k}'}_min{min_ngram}"
+    return Row(name, functools.partial(NGramDrafter, min_ngram=min_ngram), tree, sampled=True)
 
 
-def tune_chat_lookup(run: TuneRun, chains=CHAT_CHAINS, min_ngrams=CHAT_MIN_NGRAMS, per_category: int = 2) -> dict:
-    """Choose prompt lookup's chain length and shortest n-gram for chat (see the module docstring)."""
+def tune_chat_lookup(run: TuneRun, chains=CHAT_CHAINS, min_ngrams=CHAT_MIN_NGRAMS, per_category: int = 2,
+                     temperature: float | None = None) -> dict:
+    """Choose prompt lookup's chain length and shortest n-gram for chat, greedy, or sampled at `temperature`
+    (see the module docstring)."""
     if max(min_ngrams) > NGramDrafter().max_ngram:
         raise ValueError(f"--min-ngrams: at most {NGramDrafter().max_ngram} (the longest n-gram looked up)")
+    sampled = temperature is not None
+    if sampled and not temperature > 0:
+        raise ValueError(f"--temperature: must be > 0, got {temperature}")
     pair = zoo.load(run.pair_name)
     questions = select(read_questions(SHIPPED), "validation", None if run.full else per_category)
-    runner = ChatRunner(pair.target, pair.tokenizer, run.max_new_tokens, None, 1024, SamplingConfig())
-    rows = [chat_lookup_row(k, m) for m in min_ngrams for k in chains]
-    methods = {"plain": runner.plain} | method_table(rows, lambda q, drafter, tree, options:
-                                                      runner.speculative(q, drafter, tree, options))
-    table, kinds = timed(methods, questions, run.rounds, compare=True, desc="chat lookup, greedy")
-    lossless = [r for r in rows if set(table["methods"][r.name]["outputs"]) == {"identical"}]
-    if not lossless:
+    sampling = SamplingConfig(do_sample=True, temperature=temperature) if sampled else SamplingConfig()
+    runner = ChatRunner(pair.target, pair.tokenizer, run.max_new_tokens, None, 1024, sampling)
+    shapes = [(k, m) for m in min_ngrams for k in chains]
+    if sampled and pair.chat_lookup is not None and pair.chat_lookup not in shapes:
+        shapes.append(pair.chat_lookup)  # the greedy choice, under sampling: what the shorter chains must beat
+    rows = {chat_lookup_row(k, m).name: (chat_lookup_row(k, m), (k, m)) for k, m in shapes}
+    methods = {"plain": runner.plain} | method_table([row for row, _ in rows.values()], lambda q, drafter, tree,
+                                                     options: runner.speculative(q, drafter, tree, options))
+    mode = f"sampled (T = {temperature})" if sampled else "greedy"
+    table, kinds = timed(methods, questions, run.rounds, compare=not sampled, desc=f"chat lookup, {mode}")
+    # greedy: only a candidate identical to plain decoding on every turn; sampled: lossless by the exact rule
+    eligible = [n for n in rows if sampled or set(table["methods"][n]["outputs"]) == {"identical"}]
+    if not eligible:
         raise RuntimeError("no candidate matched plain decoding on every turn: nothing to choose")
-    best = max(lossless, key=lambda r: table["methods"][r.name]["speedup"])
-    chosen = {"chain_k": best.tree, "min_ngram": best.drafter.keywords["min_ngram"]}
+    best = max(eligible, key=lambda n: table["methods"][n]["speedup"])
+    chain_k, min_ngram = rows[best][1]
+    chosen = {"chain_k": chain_k, "min_ngram": min_ngram} | ({"temperature": temperature} if sampled else {})
     settings = {"pair": run.pair_name, "data": SHIPPED.name, "split": "validation", "questions": len(questions),
                 "rounds": run.rounds, "max_new_tokens": run.max_new_tokens, "threads": torch.get_num_threads(),
-                "rule": "max greedy speedup over plain decoding, every turn identical"}
-    out = results("chat-lookup", settings, {"greedy": table}, per_kind={"greedy": kinds}, chosen=chosen)
-    _report(out, run, "chat lookup, greedy", table, best.name)
+                "temperature": temperature,
+                "rule": "max sampled speedup over plain decoding (lossless by the exact rule)" if sampled else
+                        "max greedy speedup over plain decoding, every turn identical"}
+    what = "chat-lookup" + ("-sampled" if sampled else "")
+    key = "sampling" if sampled else "greedy"
+    out = results(what, settings, {key: table}, per_kind={key: kinds}, chosen=chosen)
+    _report(out, run, f"chat lookup, {mode}", table, best)
     if run.write:
         def update(shape: dict) -> None:
-            shape["chat_lookup"] = chosen | {"chosen_by": run.described("chat-lookup", len(questions), "questions")}
+            field = "chat_lookup_sampled" if sampled else "chat_lookup"
+            how = run.described("chat-lookup" + (f" --sampled --temperature {temperature}" if sampled else ""),
+                                len(questions), "questions")
+            shape[field] = chosen | {"chosen_by": how}
             if run.json_path:
-                shape["chat_lookup"]["results"] = run.json_path
+                shape[field]["results"] = run.json_path
         _write_shape(run.pair_name, update)
     return out
 
@@ -236,5 +267,6 @@ def _write_shape(pair_name: str, update) -> None:
     print(f"written to {file}")
 
 
-__all__ = ["CHAINS", "CHAT_CHAINS", "CHAT_MIN_NGRAMS", "RECYCLING_TREES", "TREES", "TuneRun", "chat_lookup_row",
+__all__ = ["CHAINS", "CHAT_AUTO_MAX_K", "CHAT_CHAINS", "CHAT_MIN_NGRAMS", "CHAT_SAMPLED_CHAINS",
+           "CHAT_SAMPLED_MIN_NGRAMS", "RECYCLING_TREES", "TREES", "TuneRun", "chat_lookup_row",
            "shape_file", "tune_chat_lookup", "tune_recycling", "tune_shape"]

@@ -54,6 +54,9 @@ class ZooPair:
     # prompt lookup for chat, (chain length, shortest n-gram), chosen on the chat set's validation split (same file,
     # written by `multispec zoo tune --what chat-lookup`); None: not chosen (`eval chat` has no such row)
     chat_lookup: tuple[int, int] | None = None
+    # the same for eval chat's sampled table (`zoo tune --what chat-lookup --sampled`): (chain length or "auto",
+    # shortest n-gram); None: not chosen (the sampled table runs the greedy choice)
+    chat_lookup_sampled: tuple[int | str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,13 +96,14 @@ def _load_bytes_large(folder: Path) -> ZooPair:
 
 
 def _draft_shape(folder: Path) -> dict:
-    """`chain_k`, `tree`, `step_profiles` (and their `profiled_drafter`), `recycling_tree` and `chat_lookup` from
-    the pair's `draft_shape.json`, if it has one."""
+    """`chain_k`, `tree`, `step_profiles` (and their `profiled_drafter`), `recycling_tree`, `chat_lookup` and
+    `chat_lookup_sampled` from the pair's `draft_shape.json`, if it has one."""
     file = folder / "draft_shape.json"
     if not file.exists():
         return {}
     shape = json.loads(file.read_text())
-    out = {"chain_k": int(shape["chain_k"])}
+    # a file written by a chat-lookup tuning alone has no chain length
+    out = {"chain_k": int(shape["chain_k"])} if shape.get("chain_k") is not None else {}
     if shape.get("profiles"):
         out["step_profiles"] = [StepProfile.from_json(p) for p in shape["profiles"]]
         out["profiled_drafter"] = shape.get("profiled_drafter", "eagle")  # files before the field: EAGLE's
@@ -110,6 +114,9 @@ def _draft_shape(folder: Path) -> dict:
         out["recycling_tree"] = tree_from_text(shape["recycling_tree"])
     if shape.get("chat_lookup"):
         out["chat_lookup"] = (int(shape["chat_lookup"]["chain_k"]), int(shape["chat_lookup"]["min_ngram"]))
+    if shape.get("chat_lookup_sampled"):
+        k = shape["chat_lookup_sampled"]["chain_k"]
+        out["chat_lookup_sampled"] = (k if k == "auto" else int(k), int(shape["chat_lookup_sampled"]["min_ngram"]))
     return out
 
 

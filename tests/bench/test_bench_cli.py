@@ -311,6 +311,59 @@ def test_zoo_tune_chooses_chat_lookup_on_validation_questions_and_eval_chat_runs
     assert "--min-ngrams: for --what chat-lookup only" in capsys.readouterr().err
 
 
+def test_zoo_tune_sampled_chat_lookup_is_stored_apart_and_runs_in_the_sampled_table_only(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """`zoo tune --what chat-lookup --sampled`: the candidates ("auto" an adaptive chain) and the pair's greedy
+    choice timed sampled on validation questions; `--write` stores the choice apart (`chat_lookup_sampled`), and
+    `eval chat` runs it in its sampled table, not its greedy one."""
+    from multispec import zoo
+    from multispec.adaptive import AdaptiveChain
+    from multispec.bench import tune
+
+    monkeypatch.setattr(tune, "shape_file", lambda name: tmp_path / "draft_shape.json")
+    shape = dataclasses.replace(zoo.load("stdlib-bytes"), chat_lookup=(3, 2))  # a greedy choice, as Gemma's
+    monkeypatch.setattr(zoo, "load", lambda name: shape)
+    path = tmp_path / "lookup.json"
+    assert main(["zoo", "tune", "stdlib-bytes", "--what", "chat-lookup", "--sampled", "--chains", "auto,2",
+                 "--per-category", "1", "--max-new-tokens", "32", "--rounds", "1", "--json", str(path),
+                 "--write"]) == 0
+    res = json.loads(path.read_text())
+    sampled = res["tables"]["sampling"]["methods"]
+    assert set(res["tables"]) == {"sampling"} and res["settings"]["temperature"] == tune.TEMPERATURE
+    assert set(sampled) == {"plain", "ngram_chain_auto_min2", "ngram_chain_k2_min2", "ngram_chain_k3_min2"}
+    assert all(sampled[n]["tokens"] >= 7 for n in sampled)  # six questions, seven turns, each run
+    name = f"ngram_chain_{'auto' if res['chosen']['chain_k'] == 'auto' else 'k' + str(res['chosen']['chain_k'])}_min2"
+    assert sampled[name]["speedup"] == max(r["speedup"] for n, r in sampled.items() if n != "plain")
+    written = json.loads((tmp_path / "draft_shape.json").read_text())
+    assert "chat_lookup" not in written  # the greedy choice is not touched
+    stored = written["chat_lookup_sampled"]
+    assert stored["temperature"] == tune.TEMPERATURE and "--sampled" in stored["chosen_by"]
+    assert zoo._draft_shape(tmp_path)["chat_lookup_sampled"] == (stored["chain_k"], 2)
+    assert isinstance(tune.chat_lookup_row("auto", 2).tree, AdaptiveChain)
+    # eval chat: the sampled choice in the sampled table only; the greedy choice in both
+    monkeypatch.setattr(zoo, "load", lambda name: dataclasses.replace(shape, chat_lookup_sampled=("auto", 2)))
+    out = tmp_path / "chat.json"
+    assert main(["eval", "chat", "--pair", "stdlib-bytes", "--split", "validation", "--per-category", "1",
+                 "--max-new-tokens", "32", "--rounds", "1", "--methods", "ngram_chain_k3_min2,ngram_chain_auto_min2",
+                 "--json", str(out)]) == 0
+    chat = json.loads(out.read_text())
+    assert "ngram_chain_auto_min2" not in chat["tables"]["greedy"]["methods"]
+    assert chat["tables"]["greedy"]["methods"]["ngram_chain_k3_min2"]["outputs"] == {"identical": 6}
+    assert {"ngram_chain_k3_min2", "ngram_chain_auto_min2"} <= set(chat["tables"]["sampling"]["methods"])
+    assert chat["settings"]["sampled_only_rows"] == ["ngram_chain_auto_min2"]
+    for argv, error in ((["--temperature", "0.5"], "--temperature: goes with --sampled"),
+                        (["--sampled", "--temperature", "0"], "--temperature: must be > 0")):
+        assert main(["zoo", "tune", "stdlib-bytes", "--what", "chat-lookup", *argv]) == 2
+        assert error in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["zoo", "tune", "stdlib-bytes", "--what", "chat-lookup", "--chains", "auto,k"])
+    assert "--chains: expected distinct comma-separated positive integers or auto" in capsys.readouterr().err
+    assert main(["zoo", "tune", "stdlib-bytes", "--sampled"]) == 2
+    assert "--sampled: for --what chat-lookup only" in capsys.readouterr().err
+    assert main(["zoo", "tune", "stdlib-bytes", "--chains", "auto,4"]) == 2
+    assert "--chains: auto is a --what chat-lookup candidate only" in capsys.readouterr().err
+
+
 def test_a_batch_sweep_times_ragged_batches_and_finds_the_crossover(tmp_path, capsys):
     """`bench text --batch`: per batch size, plain batched `generate`, no drafts and the rows on the same ragged
     batch (rows of other lengths), every output identical to plain batched decoding's, tokens/s summed over the
