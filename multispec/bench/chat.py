@@ -28,7 +28,7 @@ import json
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -49,6 +49,9 @@ class Question:
     category: str
     turns: tuple[str, ...]
     split: str | None = None
+    # a sampled run's draw of it: the runner's seed plus this (`timed(redraw=True)` sets the round's index, so
+    # each round samples new answers, every method from the same seed within a round)
+    draw: int = 0
 
     @property
     def kind(self) -> str:
@@ -152,7 +155,7 @@ class ChatRunner:
         sample = dict(do_sample=True, temperature=self.sampling.temperature, top_k=0) if self.sampling.do_sample \
             else dict(do_sample=False)
         if self.sampling.do_sample:
-            torch.manual_seed(self.seed)
+            torch.manual_seed(self.seed + q.draw)
         t0 = time.perf_counter()
         for text in self.messages(q):
             history.append({"role": "user", "content": text})
@@ -169,7 +172,7 @@ class ChatRunner:
         return ChatOutput(turns, time.perf_counter() - t0)
 
     def speculative(self, q: Question, drafter, tree, options: dict) -> ChatOutput:
-        generator = torch.Generator().manual_seed(self.seed) if self.sampling.do_sample else None
+        generator = torch.Generator().manual_seed(self.seed + q.draw) if self.sampling.do_sample else None
         chat = Conversation(self.target, drafter, self.tokenizer, turn_format=self.fmt_name, tree=tree,
                             sampling=self.sampling, engine=options.get("engine"), generator=generator)
         t0 = time.perf_counter()
@@ -218,10 +221,12 @@ def leaderboard(table: dict, kinds: dict, order: list[str]) -> str:
 
 
 def timed(methods: dict, questions: list[Question], rounds: int, compare: bool, desc: str,
-          first_round=None) -> tuple[dict, dict]:
+          first_round=None, redraw: bool = False) -> tuple[dict, dict]:
     """The recorder's table over the questions (methods interleaved question by question, `rounds` repeated
     rounds, warmed up on the first question), and the per-kind figures; `first_round(table)` sees the first
-    round's table as soon as it is measured."""
+    round's table as soon as it is measured. `redraw` (sampled tables): round r draws its answers from seed r, so
+    the spread over rounds covers the draw (with one seed, each round repeats the same answers: a method's figure
+    would rest on one draw of each answer, and two methods differ by the draws their drafts led to)."""
     observed: dict[str, list] = defaultdict(list)
 
     def observe(name, q, out):
@@ -232,7 +237,10 @@ def timed(methods: dict, questions: list[Question], rounds: int, compare: bool, 
 
     recorder = Recorder(methods, "plain", count=lambda q, out: out.tokens, stats_of=lambda out: out.stats,
                         compare=same if compare else None, observe=observe)
-    table = recorder.run(repeat(questions, rounds), warmup=questions[:1], desc=desc, first_round=first_round)
+    runs = [[replace(q, draw=r) for q in questions] for r in range(rounds)] if redraw \
+        else repeat(questions, rounds)
+    table = recorder.run(runs, warmup=questions[:1], desc=desc, first_round=first_round,
+                         round_inputs="redraw" if redraw else "repeat")
     return table, per_kind(dict(observed), "plain", rounds)
 
 

@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
         sampled = plain_methods(sampled_runner, peers=False) | method_table(rows, run_sampled, sampled=True)
         sampled = keep_rows(sampled, args.methods, ["plain", "no_draft"], "sampling")
-        tables["sampling"], kinds["sampling"] = timed(sampled, chosen, args.rounds, compare=False,
+        tables["sampling"], kinds["sampling"] = timed(sampled, chosen, args.rounds, compare=False, redraw=True,
                                                       desc="chat, sampling")
         _show("sampling", tables, kinds)
     order = list(dict.fromkeys(q.kind for q in chosen))

@@ -10,8 +10,9 @@ method pays for lazy set-up (weight packing, kernel selection, rope tables). So 
 - takes each method's ratio to the baseline from one round at a time, and reports the median of those
   ratios with their spread (min, max): a figure without its spread cannot be compared with a rerun.
 
-Rounds either repeat the same inputs (`repeat`: the spread is the machine's noise) or split a long input
-list (`partition`: the spread also holds how the inputs differ; for benches too slow to repeat).
+Rounds either repeat the same inputs (`repeat`: the spread is the machine's noise), split a long input
+list (`partition`: the spread also holds how the inputs differ; for benches too slow to repeat), or repeat
+them sampled from a new seed each round (`redraw`: the spread also holds the draw).
 
 One JSON schema (`SCHEMA`) for every bench:
 
@@ -162,8 +163,8 @@ class Recorder:
         run; one process)."""
         if not rounds or any(len(r) == 0 for r in rounds):
             raise ValueError("rounds: expected at least one non-empty round of inputs")
-        if round_inputs not in ("repeat", "partition"):
-            raise ValueError(f"round_inputs: expected 'repeat' or 'partition', got {round_inputs!r}")
+        if round_inputs not in ("repeat", "partition", "redraw"):
+            raise ValueError(f"round_inputs: expected 'repeat', 'partition' or 'redraw', got {round_inputs!r}")
         keep_freed_memory()  # timings compare computation, not which method the heap hands fresh pages to
         shards = shards or Shards()
         progress = progress and shards.main  # one set of bars in a data-parallel run

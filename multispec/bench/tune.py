@@ -216,7 +216,8 @@ def tune_chat_lookup(run: TuneRun, chains=CHAT_CHAINS, min_ngrams=CHAT_MIN_NGRAM
     methods = {"plain": runner.plain} | method_table([row for row, _ in rows.values()], lambda q, drafter, tree,
                                                      options: runner.speculative(q, drafter, tree, options))
     mode = f"sampled (T = {temperature})" if sampled else "greedy"
-    table, kinds = timed(methods, questions, run.rounds, compare=not sampled, desc=f"chat lookup, {mode}")
+    table, kinds = timed(methods, questions, run.rounds, compare=not sampled, desc=f"chat lookup, {mode}",
+                         redraw=sampled)
     # greedy: only a candidate identical to plain decoding on every turn; sampled: lossless by the exact rule
     eligible = [n for n in rows if sampled or set(table["methods"][n]["outputs"]) == {"identical"}]
     if not eligible:

@@ -96,3 +96,31 @@ def test_eval_chat_on_a_checkpoint_runs_every_turn_and_matches_plain_decoding(tm
     capsys.readouterr()
     assert main(["eval", "chat", "--target", str(tmp_path / "target"), "--data", str(data), "--chain-k", "auto"]) == 2
     assert "--chain-k auto: calibrates from a zoo pair's step profiles" in capsys.readouterr().err
+
+
+def test_a_sampled_table_draws_anew_each_round_with_every_method_on_the_same_seed(tmp_path):
+    """`timed(redraw=True)`: round r samples its answers from seed r (the warm-up from 0), for every method alike,
+    so the spread over rounds holds the draw; one seed gives one answer again."""
+    from dataclasses import replace
+
+    from multispec import SamplingConfig
+    from multispec.bench.chat import ChatRunner, timed
+    from multispec.drafters import NGramDrafter
+    from multispec.generate_cli import load_checkpoint
+
+    save_checkpoint(tmp_path / "target", make_target("llama", seed=3))
+    target, _, tokenizer = load_checkpoint(str(tmp_path / "target"), None)
+    runner = ChatRunner(target, tokenizer, 12, "plain", None, SamplingConfig(do_sample=True, temperature=1.0))
+    q = Question(1, "qa", ("w20 w21 w22 w20 w21",))
+    first, again, other = (runner.speculative(replace(q, draw=d), NGramDrafter(), 2, {}).turns for d in (0, 0, 1))
+    assert first == again and first != other
+    assert runner.plain(q).turns == runner.plain(q).turns != runner.plain(replace(q, draw=1)).turns
+    calls = []
+
+    def method(name):
+        return lambda q: calls.append((name, q.draw)) or runner.speculative(q, NGramDrafter(), 2, {})
+
+    table, _ = timed({"plain": method("plain"), "lookup": method("lookup")}, [q], 3, compare=False, desc="t",
+                     redraw=True)
+    assert calls == [("plain", 0), ("lookup", 0)] + [(n, r) for r in range(3) for n in ("plain", "lookup")]
+    assert table["round_inputs"] == "redraw"
