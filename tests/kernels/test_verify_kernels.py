@@ -25,8 +25,11 @@ def _in_vocab(out, v):
 
 @pytest.mark.parametrize("v,block", [(37, 16), (1000, 256)])
 @pytest.mark.parametrize("with_q", [False, True])
-def test_chain_random_kernel_equals_reference(v, block, with_q):
+@pytest.mark.parametrize("greedy_rows", [True, False])  # without: the reference takes no argmax on the CPU
+def test_chain_random_kernel_equals_reference(v, block, with_q, greedy_rows):
     args = chain_case(b=24, k=4, v=v, seed=v + with_q, with_q=with_q)
+    if not greedy_rows:
+        args = (*args[:6], torch.zeros_like(args[6]))
     ref = chain_verify_random(*args, backend="torch")
     got = chain_verify_random(*args, backend="triton", block_v=block)
     _same(ref, got)
@@ -105,9 +108,11 @@ def test_duplicate_one_hot_siblings_are_rejected_twice(backend):
 def test_all_nan_rows_never_give_out_of_vocabulary_tokens():
     b, k, v = 6, 3, 19
     p = torch.full((b, k + 1, v), float("nan"))
-    drafts = torch.randint(0, v, (b, k))
+    g = torch.Generator().manual_seed(0)
+    # drafts other than token 0: a greedy row's argmax of an all-NaN (as zero) row is token 0, which it would accept
+    drafts = torch.randint(1, v, (b, k), generator=g)
     for backend in ("torch", "triton"):
-        out, acc = chain_verify_random(drafts, torch.full((b,), k), p, None, torch.rand(b, k),
+        out, acc = chain_verify_random(drafts, torch.full((b,), k), p, None, torch.rand(b, k, generator=g),
                                        torch.ones(b, v), torch.tensor([0, 1] * 3).bool(), backend=backend,
                                        block_v=16)
         assert acc.tolist() == [0] * b and out[:, 0].tolist() == [0] * b
