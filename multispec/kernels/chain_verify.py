@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import host
 from ..host import require
 from .checks import check_same_device, check_tensor
 from .common import argmax_ref, race_tile, row_argmax, row_race, sample_ref
@@ -49,9 +50,9 @@ def chain_verify_random_ref(draft_tokens, num_drafts, target_probs, draft_probs,
     else:
         qx = torch.where(inb, _clean(draft_probs.gather(2, xc[..., None])[..., 0]), 0.0)
     ok_random = (uniforms.float() * qx < px) & inb
-    # the argmax of every row only where a row is greedy (on the CPU the question costs nothing; on a device its
-    # answer would be a host read, so the argmax is taken there)
-    any_greedy = dev.type != "cpu" or bool(is_greedy.any())
+    # the argmax of every row only where a row is greedy: asked where a host read costs nothing (the CPU); on a
+    # device whose step reads once (`multispec.host`) the answer would be a read, so the argmax is taken there
+    any_greedy = dev.type in host.DEFERRED_DEVICE_TYPES or bool(is_greedy.any())
     argmax = argmax_ref(target_probs.float()) if any_greedy else torch.zeros(b, k + 1, dtype=torch.long, device=dev)
     ok_greedy = x == argmax[:, :k]
     ok = torch.where(is_greedy[:, None], ok_greedy, ok_random) & (idx < num_drafts[:, None])
