@@ -180,7 +180,8 @@ def run(args: argparse.Namespace) -> int:
                 "turn_format": greedy_runner.fmt.name if greedy_runner.fmt else "chat template",
                 "long_messages": f"a user message over {args.max_message_tokens} tokens keeps its first and last "
                                  f"{args.max_message_tokens // 2}", "temperature": args.temperature,
-                "sampled_only_rows": sorted(sampled_names), "quick": args.quick, "threads": torch.get_num_threads(), "busy": warning}
+                "sampled_only_rows": sorted(sampled_names), "quick": args.quick,
+                "threads": torch.get_num_threads(), "busy": warning}
     res = results("chat", settings, tables, per_kind=kinds, leaderboards=boards,
                   outputs_identical=all(set(r.get("outputs", {"identical": 1})) == {"identical"}
                                         for r in tables["greedy"]["methods"].values()))

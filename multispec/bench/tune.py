@@ -212,7 +212,7 @@ def tune_chat_lookup(run: TuneRun, chains=CHAT_CHAINS, min_ngrams=CHAT_MIN_NGRAM
     shapes = [(k, m) for m in min_ngrams for k in chains]
     if sampled and pair.chat_lookup is not None and pair.chat_lookup not in shapes:
         shapes.append(pair.chat_lookup)  # the greedy choice, under sampling: what the shorter chains must beat
-    rows = {chat_lookup_row(k, m).name: (chat_lookup_row(k, m), (k, m)) for k, m in shapes}
+    rows = {row.name: (row, shape) for shape in shapes for row in [chat_lookup_row(*shape)]}
     methods = {"plain": runner.plain} | method_table([row for row, _ in rows.values()], lambda q, drafter, tree,
                                                      options: runner.speculative(q, drafter, tree, options))
     mode = f"sampled (T = {temperature})" if sampled else "greedy"

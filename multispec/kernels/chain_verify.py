@@ -39,7 +39,7 @@ def chain_verify_random_ref(draft_tokens, num_drafts, target_probs, draft_probs,
     dev = draft_tokens.device
     # Only the entries the rule reads are converted and cleaned of NaN (as zero): the drafted tokens' probabilities,
     # the row each chain stops at and, for greedy rows, the argmax. On a wide vocabulary a copy of all K + 1 rows
-    # costs more than the rule (48 rows of Gemma's 262k: two copies and an argmax, ~15 ms on 2 CPU cores).
+    # costs more than the rule (48 rows of Gemma's 262k: two copies and an argmax, ~10 ms on 2 CPU cores).
     idx = torch.arange(k, device=dev)[None, :]
     x = draft_tokens
     inb = (x >= 0) & (x < v)
